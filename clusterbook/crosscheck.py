@@ -1,0 +1,264 @@
+"""Cross-field rules of the cluster file: references resolve, names and addresses are unique, ports don't clash."""
+
+from __future__ import annotations
+
+import ipaddress
+from collections import Counter
+
+from .problems import Path
+from .schema import Cluster, RouterTier, RpcTier
+
+Finding = tuple[Path, str]
+QUANTIZED = {"q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"}
+FLASH_ATTN_MIN_CC = 8.0
+
+
+def check_cluster(c: Cluster) -> list[Finding]:
+    """Every cross-field problem of a schema-valid cluster, as (path, message)."""
+    findings: list[Finding] = []
+    for rule in (_networks, _nodes, _jumps, _tiers, _ports, _router, _gateway, _targets, _unique_ids):
+        findings.extend(rule(c))
+    return findings
+
+
+def _duplicates(values: list) -> set:
+    return {v for v, n in Counter(values).items() if n > 1}
+
+
+def _networks(c: Cluster) -> list[Finding]:
+    out: list[Finding] = []
+    roles = Counter(net.role for net in c.networks.values())
+    if roles["management"] != 1:
+        out.append((("networks",), f"exactly one network must have role management (found {roles['management']})"))
+    if roles["fabric"] > 1:
+        out.append((("networks",), f"at most one network may have role fabric (found {roles['fabric']})"))
+    marked = [name for name, net in c.networks.items() if net.carries_rpc]
+    if len(marked) > 1:
+        out.append((("networks", marked[1], "carries_rpc"), f"only one network can carry RPC (also {marked[0]})"))
+    fabric = [name for name, net in c.networks.items() if net.role == "fabric"]
+    if fabric and marked and marked[0] != fabric[0]:
+        out.append((("networks", marked[0], "carries_rpc"),
+                    f"a fabric network exists ({fabric[0]}): RPC workers must listen on it, because llama.cpp RPC "
+                    "has no authentication and must stay off the management network"))
+    return out
+
+
+def _nodes(c: Cluster) -> list[Finding]:
+    out: list[Finding] = []
+    names = [n.name for n in c.nodes]
+    for dup in _duplicates(names):
+        second = [i for i, n in enumerate(names) if n == dup][1]
+        out.append((("nodes", second, "name"), f"node name '{dup}' is used twice; names must be unique"))
+    seen: dict[str, str] = {}
+    mgmt = c.management_network if any(n.role == "management" for n in c.networks.values()) else None
+    for i, node in enumerate(c.nodes):
+        for net, addr in node.addresses.items():
+            path = ("nodes", i, "addresses", net)
+            if net not in c.networks:
+                out.append((path, f"unknown network '{net}' (networks: {', '.join(c.networks)})"))
+                continue
+            if ipaddress.ip_address(addr) not in ipaddress.ip_network(c.networks[net].subnet):
+                out.append((path, f"{addr} is outside {net}'s subnet {c.networks[net].subnet}"))
+            if addr in seen:
+                out.append((path, f"address {addr} is already used by {seen[addr]}"))
+            seen[addr] = f"{node.name} ({net})"
+        if mgmt and mgmt not in node.addresses:
+            out.append((("nodes", i, "addresses"), f"every node needs an address on the management network '{mgmt}'"))
+        if node.jump and node.jump not in c.access.jump_hosts:
+            out.append((("nodes", i, "jump"),
+                        f"unknown jump host '{node.jump}' (access.jump_hosts: {', '.join(c.access.jump_hosts) or 'none'})"))
+    return out
+
+
+def _jumps(c: Cluster) -> list[Finding]:
+    out: list[Finding] = []
+    for name, host in c.access.jump_hosts.items():
+        seen, cur = {name}, host
+        while cur.via:
+            if cur.via not in c.access.jump_hosts:
+                out.append((("access", "jump_hosts", name, "via"), f"unknown jump host '{cur.via}'"))
+                break
+            if cur.via in seen:
+                out.append((("access", "jump_hosts", name, "via"), f"jump hosts form a loop through '{cur.via}'"))
+                break
+            seen.add(cur.via)
+            cur = c.access.jump_hosts[cur.via]
+    return out
+
+
+def _tiers(c: Cluster) -> list[Finding]:
+    out: list[Finding] = []
+    nodes = {n.name: n for n in c.nodes}
+    models = {m.id for m in c.models}
+    names = [t.name for t in c.tiers]
+    for dup in _duplicates(names):
+        out.append((("tiers", [i for i, n in enumerate(names) if n == dup][1], "name"), f"tier name '{dup}' is used twice"))
+    rpc_net = c.rpc_network if any(n.role == "management" for n in c.networks.values()) else None
+    for i, tier in enumerate(c.tiers):
+        base = ("tiers", i)
+        if tier.listen_network not in c.networks:
+            out.append((base + ("listen_network",), f"unknown network '{tier.listen_network}'"))
+        for field, name in _tier_node_refs(tier):
+            if name not in nodes:
+                out.append((base + field, f"unknown node '{name}' (nodes: {', '.join(nodes)})"))
+            elif tier.listen_network in c.networks and field[0] in ("node", "head") \
+                    and tier.listen_network not in nodes[name].addresses:
+                out.append((base + field, f"node '{name}' has no address on network '{tier.listen_network}'"))
+        if isinstance(tier, RouterTier):
+            for j, mid in enumerate(tier.models):
+                if mid not in models:
+                    out.append((base + ("models", j), f"unknown model '{mid}' (models: {', '.join(sorted(models))})"))
+        else:
+            out.extend(_rpc_tier(c, tier, base, nodes, models, rpc_net))
+    return out
+
+
+def _tier_node_refs(tier: RouterTier | RpcTier) -> list[tuple[Path, str]]:
+    if isinstance(tier, RouterTier):
+        return [(("node",), tier.node)]
+    return [(("head",), tier.head)] + [(("workers", j), w) for j, w in enumerate(tier.workers)]
+
+
+def _rpc_tier(c: Cluster, tier: RpcTier, base: Path, nodes: dict, models: set, rpc_net: str | None) -> list[Finding]:
+    out: list[Finding] = []
+    if tier.model not in models:
+        out.append((base + ("model",), f"unknown model '{tier.model}' (models: {', '.join(sorted(models))})"))
+    if tier.head in tier.workers:
+        out.append((base + ("workers", tier.workers.index(tier.head)),
+                    f"'{tier.head}' is the head of this tier; a head cannot also be one of its RPC workers"))
+    for dup in _duplicates(tier.workers):
+        out.append((base + ("workers",), f"worker '{dup}' is listed twice"))
+    for j, w in enumerate(tier.workers):
+        if w in nodes and rpc_net and rpc_net not in nodes[w].addresses:
+            out.append((base + ("workers", j), f"worker '{w}' has no address on the RPC network '{rpc_net}'"))
+    members = [tier.head] + tier.workers
+    for name in tier.tensor_split:
+        if name not in members:
+            out.append((base + ("tensor_split", name), f"'{name}' is not a node of this tier ({', '.join(members)})"))
+    for name in members:
+        if name not in tier.tensor_split:
+            out.append((base + ("tensor_split",), f"missing an entry for '{name}': give one positive share per device"))
+            continue
+        if name not in nodes:
+            continue
+        share = tier.tensor_split[name]
+        devices = max(1, len(nodes[name].gpu_devices))
+        shares = share if isinstance(share, list) else [share]
+        if len(shares) != devices:
+            out.append((base + ("tensor_split", name),
+                        f"'{name}' has {devices} device(s) but {len(shares)} share(s): give one share per GPU"))
+        if any(s <= 0 for s in shares):
+            out.append((base + ("tensor_split", name), "shares must be positive (a zero share leaves a node idle)"))
+    if tier.cache_type_v in QUANTIZED and tier.flash_attn == "off":
+        out.append((base + ("cache_type_v",),
+                    f"a quantized V cache ({tier.cache_type_v}) needs flash attention, which is off; "
+                    "use cache_type_v: f16 or turn flash_attn on"))
+    if tier.flash_attn != "off":
+        for name in members:
+            for gpu in nodes[name].gpu_devices if name in nodes else []:
+                if gpu.cc < FLASH_ATTN_MIN_CC:
+                    out.append((base + ("flash_attn",),
+                                f"flash attention is refused on {name}'s {gpu.model} (compute capability "
+                                f"{gpu.compute_capability} < {FLASH_ATTN_MIN_CC}): seed 004 saw llama-server crash "
+                                "with --flash-attn on V100 (SM70); set flash_attn: off"))
+                    break
+    if tier.numa_bind and tier.head in nodes:
+        gpus = nodes[tier.head].gpu_devices
+        if not gpus or gpus[0].numa_node is None:
+            out.append((base + ("numa_bind",), f"numa_bind needs the NUMA node of {tier.head}'s GPU (gpus[].numa_node)"))
+    return out
+
+
+def _ports(c: Cluster) -> list[Finding]:
+    """No two services may listen on the same port of one node."""
+    used: dict[tuple[str, int], str] = {}
+    out: list[Finding] = []
+
+    def claim(node: str, port: int, what: str, path: Path) -> None:
+        if (node, port) in used:
+            out.append((path, f"port {port} on {node} is already used by {used[(node, port)]}"))
+        else:
+            used[(node, port)] = what
+
+    for i, tier in enumerate(c.tiers):
+        if isinstance(tier, RouterTier):
+            claim(tier.node, tier.port, f"tier {tier.name}", ("tiers", i, "port"))
+        else:
+            claim(tier.head, tier.port, f"tier {tier.name} (head)", ("tiers", i, "port"))
+            for w in tier.workers:
+                claim(w, tier.rpc_port, f"tier {tier.name} (RPC worker)", ("tiers", i, "rpc_port"))
+    if c.gateway:
+        for j, route in enumerate(c.gateway.routes):
+            claim(c.gateway.node, route.port, f"gateway route {route.path}", ("gateway", "routes", j, "port"))
+    return out
+
+
+def _router(c: Cluster) -> list[Finding]:
+    if not c.router:
+        return []
+    out: list[Finding] = []
+    models = {m.id for m in c.models}
+    served = {m for t in c.tiers for m in (t.models if isinstance(t, RouterTier) else [t.model])}
+    tasks: dict[str, int] = {}
+    for i, rule in enumerate(c.router.rules):
+        if rule.model not in models:
+            out.append((("router", "rules", i, "model"), f"unknown model '{rule.model}'"))
+        elif rule.model not in served:
+            out.append((("router", "rules", i, "model"), f"model '{rule.model}' is not served by any tier"))
+        for j, task in enumerate(rule.tasks):
+            if task in tasks:
+                out.append((("router", "rules", i, "tasks", j),
+                            f"task '{task}' is already routed by rule {tasks[task]}; a task maps to one model"))
+            tasks[task] = i
+    if c.router.default_model and c.router.default_model not in served:
+        out.append((("router", "default_model"), f"model '{c.router.default_model}' is not served by any tier"))
+    if c.router.node and c.router.node not in {n.name for n in c.nodes}:
+        out.append((("router", "node"), f"unknown node '{c.router.node}'"))
+    return out
+
+
+def _gateway(c: Cluster) -> list[Finding]:
+    if not c.gateway:
+        return []
+    out: list[Finding] = []
+    if c.gateway.node not in {n.name for n in c.nodes}:
+        out.append((("gateway", "node"), f"unknown node '{c.gateway.node}'"))
+    tiers = {t.name for t in c.tiers}
+    paths = [r.path for r in c.gateway.routes]
+    for j, route in enumerate(c.gateway.routes):
+        if route.tier not in tiers:
+            out.append((("gateway", "routes", j, "tier"), f"unknown tier '{route.tier}' (tiers: {', '.join(tiers)})"))
+        if paths.index(route.path) != j:
+            out.append((("gateway", "routes", j, "path"), f"path {route.path} is routed twice"))
+    for j, addr in enumerate(c.gateway.listen):
+        try:
+            ipaddress.ip_address(addr)
+        except ValueError:
+            out.append((("gateway", "listen", j), f"not an IP address: {addr!r}"))
+    return out
+
+
+def _targets(c: Cluster) -> list[Finding]:
+    out: list[Finding] = []
+    tiers = {t.name for t in c.tiers}
+    seen: set[str] = set()
+    for i, t in enumerate(c.targets):
+        if t.tier not in tiers:
+            out.append((("targets", i, "tier"), f"unknown tier '{t.tier}'"))
+        if t.tier in seen:
+            out.append((("targets", i, "tier"), f"tier '{t.tier}' already has targets"))
+        seen.add(t.tier)
+    for i, trouble in enumerate(c.troubleshooting):
+        if trouble.tier and trouble.tier not in tiers:
+            out.append((("troubleshooting", i, "tier"), f"unknown tier '{trouble.tier}'"))
+    return out
+
+
+def _unique_ids(c: Cluster) -> list[Finding]:
+    out: list[Finding] = []
+    for section, items, key in (("models", c.models, "id"), ("decisions", c.decisions, "id"),
+                                ("troubleshooting", c.troubleshooting, "id")):
+        ids = [getattr(item, key) for item in items]
+        for dup in _duplicates(ids):
+            out.append(((section, [i for i, v in enumerate(ids) if v == dup][1], key), f"{key} '{dup}' is used twice"))
+    return out

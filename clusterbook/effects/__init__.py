@@ -1,0 +1,1 @@
+"""Effects: everything that touches the file system, processes, the network or other machines."""

@@ -1,0 +1,26 @@
+"""Write rendered artifacts as one tree per node that mirrors the target paths (build/<node>/etc/...)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from ..render.artifacts import Artifact
+
+
+def artifact_path(out_dir: Path, artifact: Artifact) -> Path:
+    return out_dir / artifact.node / artifact.path.lstrip("/")
+
+
+def write_tree(artifacts: list[Artifact], out_dir: Path) -> list[Path]:
+    """Write every artifact (only when its bytes differ, so mtimes mean something); returns the paths."""
+    written = []
+    for artifact in artifacts:
+        path = artifact_path(out_dir, artifact)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        data = artifact.text.encode()
+        if not path.exists() or path.read_bytes() != data:
+            path.write_bytes(data)
+        os.chmod(path, artifact.mode)
+        written.append(path)
+    return written

@@ -1,0 +1,44 @@
+"""Problems found in an input file, each tied to a field path and a line, and the error that carries them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+Path = tuple[str | int, ...]
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with an input file: where it is and what was expected."""
+
+    path: Path
+    message: str
+    line: int | None = None
+    file: str = ""
+    label: str = ""  # the path as shown to a person, e.g. nodes[vasp-02].addresses.fabric
+
+    def __str__(self) -> str:
+        where = f"{self.file}:{self.line}" if self.line else self.file
+        field = self.label or format_path(self.path)
+        return f"{where}: {field}: {self.message}" if field else f"{where}: {self.message}"
+
+
+class InputError(Exception):
+    """Bad input: one or more problems, all reported at once (exit status 2, no traceback)."""
+
+    exit_code = 2
+
+    def __init__(self, problems: list[Problem]):
+        self.problems = sorted(problems, key=lambda p: (p.file, p.line or 0, p.label))
+        super().__init__("\n".join(str(p) for p in self.problems))
+
+
+def format_path(path: Path) -> str:
+    """Dotted field path with list indices in brackets: nodes[1].gpus[0].memory_mib."""
+    text = ""
+    for part in path:
+        if isinstance(part, int):
+            text += f"[{part}]"
+        else:
+            text += f".{part}" if text else str(part)
+    return text

@@ -1,0 +1,1 @@
+"""Renderers: the cluster model -> generated files (systemd units, scripts, configs); pure, no I/O."""

@@ -1,0 +1,465 @@
+"""The cluster file's schema: pydantic v2 models, one class per section; unknown keys are errors."""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", description="a name: letters, digits, . _ -")]
+Port = Annotated[int, Field(ge=1, le=65535)]
+RPC_RENAME_BUILD = 9824  # llama.cpp renamed rpc-server to ggml-rpc-server at this build (#25045)
+MLOCK_FLAG_DEPRECATED_BUILD = 10105  # --mlock became --load-mode mlock at this build (#20834)
+CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
+CacheType = Literal["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"]
+
+
+class Strict(BaseModel):
+    """Base for every section: unknown keys are errors, values are not coerced across types."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ClusterInfo(Strict):
+    """What the cluster is called and where its docs are published."""
+
+    name: Name = Field(description="short cluster name, used in titles and file names")
+    description: str = Field(description="one paragraph on what the cluster is for")
+    docs_url: str | None = Field(None, description="URL where the docs site is published")
+
+
+class JumpHost(Strict):
+    """An SSH bastion (e.g. a Proxmox host) through which nodes are reached."""
+
+    address: str = Field(description="address or DNS name of the jump host")
+    user: str | None = Field(None, description="SSH user on the jump host (default: access.user)")
+    port: Port = Field(22, description="SSH port")
+    via: Name | None = Field(None, description="another jump host in front of this one (ProxyJump chains)")
+    description: str = Field("", description="what this host is")
+
+
+class Access(Strict):
+    """How clusterbook reaches nodes over SSH."""
+
+    user: str = Field(description="SSH user on the nodes")
+    key_file: str | None = Field(None, description="private key file (default: the SSH client's own choice)")
+    known_hosts: str = Field(".clusterbook/known_hosts",
+                             description="known_hosts file; new host keys are accepted once, then checked")
+    connect_timeout: int = Field(10, ge=1, le=300, description="SSH connect timeout, seconds")
+    jump_hosts: dict[Name, JumpHost] = Field(default_factory=dict, description="bastions by name")
+
+
+class Network(Strict):
+    """One IP network of the cluster."""
+
+    role: Literal["management", "fabric"] = Field(
+        description="management: SSH and HTTP; fabric: the fast interconnect (IPoIB) for RPC traffic")
+    link: Literal["ethernet", "ipoib", "bridge"] = Field(description="what carries it")
+    subnet: str = Field(description="CIDR, e.g. 10.100.0.0/24")
+    mtu: int = Field(1500, ge=576, le=65520, description="MTU in bytes")
+    bandwidth_gbps: float = Field(gt=0, description="link bandwidth per node, Gbit/s")
+    carries_rpc: bool | None = Field(
+        None, description="llama.cpp RPC goes over this network (default: the fabric network if any)")
+
+    @field_validator("subnet")
+    @classmethod
+    def _cidr(cls, value: str) -> str:
+        try:
+            ipaddress.ip_network(value, strict=True)
+        except ValueError as exc:
+            raise ValueError(f"not a CIDR subnet ({exc})") from None
+        return value
+
+
+class Gpu(Strict):
+    """A group of identical GPUs in one node."""
+
+    model: str = Field(description="GPU model as nvidia-smi names it")
+    count: int = Field(1, ge=1, le=16, description="how many of them")
+    memory_mib: int = Field(gt=0, description="memory per GPU, MiB")
+    compute_capability: str = Field(pattern=r"^\d+\.\d+$", description='CUDA compute capability, e.g. "7.0"')
+    bandwidth_gbs: float = Field(gt=0, description="memory bandwidth per GPU, GB/s")
+    numa_node: int | None = Field(None, ge=0, description="NUMA node the GPU is attached to")
+
+    @property
+    def cc(self) -> float:
+        return float(self.compute_capability)
+
+
+class Node(Strict):
+    """A machine of the cluster."""
+
+    name: Name = Field(description="unique node name")
+    hostname: str = Field(description="the node's host name")
+    roles: list[Literal["compute", "gateway", "controller"]] = Field(
+        default_factory=list,
+        description="roles beyond the tiers: compute (may run tiers), gateway (nginx), controller (slurmctld)")
+    addresses: dict[Name, str] = Field(description="one address per network name")
+    ssh_host: str | None = Field(None, description="address SSH uses (default: the management address)")
+    jump: Name | None = Field(None, description="jump host name from access.jump_hosts")
+    gpus: list[Gpu] = Field(default_factory=list, description="GPUs in this node (empty: CPU only)")
+    cpu_cores: int = Field(ge=1, description="CPU cores")
+    ram_gb: float = Field(gt=0, description="system memory, GB")
+
+    @field_validator("addresses")
+    @classmethod
+    def _ips(cls, value: dict[str, str]) -> dict[str, str]:
+        for net, addr in value.items():
+            try:
+                ipaddress.ip_address(addr)
+            except ValueError:
+                raise ValueError(f"address for network '{net}' is not an IP address: {addr!r}") from None
+        return value
+
+    @property
+    def gpu_devices(self) -> list[Gpu]:
+        """One entry per physical GPU."""
+        return [gpu for gpu in self.gpus for _ in range(gpu.count)]
+
+
+class Engine(Strict):
+    """The llama.cpp build every node runs."""
+
+    build: int = Field(ge=1, description="llama.cpp build number (b-tag), e.g. 7760")
+    commit: str = Field(pattern=r"^[0-9a-f]{7,40}$", description="git commit of that build")
+    install_dir: str = Field(description="directory holding the binaries on every node")
+    cuda_lib_dir: str | None = Field(None, description="CUDA runtime libraries (added to LD_LIBRARY_PATH)")
+    server_binary: str = Field("llama-server", description="HTTP server binary name")
+    rpc_binary: str | None = Field(
+        None, description=f"RPC worker binary (default: rpc-server up to build {RPC_RENAME_BUILD - 1}, "
+                          f"ggml-rpc-server from {RPC_RENAME_BUILD})")
+    bench_binary: str = Field("llama-bench", description="benchmark binary name")
+    release_url: str | None = Field(None, description="where the install runbook fetches the release tarball")
+
+    @property
+    def rpc_worker_binary(self) -> str:
+        if self.rpc_binary:
+            return self.rpc_binary
+        return "ggml-rpc-server" if self.build >= RPC_RENAME_BUILD else "rpc-server"
+
+
+class Storage(Strict):
+    """Paths on the nodes."""
+
+    models_dir: str = Field(description="where model files live on every node")
+    log_dir: str = Field("/var/log/llama", description="job and service logs (SLURM jobs write here)")
+    endpoint_dir: str = Field("/var/lib/clusterbook/endpoints",
+                              description="endpoint registry the gateway reads (shared by SLURM jobs)")
+    env_dir: str = Field("/etc/llama", description="environment files of the services")
+
+
+class Architecture(Strict):
+    """Transformer shape numbers, from the GGUF header or the model card."""
+
+    layers: int = Field(ge=1, description="transformer blocks")
+    heads: int = Field(ge=1, description="attention heads")
+    kv_heads: int = Field(ge=1, description="key/value heads (GQA)")
+    head_dim: int = Field(ge=1, description="dimension per head")
+    embedding: int = Field(ge=1, description="embedding size (n_embd)")
+    feed_forward: int | None = Field(None, ge=1, description="feed-forward size (n_ff)")
+    vocab: int = Field(ge=1, description="vocabulary size")
+    context: int = Field(ge=1, description="trained context length")
+
+    @model_validator(mode="after")
+    def _gqa(self) -> Architecture:
+        if self.heads % self.kv_heads:
+            raise ValueError(f"heads ({self.heads}) must be a multiple of kv_heads ({self.kv_heads})")
+        return self
+
+
+class ModelSource(Strict):
+    """Where a model file is downloaded from: one file, or split parts to concatenate."""
+
+    base_url: str = Field("https://huggingface.co", description="server holding the repository")
+    repo: str = Field(description="repository, e.g. mradermacher/OR1-Behemoth-GGUF")
+    files: list[str] = Field(min_length=1, description="file name, or the parts in order (concatenated)")
+
+    @property
+    def urls(self) -> list[str]:
+        base = self.base_url.rstrip("/")
+        if "huggingface.co" in base:
+            return [f"{base}/{self.repo}/resolve/main/{f}" for f in self.files]
+        return [f"{base}/{self.repo}/{f}" for f in self.files]
+
+
+class Model(Strict):
+    """A GGUF model file."""
+
+    id: Name = Field(description="model id / alias the API uses")
+    file: str = Field(pattern=r"^[^/]+\.gguf$", description="file name in storage.models_dir")
+    source: ModelSource | None = Field(None, description="download source (none: copied by hand)")
+    size_bytes: int | None = Field(None, gt=0, description="exact file size; checked after download")
+    approx_size_gb: float | None = Field(None, gt=0, description="size in GB (1e9) when the exact size is unknown")
+    sha256: str | None = Field(None, pattern=r"^[0-9a-f]{64}$", description="checksum, when known")
+    quantization: str = Field(description="GGUF file type, e.g. Q8_0, Q4_K_M")
+    params_b: float | None = Field(None, gt=0, description="parameters, billions")
+    architecture: Architecture = Field(description="shape numbers")
+    reasoning_content: bool = Field(False, description="emits chain-of-thought in message.reasoning_content")
+    tags: list[str] = Field(default_factory=list, description="free-form tags")
+
+    @model_validator(mode="after")
+    def _size(self) -> Model:
+        if self.size_bytes is None and self.approx_size_gb is None:
+            raise ValueError("give size_bytes (exact) or approx_size_gb")
+        return self
+
+    @property
+    def bytes(self) -> int:
+        return self.size_bytes if self.size_bytes is not None else int(self.approx_size_gb * 1e9)
+
+
+class ApiKeyRef(Strict):
+    """Where a tier's API key comes from; the key itself never appears in the cluster file."""
+
+    file: str | None = Field(None, description="path of a file on the node holding the key")
+    env: str | None = Field(None, pattern=r"^[A-Z_][A-Z0-9_]*$", description="environment variable name")
+
+    @model_validator(mode="after")
+    def _one(self) -> ApiKeyRef:
+        if (self.file is None) == (self.env is None):
+            raise ValueError("give exactly one of file or env")
+        return self
+
+
+class SlurmJob(Strict):
+    """SLURM settings of a tier's batch job (seed 004's preemptible jobs)."""
+
+    partition: str = Field(description="partition, e.g. gpu_ai")
+    qos: str = Field(description="quality of service, e.g. ai_opportunistic")
+    mem: str = Field(pattern=r"^\d+[KMGT]$", description="memory per node (--mem); must fit model + KV + buffers")
+    time_limit: str | None = Field(None, description="--time, e.g. 7-00:00:00 (none: partition default)")
+    grace_seconds: int = Field(30, ge=1, description="preemption grace time: SIGTERM to SIGKILL")
+    requeue: bool = Field(True, description="requeue when preempted")
+    gres: str | None = Field("gpu:1", description="generic resources per node (--gres)")
+
+
+class SystemdService(Strict):
+    """systemd settings of one service."""
+
+    restart: Literal["always", "on-failure"] = Field("always", description="Restart=")
+    restart_sec: int = Field(10, ge=0, description="RestartSec=, seconds")
+    limit_nofile: int = Field(65535, ge=1024, description="LimitNOFILE=")
+    memory_max: str | None = Field(None, pattern=r"^\d+[KMGT]$", description="MemoryMax= (none: no limit)")
+
+
+class TierBase(Strict):
+    """Settings every tier has."""
+
+    name: Name = Field(description="tier name, used in URLs and unit names")
+    description: str = Field("", description="what the tier is for")
+    manager: Literal["systemd", "slurm"] = Field("systemd", description="who runs it")
+    port: Port = Field(description="HTTP port of llama-server")
+    listen_network: Name = Field("management", description="network whose address the HTTP API binds to")
+    api_key: ApiKeyRef | None = Field(None, description="API key reference (none: open API)")
+    threads: int | None = Field(None, ge=1, description="CPU threads (--threads)")
+    ctx_size: int = Field(4096, ge=256, description="context size in tokens (--ctx-size)")
+    parallel: int = Field(1, ge=1, le=64, description="server slots (--parallel)")
+    timeout_s: int = Field(600, ge=1, description="HTTP read/write timeout (--timeout)")
+    slurm: SlurmJob | None = Field(None, description="SLURM job settings (required when manager is slurm)")
+    systemd: SystemdService = Field(default_factory=SystemdService, description="the server unit's settings")
+
+    @model_validator(mode="after")
+    def _slurm(self) -> TierBase:
+        if self.manager == "slurm" and self.slurm is None:
+            raise ValueError("manager is slurm: give a slurm section")
+        return self
+
+
+class RouterTier(TierBase):
+    """llama-server in router mode on one node: models load on demand, least recently used unloads."""
+
+    kind: Literal["router"] = Field(description="router: one node, many models on demand")
+    node: Name = Field(description="node that runs it")
+    models: list[Name] = Field(min_length=1, description="model ids served")
+    models_max: int = Field(2, ge=0, description="models resident at once (--models-max; 0 = unlimited)")
+
+
+class RpcTier(TierBase):
+    """One model split by layers over a head node and RPC worker nodes."""
+
+    kind: Literal["rpc"] = Field(description="rpc: one model split over a head and RPC workers")
+    model: Name = Field(description="model id")
+    head: Name = Field(description="node running llama-server")
+    workers: list[Name] = Field(min_length=1, description="nodes running the RPC worker, in --rpc order")
+    rpc_port: Port = Field(50052, description="RPC worker port")
+    tensor_split: dict[Name, int | list[int]] = Field(
+        description="share of layers per node (a list: one entry per GPU of that node); "
+                    "rendered in llama.cpp's device order (RPC devices first, head last)")
+    cache_type_k: CacheType = Field("f16", description="K cache type (--cache-type-k)")
+    cache_type_v: CacheType = Field("f16", description="V cache type (--cache-type-v); quantized needs flash attention")
+    batch_size: int = Field(2048, ge=1, description="logical batch (--batch-size)")
+    ubatch_size: int = Field(512, ge=1, description="physical batch (--ubatch-size)")
+    mlock: bool = Field(False, description="lock the model in RAM")
+    numa_bind: bool = Field(False, description="bind the head to its GPU's NUMA node (numactl)")
+    flash_attn: Literal["on", "off", "auto"] = Field("off", description="flash attention")
+    worker_systemd: SystemdService = Field(default_factory=lambda: SystemdService(restart_sec=5),
+                                           description="the RPC worker units' settings")
+
+    @model_validator(mode="after")
+    def _batches(self) -> RpcTier:
+        if self.ubatch_size > self.batch_size:
+            raise ValueError(f"ubatch_size ({self.ubatch_size}) cannot exceed batch_size ({self.batch_size})")
+        return self
+
+
+Tier = Annotated[RouterTier | RpcTier, Field(discriminator="kind")]
+
+
+class RouterRule(Strict):
+    """Task types that go to one model."""
+
+    tasks: list[Annotated[str, Field(pattern=r"^[a-z][a-z0-9_-]*$")]] = Field(min_length=1,
+                                                                             description="task types")
+    model: Name = Field(description="model id")
+    why: str = Field("", description="reason for the choice")
+
+
+class Router(Strict):
+    """The model selector: task type -> model -> endpoint."""
+
+    script: str = Field("/usr/local/bin/llama-model-selector", description="install path of the script")
+    node: Name | None = Field(None, description="node to install it on (default: every tier node)")
+    default_model: Name | None = Field(None, description="model for unknown tasks (none: exit status 2)")
+    rules: list[RouterRule] = Field(min_length=1, description="task rules")
+
+
+class GatewayRoute(Strict):
+    """One path of the gateway, proxied to one tier."""
+
+    path: str = Field(pattern=r"^/([A-Za-z0-9._-]+/)*$", description="URL path prefix, e.g. /reasoning/")
+    tier: Name = Field(description="tier name")
+    port: Port = Field(description="nginx listen port for this tier")
+
+
+class Gateway(Strict):
+    """nginx in front of the tiers, published with tailscale serve."""
+
+    node: Name = Field(description="node running nginx")
+    listen: list[str] = Field(default_factory=lambda: ["127.0.0.1"], description="addresses nginx listens on")
+    routes: list[GatewayRoute] = Field(min_length=1, description="path -> tier")
+    tailscale_name: str | None = Field(None, description="Tailscale DNS name (tailscale serve publishes it)")
+    update_interval_s: int = Field(30, ge=5, description="how often the endpoint updater runs")
+    upstream_dir: str = Field("/etc/nginx/clusterbook", description="generated upstream files")
+
+    @property
+    def url(self) -> str | None:
+        return f"https://{self.tailscale_name}" if self.tailscale_name else None
+
+
+class Level(Strict):
+    """A metric's levels: target, acceptable and critical."""
+
+    target: float = Field(description="what we aim for")
+    acceptable: float = Field(description="still fine")
+    critical: float = Field(description="act now")
+
+
+class Targets(Strict):
+    """Success criteria of one tier (direction per metric is fixed: see the reference)."""
+
+    tier: Name = Field(description="tier name")
+    decode_tps: Level | None = Field(None, description="decode tokens/s, higher is better")
+    ttft_s: Level | None = Field(None, description="time to first token, seconds, lower is better")
+    gpu_util_pct: Level | None = Field(None, description="GPU utilisation during generation, %, higher is better")
+    gpu_mem_gib: Level | None = Field(None, description="memory per GPU, GiB, lower is better")
+    fabric_gbps: Level | None = Field(None, description="fabric bandwidth during inference, Gbit/s, higher is better")
+    recovery_s: Level | None = Field(None, description="answer again after a worker crash, seconds, lower is better")
+    api_response_s: Level | None = Field(None, description="a short request answers within, seconds, lower is better")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Targets:
+        for metric in LOWER_IS_BETTER | HIGHER_IS_BETTER:
+            level = getattr(self, metric)
+            if level is None:
+                continue
+            lo_first = metric in LOWER_IS_BETTER
+            seq = [level.target, level.acceptable, level.critical]
+            if seq != sorted(seq, reverse=not lo_first):
+                order = "target <= acceptable <= critical" if lo_first else "target >= acceptable >= critical"
+                raise ValueError(f"{metric}: levels must be ordered {order}")
+        return self
+
+
+LOWER_IS_BETTER = {"ttft_s", "gpu_mem_gib", "recovery_s", "api_response_s"}
+HIGHER_IS_BETTER = {"decode_tps", "gpu_util_pct", "fabric_gbps"}
+
+
+class Decision(Strict):
+    """An entry of the decision log."""
+
+    id: Name = Field(description="short id, e.g. D01")
+    title: str = Field(description="one line")
+    date: str = Field(pattern=r"^\d{4}-\d{2}-\d{2}$", description="YYYY-MM-DD")
+    context: str = Field(description="what forced the decision")
+    decision: str = Field(description="what was decided")
+    consequences: str = Field(description="what follows")
+    sources: list[str] = Field(default_factory=list, description="seed documents or issues it rests on")
+
+
+class FixStep(Strict):
+    """A fix command, a Jinja template over the cluster, run on some hosts."""
+
+    hosts: str = Field("local", description="where to run: local, all, a node, a role, gateway, "
+                                            "TIER.head / TIER.workers / TIER.nodes")
+    run: str = Field(description="command template; variables: cluster, tier, node, engine, units")
+
+
+class Trouble(Strict):
+    """A troubleshooting entry: symptom -> cause -> fix."""
+
+    id: Name = Field(description="short id")
+    symptom: str = Field(description="what the operator sees")
+    cause: str = Field(description="why it happens")
+    tier: Name | None = Field(None, description="tier it concerns (template variable `tier`)")
+    fix: list[FixStep] = Field(min_length=1, description="commands, in order")
+
+
+class Cluster(Strict):
+    """The whole cluster file."""
+
+    cluster: ClusterInfo
+    access: Access
+    networks: dict[Name, Network] = Field(min_length=1, description="networks by name")
+    nodes: list[Node] = Field(min_length=1)
+    engine: Engine
+    storage: Storage
+    models: list[Model] = Field(min_length=1)
+    tiers: list[Tier] = Field(min_length=1)
+    router: Router | None = None
+    gateway: Gateway | None = None
+    targets: list[Targets] = Field(default_factory=list)
+    decisions: list[Decision] = Field(default_factory=list)
+    troubleshooting: list[Trouble] = Field(default_factory=list)
+
+    # --- lookups used everywhere -------------------------------------------------------------
+    def node(self, name: str) -> Node:
+        return next(n for n in self.nodes if n.name == name)
+
+    def model(self, model_id: str) -> Model:
+        return next(m for m in self.models if m.id == model_id)
+
+    def tier(self, name: str) -> RouterTier | RpcTier:
+        return next(t for t in self.tiers if t.name == name)
+
+    def targets_for(self, tier: str) -> Targets | None:
+        return next((t for t in self.targets if t.tier == tier), None)
+
+    @property
+    def management_network(self) -> str:
+        return next(name for name, net in self.networks.items() if net.role == "management")
+
+    @property
+    def rpc_network(self) -> str:
+        """The network llama.cpp RPC uses: the one marked carries_rpc, else the fabric, else management."""
+        marked = [name for name, net in self.networks.items() if net.carries_rpc]
+        if marked:
+            return marked[0]
+        fabric = [name for name, net in self.networks.items() if net.role == "fabric"]
+        return fabric[0] if fabric else self.management_network
+
+
+def slug(text: str) -> str:
+    """A file-name-safe form of a name."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-").lower()

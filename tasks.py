@@ -1,0 +1,25 @@
+"""invoke tasks: parse arguments, call clusterbook.commands. No logic lives here."""
+
+from invoke import Collection, task
+
+from clusterbook import commands
+from clusterbook.console import exits_cleanly
+
+CLUSTER_HELP = "cluster file (default: cluster.yaml)"
+
+
+@task(help={"cluster": CLUSTER_HELP, "out": "output directory (default: build)"})
+@exits_cleanly
+def render(c, cluster="cluster.yaml", out="build"):
+    """Render systemd units, scripts, SLURM jobs, nginx and nftables files into OUT/<node>/<path>."""
+    commands.render(cluster, out)
+
+
+@task(help={"cluster": CLUSTER_HELP})
+@exits_cleanly
+def check(c, cluster="cluster.yaml"):
+    """Validate the cluster file and check every rendered file with systemd-analyze, shellcheck, nginx -t, nft."""
+    commands.check(cluster)
+
+
+ns = Collection(render, check)
