@@ -28,10 +28,10 @@ def exits_cleanly(fn: F) -> F:
             return fn(*args, **kwargs)
         except InputError as exc:
             for problem in exc.problems:
-                errors.print(str(problem), markup=False)
+                errors.print(str(problem), markup=False, soft_wrap=True)
             errors.print(f"{len(exc.problems)} problem(s); nothing was changed.", style="bold red")
             sys.exit(2)
         except Failed as exc:
-            errors.print(str(exc), style="bold red", markup=False)
+            errors.print(str(exc), style="bold red", markup=False, soft_wrap=True)
             sys.exit(1)
     return wrapper  # type: ignore[return-value]

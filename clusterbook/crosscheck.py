@@ -96,14 +96,15 @@ def _tiers(c: Cluster) -> list[Finding]:
     rpc_net = c.rpc_network if any(n.role == "management" for n in c.networks.values()) else None
     for i, tier in enumerate(c.tiers):
         base = ("tiers", i)
-        if tier.listen_network not in c.networks:
-            out.append((base + ("listen_network",), f"unknown network '{tier.listen_network}'"))
+        listen = tier.listen_network or (c.management_network if rpc_net else None)
+        if tier.listen_network and tier.listen_network not in c.networks:
+            out.append((base + ("listen_network",), f"unknown network '{tier.listen_network}' "
+                                                    f"(networks: {', '.join(c.networks)})"))
         for field, name in _tier_node_refs(tier):
             if name not in nodes:
                 out.append((base + field, f"unknown node '{name}' (nodes: {', '.join(nodes)})"))
-            elif tier.listen_network in c.networks and field[0] in ("node", "head") \
-                    and tier.listen_network not in nodes[name].addresses:
-                out.append((base + field, f"node '{name}' has no address on network '{tier.listen_network}'"))
+            elif listen in c.networks and field[0] in ("node", "head") and listen not in nodes[name].addresses:
+                out.append((base + field, f"node '{name}' has no address on network '{listen}'"))
         if isinstance(tier, RouterTier):
             for j, mid in enumerate(tier.models):
                 if mid not in models:

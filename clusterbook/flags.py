@@ -34,7 +34,7 @@ def models_preset_path(c: Cluster, tier: RouterTier) -> str:
 def _common(c: Cluster, tier: RouterTier | RpcTier) -> list[Flag]:
     flags = [
         Flag("--host", topo.http_address(c, tier), "address the HTTP API listens on",
-             f"the node's {tier.listen_network} address; the gateway and clients connect here"),
+             f"the node's {topo.listen_network(c, tier)} address; the gateway and clients connect here"),
         Flag("--port", str(tier.port), "HTTP port", f"tier {tier.name}'s port in the cluster file"),
         Flag("--ctx-size", str(tier.ctx_size), "context window in tokens (shared by all slots)",
              "sized so weights, KV cache and compute buffers fit every device (see the capacity plan)"),

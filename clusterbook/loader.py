@@ -39,6 +39,8 @@ def validate_document(doc: YamlDocument, model: type[M]) -> M:
 def _to_problem(doc: YamlDocument, model: type[BaseModel], err: dict) -> Problem:
     path = _data_path(doc.data, err["loc"])
     kind, msg = err["type"], err["msg"]
+    if kind in ("union_tag_invalid", "union_tag_not_found"):
+        path += (err["ctx"]["discriminator"].strip("'"),)
     if kind == "extra_forbidden":
         allowed = _fields_at(model, err["loc"][:-1])
         msg = "unknown key" + (f"; expected one of: {', '.join(allowed)}" if allowed else "")

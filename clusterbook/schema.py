@@ -251,7 +251,8 @@ class TierBase(Strict):
     description: str = Field("", description="what the tier is for")
     manager: Literal["systemd", "slurm"] = Field("systemd", description="who runs it")
     port: Port = Field(description="HTTP port of llama-server")
-    listen_network: Name = Field("management", description="network whose address the HTTP API binds to")
+    listen_network: Name | None = Field(None, description="network whose address the HTTP API binds to "
+                                                           "(default: the management network)")
     api_key: ApiKeyRef | None = Field(None, description="API key reference (none: open API)")
     threads: int | None = Field(None, ge=1, description="CPU threads (--threads)")
     ctx_size: int = Field(4096, ge=256, description="context size in tokens (--ctx-size)")

@@ -37,7 +37,11 @@ def address(c: Cluster, node: str, network: str | None = None) -> str:
 
 def http_address(c: Cluster, tier: RouterTier | RpcTier) -> str:
     """Address the tier's HTTP API binds to and is reached at."""
-    return address(c, tier_nodes(tier)[0], tier.listen_network)
+    return address(c, tier_nodes(tier)[0], listen_network(c, tier))
+
+
+def listen_network(c: Cluster, tier: RouterTier | RpcTier) -> str:
+    return tier.listen_network or c.management_network
 
 
 def endpoint_url(c: Cluster, tier: RouterTier | RpcTier) -> str:

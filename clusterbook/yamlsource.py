@@ -70,8 +70,8 @@ def parse_yaml(text: str, file: str) -> YamlDocument:
     doc = YamlDocument(file=file, data=None)
     problems: list[Problem] = []
     doc.data = _build(root, (), doc.lines, problems, file) if root is not None else {}
-    if problems:
-        raise InputError(problems)
+    if problems:  # relabel now that the data exists, so list items show their names
+        raise InputError([Problem(p.path, p.message, p.line, file, doc.label_of(p.path)) for p in problems])
     return doc
 
 

@@ -1,0 +1,68 @@
+"""Every file in tests/invalid/ fails with the FILE:LINE: field: message its first line expects, exit status 2."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from clusterbook.loader import load_cluster
+from clusterbook.problems import InputError
+
+ROOT = Path(__file__).resolve().parents[2]
+INVALID = sorted((ROOT / "tests/invalid").glob("*.yaml"))
+
+
+def expected(path: Path) -> str:
+    first = path.read_text().splitlines()[0]
+    assert first.startswith("# expect: "), f"{path.name} must start with '# expect: LINE: field: message'"
+    return first[len("# expect: "):]
+
+
+def test_enough_cases():
+    assert len(INVALID) >= 15
+
+
+@pytest.mark.parametrize("path", INVALID, ids=lambda p: p.stem)
+def test_problem_names_file_line_and_field(path):
+    with pytest.raises(InputError) as err:
+        load_cluster(path)
+    messages = [str(p) for p in err.value.problems]
+    want = f"{path}:{expected(path)}"
+    assert any(m.startswith(want) for m in messages), f"expected\n  {want}\ngot\n  " + "\n  ".join(messages)
+
+
+@pytest.mark.parametrize("path", INVALID[:4] + INVALID[-4:], ids=lambda p: p.stem)
+def test_cli_exits_2_without_traceback(path):
+    proc = subprocess.run([sys.executable, "-m", "invoke", "check", "--cluster", str(path)], cwd=ROOT,
+                          capture_output=True, text=True, env={**os.environ, "COLUMNS": "200"})
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert f"{path}:{expected(path)}" in proc.stderr
+    assert "nothing was changed" in proc.stderr
+
+
+def test_all_problems_reported_at_once(tmp_path):
+    text = (ROOT / "tests/clusters/mini.yaml").read_text()
+    broken = text.replace("hostname: n1", "hostnme: n1").replace("workers: [n2]", "workers: [n9]")
+    f = tmp_path / "two.yaml"
+    f.write_text(broken)
+    with pytest.raises(InputError) as err:
+        load_cluster(f)
+    assert len(err.value.problems) >= 2  # schema problems are reported together
+    assert any("hostnme" in str(p) for p in err.value.problems)
+
+
+def test_missing_file_is_an_input_error(tmp_path):
+    with pytest.raises(InputError) as err:
+        load_cluster(tmp_path / "nope.yaml")
+    assert "cannot read file" in str(err.value)
+
+
+def test_duplicate_yaml_key(tmp_path):
+    f = tmp_path / "dup.yaml"
+    f.write_text("cluster:\n  name: a\n  name: b\n")
+    with pytest.raises(InputError) as err:
+        load_cluster(f)
+    assert f"{f}:3: cluster.name: duplicate key 'name' (first at line 2)" in str(err.value)
