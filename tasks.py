@@ -23,3 +23,13 @@ def check(c, cluster="cluster.yaml"):
 
 
 ns = Collection(render, check)
+
+
+@task
+@exits_cleanly
+def reference(c):
+    """Rewrite the cluster file reference in README.md from the schema."""
+    commands.write_reference("README.md")
+
+
+ns.add_task(reference)

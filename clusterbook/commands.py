@@ -42,3 +42,11 @@ def check(cluster_file: str) -> None:
     if failed:
         raise Failed(f"{len(failed)} of {len(verdicts)} checks failed")
     console.print(f"[green]all {len(verdicts)} checks passed[/]")
+
+
+def write_reference(readme: str) -> None:
+    """Regenerate the cluster file reference between the README's markers."""
+    from .reference import reference_markdown, splice
+    path = Path(readme)
+    path.write_text(splice(path.read_text(), reference_markdown()))
+    console.print(f"[green]updated[/] the cluster file reference in {readme}")

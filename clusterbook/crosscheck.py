@@ -7,6 +7,7 @@ from collections import Counter
 
 from .problems import Path
 from .schema import Cluster, RouterTier, RpcTier
+from .topology import resolve_hosts
 
 Finding = tuple[Path, str]
 QUANTIZED = {"q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"}
@@ -252,6 +253,11 @@ def _targets(c: Cluster) -> list[Finding]:
     for i, trouble in enumerate(c.troubleshooting):
         if trouble.tier and trouble.tier not in tiers:
             out.append((("troubleshooting", i, "tier"), f"unknown tier '{trouble.tier}'"))
+        for j, step in enumerate(trouble.fix):
+            try:
+                resolve_hosts(c, step.hosts)
+            except ValueError as exc:
+                out.append((("troubleshooting", i, "fix", j, "hosts"), str(exc)))
     return out
 
 

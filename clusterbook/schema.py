@@ -420,19 +420,19 @@ class Trouble(Strict):
 class Cluster(Strict):
     """The whole cluster file."""
 
-    cluster: ClusterInfo
-    access: Access
+    cluster: ClusterInfo = Field(description="name, description, docs URL")
+    access: Access = Field(description="SSH user, key, known_hosts, jump hosts, connect timeout")
     networks: dict[Name, Network] = Field(min_length=1, description="networks by name")
-    nodes: list[Node] = Field(min_length=1)
-    engine: Engine
-    storage: Storage
-    models: list[Model] = Field(min_length=1)
-    tiers: list[Tier] = Field(min_length=1)
-    router: Router | None = None
-    gateway: Gateway | None = None
-    targets: list[Targets] = Field(default_factory=list)
-    decisions: list[Decision] = Field(default_factory=list)
-    troubleshooting: list[Trouble] = Field(default_factory=list)
+    nodes: list[Node] = Field(min_length=1, description="the machines")
+    engine: Engine = Field(description="the llama.cpp build")
+    storage: Storage = Field(description="paths on the nodes")
+    models: list[Model] = Field(min_length=1, description="GGUF model files")
+    tiers: list[Tier] = Field(min_length=1, description="inference tiers (kind router or rpc)")
+    router: Router | None = Field(None, description="task type -> model rules")
+    gateway: Gateway | None = Field(None, description="nginx / tailscale serve in front of the tiers")
+    targets: list[Targets] = Field(default_factory=list, description="success criteria per tier")
+    decisions: list[Decision] = Field(default_factory=list, description="the decision log")
+    troubleshooting: list[Trouble] = Field(default_factory=list, description="symptom -> cause -> fix")
 
     # --- lookups used everywhere -------------------------------------------------------------
     def node(self, name: str) -> Node:

@@ -1,0 +1,95 @@
+"""Flags are derived, not copied: binary names by build, one -ngl, RPC on the fabric, device order."""
+
+import pytest
+
+from clusterbook import flags, topology
+from clusterbook.layersplit import place_layers
+from clusterbook.render.artifacts import render_artifacts
+from clusterbook.schema import Engine
+
+
+@pytest.mark.parametrize("build, binary", [(7760, "rpc-server"), (9823, "rpc-server"), (9824, "ggml-rpc-server"),
+                                           (11434, "ggml-rpc-server")])
+def test_rpc_binary_name_follows_build(build, binary):
+    assert Engine(build=build, commit="abc1234", install_dir="/x").rpc_worker_binary == binary
+
+
+def test_rpc_binary_name_can_be_given():
+    assert Engine(build=11434, commit="abc1234", install_dir="/x", rpc_binary="my-rpc").rpc_worker_binary == "my-rpc"
+
+
+@pytest.mark.parametrize("build, spelled", [(7760, ["--mlock"]), (11434, ["--load-mode", "mlock"])])
+def test_mlock_spelling_follows_build(beefcake2, build, spelled):
+    cluster = beefcake2.model_copy(update={"engine": beefcake2.engine.model_copy(update={"build": build})})
+    argv = flags.server_argv(cluster, cluster.tier("reasoning"))
+    assert " ".join(spelled) in " ".join(argv)
+    assert ("--mlock" in argv) == (build < 10105)
+
+
+def test_head_command_has_one_ngl(beefcake2):
+    argv = flags.server_argv(beefcake2, beefcake2.tier("reasoning"))
+    assert sum(a in ("-ngl", "--n-gpu-layers", "--gpu-layers") for a in argv) == 1
+
+
+def test_workers_bind_to_fabric_never_all_interfaces(beefcake2):
+    for artifact in render_artifacts(beefcake2):
+        assert "0.0.0.0" not in artifact.text, artifact.path
+    argv = flags.worker_argv(beefcake2, beefcake2.tier("reasoning"), "vasp-03")
+    assert argv[argv.index("--host") + 1] == "10.100.0.33"
+    assert argv[0] == "/opt/llama.cpp/build/bin/rpc-server"
+
+
+def test_rpc_over_management_when_no_fabric(ridge):
+    assert ridge.rpc_network == "lan"
+    assert topology.rpc_endpoints(ridge, ridge.tier("deep")) == ["192.168.50.22:50070", "192.168.50.32:50070"]
+
+
+def test_tensor_split_in_llama_cpp_device_order(beefcake2, ridge):
+    # beefcake2 declares vasp-01: 26, vasp-02: 27, vasp-03: 27; llama.cpp puts RPC devices first, head last
+    assert topology.tensor_split_flag(beefcake2, beefcake2.tier("reasoning")) == "27,27,26"
+    devices = topology.tier_devices(ridge, ridge.tier("deep"))
+    assert [(d.name, d.node) for d in devices] == [("RPC0", "a2"), ("RPC1", "a2"), ("RPC2", "l2"),
+                                                   ("CUDA0", "a1"), ("CUDA1", "a1")]
+    assert topology.tensor_split_flag(ridge, ridge.tier("deep")) == "20,20,12,20,20"
+
+
+# llama.cpp: split points are cumulative shares; block il goes to upper_bound(splits, il / (n_layer + 1)).
+@pytest.mark.parametrize("n_layer, shares, expected_blocks, output", [
+    (80, [27, 27, 26], [28, 27, 25], 2),   # beefcake2: seed 004 believed 27/27/26
+    (12, [1, 1, 1], [5, 4, 3], 2),
+    (4, [1], [4], 0),
+])
+def test_full_offload_layer_placement(n_layer, shares, expected_blocks, output):
+    place = place_layers(n_layer, 999, shares, build=7760)
+    assert [place.blocks_on(i) for i in range(len(shares))] == expected_blocks
+    assert place.output == output
+
+
+@pytest.mark.parametrize("build, cpu_blocks, output_on_cpu", [(11434, 4, False), (7760, 4, True)])
+def test_partial_offload_depends_on_build(build, cpu_blocks, output_on_cpu):
+    from clusterbook.layersplit import CPU, cpu_head_ngl
+    ngl = cpu_head_ngl(12, 4, build)
+    place = place_layers(12, ngl, [1, 1], build)
+    assert place.blocks_on(CPU) == cpu_blocks
+    assert (place.output == CPU) == output_on_cpu
+
+
+def test_ssh_route_uses_each_nodes_own_jump_host(beefcake2, ridge):
+    assert topology.ssh_route(beefcake2, "vasp-03").command() == "ssh -J root@100.68.22.98 root@10.0.0.33"
+    assert topology.ssh_route(beefcake2, "slurm-ctl").command() == "ssh root@slurm-ctl.tailc46cd0.ts.net"
+    # two hops: edge (port 2222) then bastion
+    assert topology.ssh_route(ridge, "l2").command("uptime") == \
+        "ssh -J jump@edge.ridge.example:2222,ops@192.168.50.2 ops@192.168.50.32 uptime"
+
+
+@pytest.mark.parametrize("selector, hosts", [("reasoning.workers", ["vasp-02", "vasp-03"]),
+                                             ("reasoning.head", ["vasp-01"]), ("fast", ["vasp-02"]),
+                                             ("gateway", ["slurm-ctl"]), ("controller", ["slurm-ctl"]),
+                                             ("local", []), ("vasp-03", ["vasp-03"])])
+def test_host_selectors(beefcake2, selector, hosts):
+    assert topology.resolve_hosts(beefcake2, selector) == hosts
+
+
+def test_unknown_selector_explains(beefcake2):
+    with pytest.raises(ValueError, match="unknown host selector 'nowhere'"):
+        topology.resolve_hosts(beefcake2, "nowhere")

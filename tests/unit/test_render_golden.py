@@ -1,0 +1,48 @@
+"""Rendering is deterministic and matches the golden files (UPDATE_GOLDEN=1 rewrites them after review)."""
+
+import os
+from pathlib import Path
+
+import pytest
+
+from clusterbook.effects.files import write_tree
+from clusterbook.loader import load_cluster
+from clusterbook.render.artifacts import render_artifacts
+
+from ..conftest import CLUSTERS
+
+GOLDEN = Path(__file__).resolve().parents[1] / "golden"
+
+
+def tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("name", ["beefcake2", "ridge"])
+def test_render_matches_golden(name, tmp_path):
+    write_tree(render_artifacts(load_cluster(CLUSTERS[name])), tmp_path)
+    golden = GOLDEN / name
+    if os.environ.get("UPDATE_GOLDEN"):
+        import shutil
+        shutil.rmtree(golden, ignore_errors=True)
+        shutil.copytree(tmp_path, golden)
+    got, want = tree(tmp_path), tree(golden)
+    assert sorted(got) == sorted(want), "the set of rendered files changed"
+    for rel in want:
+        assert got[rel] == want[rel], f"{rel} differs from tests/golden/{name}/{rel}"
+
+
+@pytest.mark.parametrize("name", ["beefcake2", "ridge", "mini"])
+def test_render_is_byte_identical_twice(name, tmp_path):
+    cluster = load_cluster(CLUSTERS[name])
+    write_tree(render_artifacts(cluster), tmp_path / "a")
+    write_tree(render_artifacts(load_cluster(CLUSTERS[name])), tmp_path / "b")
+    assert tree(tmp_path / "a") == tree(tmp_path / "b")
+
+
+def test_executables_are_executable(tmp_path, beefcake2):
+    write_tree(render_artifacts(beefcake2), tmp_path)
+    selector = tmp_path / "vasp-01/usr/local/bin/llama-model-selector"
+    assert selector.stat().st_mode & 0o111
+    unit = tmp_path / "vasp-01/etc/systemd/system/llama-reasoning.service"
+    assert not unit.stat().st_mode & 0o111

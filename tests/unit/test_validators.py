@@ -1,0 +1,46 @@
+"""The real validators run on every rendered file, pass on good clusters, and catch broken files."""
+
+import shutil
+
+import pytest
+
+from clusterbook.effects.validators import TOOLS, validate
+from clusterbook.render.artifacts import Artifact, render_artifacts
+
+pytestmark = [pytest.mark.tools,
+              pytest.mark.skipif(any(shutil.which(t) is None for t in TOOLS),
+                                 reason="validators not installed (apt-get install shellcheck nginx-light nftables)")]
+
+EXPECTED = {"unit": {"systemd-analyze verify"}, "script": {"bash -n", "shellcheck"}, "nftables": {"nft -c"},
+            "env": {"env syntax"}, "ini": {"ini syntax"}}
+
+
+@pytest.mark.parametrize("name", ["beefcake2", "ridge"])
+def test_every_artifact_is_checked_and_passes(name, request):
+    cluster = request.getfixturevalue(name)
+    artifacts = render_artifacts(cluster)
+    verdicts = validate(artifacts)
+    failed = [f"{v.node}:{v.path} {v.validator}: {v.output}" for v in verdicts if not v.ok]
+    assert not failed, "\n".join(failed)
+    ran = {(v.node, v.path, v.validator) for v in verdicts}
+    for a in artifacts:
+        for validator in EXPECTED.get(a.kind, set()):
+            assert (a.node, a.path, validator) in ran, f"{validator} did not run on {a.path}"
+    assert any(v.validator == "nginx -t" for v in verdicts)
+
+
+@pytest.mark.parametrize("artifact, validator", [
+    (Artifact("n", "/etc/systemd/system/x.service", "[Service]\nExecStart=relative/path\nRestart=sometimes\n",
+              "unit"), "systemd-analyze verify"),
+    (Artifact("n", "/usr/local/bin/x", "#!/bin/bash\nif [ -z $1 ]; then\n  echo hi\nfi\n", "script", 0o755),
+     "shellcheck"),
+    (Artifact("n", "/usr/local/bin/y", "#!/bin/bash\nif then fi\n", "script", 0o755), "bash -n"),
+    (Artifact("n", "/etc/nftables.d/x.nft", "table inet t { chain c { tcp dport 99999 accept } }\n", "nftables"),
+     "nft -c"),
+    (Artifact("n", "/etc/nginx/sites-available/x.conf", "server { listen 127.0.0.1:8080; proxy_pass; }\n", "nginx"),
+     "nginx -t"),
+    (Artifact("n", "/etc/x.env", "NOT A VAR\n", "env"), "env syntax"),
+])
+def test_broken_files_fail(artifact, validator):
+    verdicts = [v for v in validate([artifact]) if v.validator == validator]
+    assert verdicts and not verdicts[0].ok
