@@ -25,6 +25,14 @@ def check(c, cluster="cluster.yaml"):
 ns = Collection(render, check)
 
 
+@task(help={"cluster": CLUSTER_HELP, "tier": "only this tier", "json": "print JSON instead of tables",
+            "models_dir": "local directory with the GGUF files: read exact tensor sizes from their headers"})
+@exits_cleanly
+def plan(c, cluster="cluster.yaml", tier=None, json=False, models_dir=None):
+    """Capacity plan: memory per device, largest context, decode bound and prompt estimate per tier."""
+    commands.plan(cluster, tier, json, models_dir)
+
+
 @task
 @exits_cleanly
 def reference(c):
@@ -33,3 +41,4 @@ def reference(c):
 
 
 ns.add_task(reference)
+ns.add_task(plan)

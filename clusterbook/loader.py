@@ -18,12 +18,17 @@ M = typing.TypeVar("M", bound=BaseModel)
 
 def load_cluster(path: str | FsPath) -> Cluster:
     """The validated cluster, or InputError listing every problem as FILE:LINE: field: message."""
+    return load_cluster_document(path)[0]
+
+
+def load_cluster_document(path: str | FsPath) -> tuple[Cluster, YamlDocument]:
+    """The validated cluster and its YAML document (for locating later findings, such as the plan's)."""
     doc = load_yaml(path)
     cluster = validate_document(doc, Cluster)
     problems = [doc.problem(p, msg) for p, msg in check_cluster(cluster)]
     if problems:
         raise InputError(problems)
-    return cluster
+    return cluster, doc
 
 
 def validate_document(doc: YamlDocument, model: type[M]) -> M:

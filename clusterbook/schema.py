@@ -81,6 +81,7 @@ class Gpu(Strict):
     memory_mib: int = Field(gt=0, description="memory per GPU, MiB")
     compute_capability: str = Field(pattern=r"^\d+\.\d+$", description='CUDA compute capability, e.g. "7.0"')
     bandwidth_gbs: float = Field(gt=0, description="memory bandwidth per GPU, GB/s")
+    tflops: float | None = Field(None, gt=0, description="dense FP16 tensor TFLOP/s (for the prompt estimate)")
     numa_node: int | None = Field(None, ge=0, description="NUMA node the GPU is attached to")
 
     @property
@@ -102,6 +103,8 @@ class Node(Strict):
     gpus: list[Gpu] = Field(default_factory=list, description="GPUs in this node (empty: CPU only)")
     cpu_cores: int = Field(ge=1, description="CPU cores")
     ram_gb: float = Field(gt=0, description="system memory, GB")
+    cpu_bandwidth_gbs: float | None = Field(None, gt=0, description="memory bandwidth for CPU inference, GB/s")
+    cpu_gflops: float | None = Field(None, gt=0, description="CPU GFLOP/s (for the prompt estimate)")
 
     @field_validator("addresses")
     @classmethod
@@ -123,7 +126,8 @@ class Engine(Strict):
     """The llama.cpp build every node runs."""
 
     build: int = Field(ge=1, description="llama.cpp build number (b-tag), e.g. 7760")
-    commit: str = Field(pattern=r"^[0-9a-f]{7,40}$", description="git commit of that build")
+    commit: str | None = Field(None, pattern=r"^[0-9a-f]{7,40}$",
+                               description="git commit of that build (none: unknown, e.g. a PyPI source build)")
     install_dir: str = Field(description="directory holding the binaries on every node")
     cuda_lib_dir: str | None = Field(None, description="CUDA runtime libraries (added to LD_LIBRARY_PATH)")
     server_binary: str = Field("llama-server", description="HTTP server binary name")
@@ -387,6 +391,20 @@ LOWER_IS_BETTER = {"ttft_s", "gpu_mem_gib", "recovery_s", "api_response_s"}
 HIGHER_IS_BETTER = {"decode_tps", "gpu_util_pct", "fabric_gbps"}
 
 
+class Claim(Strict):
+    """A figure a seed document claimed; the planner computes the real one and the docs show both."""
+
+    source: str = Field(description="where the claim was made, e.g. seed 000")
+    what: str = Field(description="what the claim is about")
+    metric: Literal["weights_gb", "decode_tps", "context"] = Field(
+        description="weights_gb: model size; decode_tps: decode speed on a tier; context: context that fits a tier")
+    claimed: float = Field(gt=0, description="the claimed value")
+    model: Name | None = Field(None, description="model id (or give params_b and quantization)")
+    tier: Name | None = Field(None, description="tier whose hardware decodes it (decode_tps)")
+    params_b: float | None = Field(None, gt=0, description="parameters, billions (a model not in the file)")
+    quantization: str | None = Field(None, description="GGUF file type (a model not in the file)")
+
+
 class Decision(Strict):
     """An entry of the decision log."""
 
@@ -397,6 +415,7 @@ class Decision(Strict):
     decision: str = Field(description="what was decided")
     consequences: str = Field(description="what follows")
     sources: list[str] = Field(default_factory=list, description="seed documents or issues it rests on")
+    claims: list[Claim] = Field(default_factory=list, description="figures this decision refutes, computed by the planner")
 
 
 class FixStep(Strict):
@@ -417,6 +436,14 @@ class Trouble(Strict):
     fix: list[FixStep] = Field(min_length=1, description="commands, in order")
 
 
+class Planner(Strict):
+    """Constants of the capacity planner."""
+
+    device_overhead_mib: int = Field(512, ge=0, description="fixed memory per GPU: CUDA context, cuBLAS, graphs")
+    rpc_hop_ms: float = Field(0.8, ge=0, description="per-token cost of each RPC device: round trips and commands")
+    headroom_pct: float = Field(5, ge=0, le=50, description="memory kept free on every device, %")
+
+
 class Cluster(Strict):
     """The whole cluster file."""
 
@@ -433,6 +460,7 @@ class Cluster(Strict):
     targets: list[Targets] = Field(default_factory=list, description="success criteria per tier")
     decisions: list[Decision] = Field(default_factory=list, description="the decision log")
     troubleshooting: list[Trouble] = Field(default_factory=list, description="symptom -> cause -> fix")
+    planner: Planner = Field(default_factory=Planner, description="capacity planner constants")
 
     # --- lookups used everywhere -------------------------------------------------------------
     def node(self, name: str) -> Node:

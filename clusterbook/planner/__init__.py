@@ -1,0 +1,1 @@
+"""Capacity planner: memory per device, largest context, decode bound, and the plan-based checks."""

@@ -1,0 +1,141 @@
+"""The capacity plan matches hand-checked arithmetic, and refuses what cannot work."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from clusterbook.lab.models import TinyModel, write_model
+from clusterbook.planner.capacity import GIB, compute_bytes, kv_bytes_per_layer, plan_cluster, plan_tier, row_size
+from clusterbook.planner.findings import evaluate_claim, plan_findings
+from clusterbook.planner.shape import from_declared, from_gguf
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# OR1-Behemoth (beefcake2's reasoning model), worked by hand:
+#   block params  = 8192*64*128*2 (q, o) + 8192*8*128*2 (k, v) + 3*8192*29568 (ffn) = 877,658,112
+#   embedding     = 151,936 * 8192 = 1,244,659,712 (token_embd and output alike)
+#   total params  = 80 * 877,658,112 + 2 * 1,244,659,712 = 72,701,968,384
+#   bytes/param   = 47,369,119,648 / 72,701,968,384
+BLOCK_PARAMS, EMBED_PARAMS, TOTAL_PARAMS = 877_658_112, 1_244_659_712, 72_701_968_384
+BPP = 47_369_119_648 / TOTAL_PARAMS
+
+
+def test_row_sizes_are_llama_cpp_s():
+    assert row_size("f16", 32) == 64
+    assert row_size("q8_0", 32) == 34
+    assert row_size("q4_0", 32) == 18
+
+
+def test_declared_shape_splits_the_file_by_parameters(beefcake2):
+    shape = from_declared(beefcake2.model("OR1-Behemoth"))
+    assert 80 * BLOCK_PARAMS + 2 * EMBED_PARAMS == TOTAL_PARAMS
+    assert shape.block_bytes[0] == round(BLOCK_PARAMS * BPP)
+    assert shape.embed_bytes == round(EMBED_PARAMS * BPP)
+    assert abs(shape.total_bytes - 47_369_119_648) < 100
+
+
+@pytest.mark.parametrize("ctx, kv_layer", [
+    # K q4_0: 8 kv heads * 128 * ctx elements * 18/32 B; V f16: same elements * 2 B
+    (4096, 8 * 128 * 4096 * 18 // 32 + 8 * 128 * 4096 * 2),       # 2,359,296 + 8,388,608 = 10,747,904
+    (131072, 8 * 128 * 131072 * 18 // 32 + 8 * 128 * 131072 * 2),  # 75,497,472 + 268,435,456 = 343,932,928
+])
+def test_reasoning_tier_worked_example(beefcake2, ctx, kv_layer):
+    tier = beefcake2.tier("reasoning").model_copy(update={"ctx_size": ctx})
+    shape = from_declared(beefcake2.model("OR1-Behemoth"))
+    assert kv_bytes_per_layer(shape, ctx, "q4_0", "f16") == kv_layer
+    plan = plan_tier(beefcake2, tier)
+    # llama.cpp's split of 80 blocks + output over (RPC0, RPC1, CUDA0) with shares 27, 27, 26
+    assert [(d.device, d.node, d.blocks, d.output) for d in plan.devices] == [
+        ("RPC0", "vasp-02", 28, False), ("RPC1", "vasp-03", 27, False), ("CUDA0", "vasp-01", 25, True)]
+    rpc0, _, head = plan.devices
+    assert rpc0.weights == 28 * round(BLOCK_PARAMS * BPP)
+    assert head.weights == 25 * round(BLOCK_PARAMS * BPP) + round(EMBED_PARAMS * BPP)
+    assert rpc0.kv == 28 * kv_layer
+    # no flash attention: the F32 KQ scores (ubatch * ctx * heads * 4) dominate the compute buffer
+    assert rpc0.compute == 512 * ctx * 64 * 4 + 512 * ctx * 4 + 512 * 8192 * 16
+    assert head.compute == rpc0.compute + 512 * (151_936 + 8192) * 4
+    assert rpc0.overhead == 512 * 2**20
+    assert rpc0.capacity == int(32768 * 2**20 * 0.95)
+    assert plan.fits == (ctx == 4096)
+    # at 4096: 28 blocks of weights (~14.9 GiB) + 0.28 GiB KV + 0.57 GiB compute + 0.5 GiB
+    if ctx == 4096:
+        assert round(rpc0.total / GIB, 2) == 16.26
+    else:
+        assert round(rpc0.total / GIB, 2) == 40.69  # over the 30.4 GiB usable on a V100S
+
+
+def test_decode_bound_is_bandwidth_over_bytes_read(beefcake2):
+    plan = plan_tier(beefcake2, beefcake2.tier("reasoning"))
+    read = 47_369_119_648 - round(EMBED_PARAMS * BPP)  # every weight but the embedding table, once per token
+    hops = 2 * (0.8e-3 + 2 * 8192 * 4 / 12.5e9)  # two RPC devices; 100 Gb/s fabric
+    assert plan.decode_bound_tps == pytest.approx(1 / (read / 1134e9 + hops), rel=1e-6)
+    assert round(plan.decode_bound_tps, 1) == 23.4
+
+
+def test_q8_claim_is_refuted(beefcake2):
+    decision = next(d for d in beefcake2.decisions if d.id == "D01")
+    verdict = evaluate_claim(beefcake2, decision.claims[0], {})
+    assert verdict.refuted and round(verdict.computed, 1) == 14.6
+
+
+@pytest.mark.parametrize("decision, computed", [("D05", 713.0), ("D13", 15.7), ("D08", 77568)])
+def test_seed_claims_are_computed(beefcake2, decision, computed):
+    d = next(d for d in beefcake2.decisions if d.id == decision)
+    verdict = evaluate_claim(beefcake2, d.claims[0], {})
+    assert verdict.refuted
+    assert verdict.computed == pytest.approx(computed, rel=0.01)
+
+
+def test_production_plan_has_no_findings(beefcake2):
+    assert plan_findings(beefcake2, plan_cluster(beefcake2)) == []
+
+
+def test_tier_that_does_not_fit_names_device_and_shortfall(beefcake2):
+    big = beefcake2.model_copy(update={"tiers": [t.model_copy(update={"ctx_size": 131072})
+                                                 if t.name == "reasoning" else t for t in beefcake2.tiers]})
+    findings = dict((m.split(":")[0], m) for _, m in plan_findings(big, plan_cluster(big)))
+    message = [m for m in findings.values() if "RPC0" in m][0]
+    assert "tier reasoning does not fit RPC0 on vasp-02 (Tesla V100S-PCIE-32GB): needs 40.7 GiB of 30.4 GiB" in message
+    assert "short by 10.3 GiB; the largest context that fits is 77568" in message
+
+
+def test_target_above_bound_names_both_numbers(beefcake2):
+    targets = [t.model_copy(update={"decode_tps": t.decode_tps.model_copy(update={"target": 30})})
+               if t.tier == "reasoning" else t for t in beefcake2.targets]
+    fast = beefcake2.model_copy(update={"targets": targets})
+    messages = [m for _, m in plan_findings(fast, plan_cluster(fast))]
+    assert "30 tok/s is above the decode bound of 23.4 tok/s for OR1-Behemoth on tier reasoning's hardware" in messages
+
+
+def test_check_cli_fails_an_unfitting_cluster_with_its_line(tmp_path):
+    text = (ROOT / "cluster.yaml").read_text().replace("    ctx_size: 32768\n    cache_type_k", "    ctx_size: 131072\n    cache_type_k")
+    f = tmp_path / "big.yaml"
+    f.write_text(text)
+    proc = subprocess.run([sys.executable, "-m", "invoke", "check", "--cluster", str(f)], cwd=ROOT,
+                          capture_output=True, text=True)
+    assert proc.returncode == 2
+    line = text.splitlines().index("    ctx_size: 131072") + 1
+    assert f"{f}:{line}: tiers[reasoning].ctx_size: tier reasoning does not fit RPC0 on vasp-02" in proc.stderr
+
+
+def test_gguf_header_gives_exact_tensor_sizes(tmp_path):
+    model = TinyModel("t", layers=3, embedding=64, heads=4, kv_heads=2, feed_forward=128, seed=3)
+    shape = from_gguf(write_model(model, tmp_path / "t.gguf"))
+    assert (shape.layers, shape.heads, shape.kv_heads, shape.head_dim, shape.vocab) == (3, 4, 2, 16, 259)
+    # Q8_0: 34 bytes per 32 weights; norms are F32
+    block = (64 * 64 * 2 + 32 * 64 * 2 + 3 * 64 * 128) * 34 // 32 + 2 * 64 * 4
+    assert shape.block_bytes == (block,) * 3
+    assert shape.embed_bytes == 259 * 64 * 34 // 32
+    assert shape.output_bytes == 259 * 64 * 34 // 32 + 64 * 4
+    assert compute_bytes(shape, 256, 32, False, False) > 0
+
+
+def test_plan_json_is_complete(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "invoke", "plan", "--json", "--tier", "reasoning"], cwd=ROOT,
+                          capture_output=True, text=True)
+    import json
+    data = json.loads(proc.stdout)
+    assert data[0]["tier"] == "reasoning" and data[0]["fits"] is True
+    assert {"weights", "kv", "compute", "overhead", "total", "headroom"} <= set(data[0]["devices"][0])
