@@ -84,3 +84,78 @@ def lab_ssh(c, node, cluster=commands.LAB_CLUSTER):
 
 lab = Collection("lab", lab_up, lab_down, lab_status, lab_restart, lab_ssh)
 ns.add_collection(lab)
+
+
+RUN_HELP = {"cluster": "cluster file (default: $CLUSTERBOOK_CLUSTER or cluster.yaml)",
+            "dry": "print the plan (commands and files per step and host) and contact nothing",
+            "only": "only these nodes (comma-separated)"}
+
+
+def _runbook_task(runbook_id, doc, name):
+    @task(name=name, help=RUN_HELP)
+    @exits_cleanly
+    def run(c, cluster=None, dry=False, only=None):
+        commands.run_runbook(runbook_id, cluster or commands.default_cluster(), dry=dry, only=only)
+    run.__doc__ = doc
+    return run
+
+
+def _tier_task(action, tier, doc, steps=None, name=None):
+    @task(name=name or tier, help=RUN_HELP)
+    @exits_cleanly
+    def run(c, cluster=None, dry=False, only=None):
+        cluster = cluster or commands.default_cluster()
+        commands.run_runbook(commands.tier_runbook(cluster, tier, action), cluster, tier, dry, only, steps)
+    run.__doc__ = doc
+    return run
+
+
+def _any_tier_task(action, doc):
+    @task(name="tier", help={**RUN_HELP, "tier": "tier name from the cluster file"})
+    @exits_cleanly
+    def run(c, tier, cluster=None, dry=False, only=None):
+        cluster = cluster or commands.default_cluster()
+        commands.run_runbook(commands.tier_runbook(cluster, tier, action), cluster, tier, dry, only)
+    run.__doc__ = doc
+    return run
+
+
+deploy = Collection("deploy")
+deploy.add_task(_runbook_task("install", "Distribute the llama.cpp release to every tier node and check its version.",
+                              "install"))
+deploy.add_task(_tier_task("deploy", "reasoning", "Deploy the reasoning tier: RPC workers, then the head; wait for "
+                                                  "/health 200."))
+deploy.add_task(_tier_task("deploy", "fast", "Deploy the fast tier (router mode); wait for /health 200."))
+deploy.add_task(_tier_task("deploy", "reasoning", "Deploy only the reasoning tier's RPC workers.",
+                           steps="env,workers,workers-listening", name="workers"))
+deploy.add_task(_any_tier_task("deploy", "Deploy any tier of the cluster file by name (--tier NAME)."))
+models = Collection("models")
+models.add_task(_runbook_task("models", "Fetch the models each node serves: resumable, parts joined, size and "
+                                        "sha256 checked.", "fetch"))
+stop = Collection("stop")
+restart = Collection("restart")
+for _tier in ("reasoning", "fast"):
+    stop.add_task(_tier_task("stop", _tier, f"Stop and disable the {_tier} tier (head first)."))
+    restart.add_task(_tier_task("restart", _tier, f"Restart the {_tier} tier (workers, then head); wait for health."))
+stop.add_task(_any_tier_task("stop", "Stop any tier by name (--tier NAME)."))
+restart.add_task(_any_tier_task("restart", "Restart any tier by name (--tier NAME)."))
+for _collection in (deploy, models, stop, restart):
+    ns.add_collection(_collection)
+
+
+@task(name="status", help={"cluster": RUN_HELP["cluster"], "only": RUN_HELP["only"]})
+@exits_cleanly
+def status_task(c, cluster=None, only=None):
+    """Table of node, unit, active state, port listening, model loaded and GPU memory (where nvidia-smi exists)."""
+    commands.status(cluster or commands.default_cluster(), only)
+
+
+@task(name="logs", help={"cluster": RUN_HELP["cluster"], "only": RUN_HELP["only"]})
+@exits_cleanly
+def logs_task(c, cluster=None, only=None):
+    """The last journal lines of every tier unit on every node."""
+    commands.logs(cluster or commands.default_cluster(), only)
+
+
+ns.add_task(status_task)
+ns.add_task(logs_task)

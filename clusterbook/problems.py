@@ -29,7 +29,8 @@ class InputError(Exception):
     exit_code = 2
 
     def __init__(self, problems: list[Problem]):
-        self.problems = sorted(problems, key=lambda p: (p.file, p.line or 0, p.label))
+        unique = {str(p): p for p in problems}  # one line per distinct problem (e.g. the same template, many hosts)
+        self.problems = sorted(unique.values(), key=lambda p: (p.file, p.line or 0, p.label))
         super().__init__("\n".join(str(p) for p in self.problems))
 
 

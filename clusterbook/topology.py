@@ -188,7 +188,7 @@ def ssh_route(c: Cluster, node_name: str) -> SshRoute:
 
 
 def resolve_hosts(c: Cluster, selector: str) -> list[str]:
-    """Node names for a selector: 'local', a node, a role, 'gateway', or TIER.head / TIER.workers / TIER.nodes."""
+    """Node names for a selector: local, all, tiers, a node, a role, gateway, or TIER.head / .workers / .nodes."""
     if selector == "local":
         return []
     names = [n.name for n in c.nodes]
@@ -200,6 +200,9 @@ def resolve_hosts(c: Cluster, selector: str) -> list[str]:
         return [n.name for n in c.nodes if selector in n.roles]
     if selector == "all":
         return names
+    if selector == "tiers":  # every node that runs a tier, in node order
+        used = {n for t in c.tiers for n in tier_nodes(t)}
+        return [n for n in names if n in used]
     tier_name, _, part = selector.partition(".")
     tiers = {t.name: t for t in c.tiers}
     if tier_name in tiers and part in ("head", "workers", "nodes", ""):

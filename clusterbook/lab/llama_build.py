@@ -86,7 +86,7 @@ def _pack(build: LlamaBuild, targets: list[str]) -> None:
     for name in targets:
         shutil.copy2(build.bin_dir / name, stage / name)
     for lib in build.bin_dir.glob("*.so*"):
-        shutil.copy2(lib, stage / lib.name, follow_symlinks=True)
+        shutil.copy2(lib, stage / lib.name, follow_symlinks=False)
     (stage.parent / "VERSION").write_text(f"{build.version}\n")
     tmp = build.tarball.with_suffix(".tmp")
     with tarfile.open(tmp, "w:gz") as tar:

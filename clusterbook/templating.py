@@ -1,0 +1,28 @@
+"""Jinja for command templates in runbooks and troubleshooting entries: strict, shell-safe comment syntax."""
+
+from __future__ import annotations
+
+from functools import cache
+
+import jinja2
+
+
+@cache
+def _env() -> jinja2.Environment:
+    # Shell uses ${#ARRAY[@]}: move Jinja's comment syntax out of its way. Undefined names are errors.
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=False, autoescape=False,
+                             trim_blocks=True, lstrip_blocks=True,
+                             comment_start_string="{#!", comment_end_string="!#}")
+    env.globals["required"] = required
+    return env
+
+
+def required(value: object, message: str) -> object:
+    """Template helper: a value that must be set, or a template error with the message."""
+    if value in (None, ""):
+        raise ValueError(message)
+    return value
+
+
+def render_string(text: str, **context: object) -> str:
+    return _env().from_string(text).render(**context)
