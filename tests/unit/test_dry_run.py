@@ -1,0 +1,48 @@
+"""--dry prints the whole plan for the production cluster and contacts nothing (ssh is never started)."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_dry_run_of_production_contacts_nothing(tmp_path):
+    calls = tmp_path / "ssh-calls"
+    stub = tmp_path / "bin"
+    stub.mkdir()
+    for tool in ("ssh", "curl", "scp"):
+        (stub / tool).write_text(f"#!/bin/sh\necho \"$0 $*\" >> {calls}\nexit 1\n")
+        (stub / tool).chmod(0o755)
+    env = {**os.environ, "PATH": f"{stub}:{os.environ['PATH']}", "COLUMNS": "250"}
+    env.pop("CLUSTERBOOK_CLUSTER", None)
+    proc = subprocess.run(["unshare", "--net", sys.executable, "-m", "invoke", "models.fetch", "--dry",
+                           "deploy.reasoning", "--dry", "deploy.fast", "--dry", "stop.reasoning", "--dry"],
+                          cwd=ROOT, capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert not calls.exists(), calls.read_text()
+    out = proc.stdout
+    assert "dry run: nothing is contacted" in out
+    for expected in ("[1/6] Environment file on every node of the tier", "vasp-02 put /etc/systemd/system/"
+                     "llama-rpc-reasoning.service", "http://10.0.0.31:8081/health", "systemctl enable --now llama-fast",
+                     "curl -fsS --retry 3 -C - -o OR1-Behemoth.Q4_K_M.gguf.part1"):
+        assert expected in out, expected
+
+
+def test_dry_run_shows_a_diff_when_the_last_upload_is_known(tmp_path):
+    from clusterbook.effects.executor import dry_run
+    from clusterbook.loader import load_cluster
+    from clusterbook.runbooks import available, expand
+    from clusterbook.console import console
+
+    cluster = load_cluster(ROOT / "cluster.yaml")
+    expansion = expand(available()["deploy-rpc"], cluster, "reasoning", steps=["head"])
+    put = expansion.steps[0].hosts["vasp-01"][0]
+    known = tmp_path / "vasp-01" / put.path.lstrip("/")
+    known.parent.mkdir(parents=True)
+    known.write_text(put.content.replace("--ctx-size 32768", "--ctx-size 4096"))
+    with console.capture() as captured:
+        dry_run(expansion, tmp_path)
+    text = captured.get()
+    assert "-    --ctx-size 4096 \\" in text and "+    --ctx-size 32768 \\" in text
