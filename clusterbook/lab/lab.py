@@ -76,11 +76,18 @@ class Lab:
 
     def ensure_keys(self) -> tuple[str, dict[str, Path]]:
         """The operator key pair, one host key per node, and a known_hosts that lists exactly those."""
+        # The key belongs to the lab on this machine (its containers trust it), not to one checkout:
+        # it is kept with the lab's state and copied to where the cluster file expects it.
+        owned = self.state / "operator" / "id_ed25519"
+        owned.parent.mkdir(parents=True, exist_ok=True)
+        if not owned.exists():
+            subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "clusterbook-lab", "-f",
+                            str(owned)], check=True)
         key = self._path(self.c.access.key_file or ".clusterbook/lab/id_ed25519")
         key.parent.mkdir(parents=True, exist_ok=True)
-        if not key.exists():
-            subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "clusterbook-lab", "-f", str(key)],
-                           check=True)
+        for suffix in ("", ".pub"):
+            shutil.copy2(f"{owned}{suffix}", f"{key}{suffix}")
+        key.chmod(0o600)
         host_keys = {}
         lines = []
         for node in self.c.nodes:
