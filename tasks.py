@@ -159,3 +159,20 @@ def logs_task(c, cluster=None, only=None):
 
 ns.add_task(status_task)
 ns.add_task(logs_task)
+
+
+@task(name="build", default=True, help={"cluster": RUN_HELP["cluster"], "out": "output directory (default: site)"})
+@exits_cleanly
+def docs_build(c, cluster=None, out="site"):
+    """Build the docs site strictly into OUT from the cluster file (works offline)."""
+    commands.docs(cluster or commands.default_cluster(), out)
+
+
+@task(name="serve", help={"cluster": RUN_HELP["cluster"], "address": "host:port (default 127.0.0.1:8000)"})
+@exits_cleanly
+def docs_serve(c, cluster=None, address="127.0.0.1:8000"):
+    """Serve the docs site with live reload while you edit docs/ or the cluster file."""
+    commands.docs(cluster or commands.default_cluster(), "site", serve=True, address=address)
+
+
+ns.add_collection(Collection("docs", docs_build, docs_serve))

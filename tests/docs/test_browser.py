@@ -1,0 +1,85 @@
+"""The built site in headless Chromium: home renders, navigation reaches a runbook, search works, Mermaid is SVG."""
+
+import functools
+import http.server
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+ARTIFACTS = ROOT / "reports" / "screenshots"
+
+pytestmark = [pytest.mark.browser,
+              pytest.mark.skipif(not (shutil.which("chromium") and shutil.which("chromedriver")),
+                                 reason="apt-get install chromium chromium-driver"),
+              pytest.mark.skipif(not (ROOT / "docs/assets/vendor/mermaid.min.js").exists(), reason="run ./setup")]
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    site = tmp_path_factory.mktemp("site")
+    proc = subprocess.run([sys.executable, "-m", "invoke", "docs", "--cluster", "cluster.yaml", "--out", str(site)],
+                          cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(site))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    os.environ.setdefault("SE_OFFLINE", "true")  # Selenium Manager must not look for drivers online
+    from selenium import webdriver
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = shutil.which("chromium")
+    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                 f"--user-data-dir={tempfile.mkdtemp()}", "--window-size=1400,1000"):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(options=options, service=webdriver.ChromeService(shutil.which("chromedriver")))
+    driver.implicitly_wait(5)
+    yield driver
+    driver.quit()
+
+
+def test_site_in_a_real_browser(served, browser):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    browser.get(served + "/")
+    assert "beefcake2" in browser.title
+    assert browser.find_element(By.CSS_SELECTOR, "article h1").text == "beefcake2"
+    browser.save_screenshot(str(ARTIFACTS / "home.png"))
+
+    # navigation reaches a runbook page
+    browser.find_element(By.LINK_TEXT, "Runbooks").click()
+    link = browser.find_element(By.PARTIAL_LINK_TEXT, "Deploy the reasoning tier")
+    link.click()
+    WebDriverWait(browser, 10).until(ec.url_contains("/runbooks/deploy-rpc-reasoning/"))
+    assert "systemctl enable --now llama-rpc-reasoning" in browser.find_element(By.TAG_NAME, "article").text
+
+    # the built-in search finds llama-rpc
+    browser.find_element(By.CSS_SELECTOR, "label.md-search__icon, .md-search__input").click()
+    box = browser.find_element(By.CSS_SELECTOR, "input.md-search__input")
+    box.send_keys("llama-rpc")
+    WebDriverWait(browser, 10).until(lambda d: d.find_elements(By.CSS_SELECTOR, ".md-search-result__item"))
+    assert len(browser.find_elements(By.CSS_SELECTOR, ".md-search-result__item")) > 0
+    browser.save_screenshot(str(ARTIFACTS / "search.png"))
+
+    # the architecture diagram renders as SVG (Material draws it inside a shadow root)
+    browser.get(served + "/architecture/")
+    host = WebDriverWait(browser, 15).until(lambda d: d.find_element(By.CSS_SELECTOR, "div.mermaid"))
+    svg = WebDriverWait(browser, 15).until(lambda d: host.shadow_root.find_elements(By.CSS_SELECTOR, "svg"))
+    assert svg
+    browser.save_screenshot(str(ARTIFACTS / "architecture.png"))

@@ -1,0 +1,138 @@
+"""The docs site: strict build, values only from the cluster file, shell survives Jinja, nothing loaded from outside."""
+
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = ROOT / "docs"
+needs_mermaid = pytest.mark.skipif(not (DOCS / "assets/vendor/mermaid.min.js").exists(),
+                                   reason="run ./setup: it installs mermaid.min.js")
+
+
+def build(cluster: str, out: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "invoke", "docs", "--cluster", cluster, "--out", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, env={**os.environ, "COLUMNS": "200"})
+
+
+def text_of(site: Path) -> str:
+    return "\n".join(p.read_text(errors="replace") for p in site.rglob("*.html"))
+
+
+@pytest.fixture(scope="session")
+def beefcake2_site(tmp_path_factory):
+    out = tmp_path_factory.mktemp("site-beefcake2")
+    started = time.monotonic()
+    proc = build("cluster.yaml", out)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return out, time.monotonic() - started
+
+
+@pytest.fixture(scope="session")
+def ridge_site(tmp_path_factory):
+    out = tmp_path_factory.mktemp("site-ridge")
+    proc = build("tests/clusters/ridge.yaml", out)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return out
+
+
+@needs_mermaid
+def test_strict_build_is_quick(beefcake2_site):
+    site, seconds = beefcake2_site
+    assert seconds < 10
+    for page in ("index.html", "architecture/index.html", "capacity/index.html", "runbooks/deploy-rpc-reasoning/"
+                 "index.html", "files/vasp-02/etc/systemd/system/llama-rpc-reasoning.service"):
+        assert (site / page).exists(), page
+
+
+@needs_mermaid
+def test_pages_show_computed_values(beefcake2_site):
+    html = text_of(beefcake2_site[0])
+    assert "--tensor-split 27,27,26" in html  # device order, not the seed's order
+    assert "77,568" in html  # largest context that fits, from the planner
+    assert "14.6 tok/s" in html  # the Q8_0 bound that refutes seed 000's 15-20 tok/s
+    assert "ssh -J root@100.68.22.98 root@10.0.0.33" in html  # each node through its own jump host
+
+
+@needs_mermaid
+def test_other_cluster_shows_its_values_and_none_of_beefcake2s(ridge_site):
+    html = text_of(ridge_site)
+    for value in ("ridge", "192.168.50.21", "llama-3.1-70b", "mistral-nemo-12b", "/deep/", "50070", "a1", "L40S"):
+        assert value in html, value
+    for value in ("beefcake2", "vasp-0", "10.0.0.31", "10.100.0.", "OR1-Behemoth", "V100S", "tailc46cd0",
+                  "strand-rust-coder", "50052", "slurm-ctl"):
+        assert value not in html, value
+
+
+@needs_mermaid
+def test_shell_with_jinja_syntax_survives(ridge_site):
+    page = (ridge_site / "troubleshooting/index.html").read_text()
+    assert "{{.State.Status}}" in page
+    assert "${#NODES[@]}" in page
+
+
+@needs_mermaid
+def test_runbook_page_equals_the_dry_run(beefcake2_site):
+    from clusterbook.loader import load_cluster
+    from clusterbook.runbooks import available, expand
+
+    page = (beefcake2_site[0] / "runbooks/deploy-rpc-reasoning/index.html").read_text()
+    plain = re.sub(r"<[^>]+>", "", page).replace("&amp;", "&").replace("&gt;", ">").replace("&lt;", "<") \
+        .replace("&quot;", '"').replace("&#39;", "'")
+    expansion = expand(available()["deploy-rpc"], load_cluster(ROOT / "cluster.yaml"), "reasoning")
+    proc = subprocess.run([sys.executable, "-m", "invoke", "deploy.reasoning", "--dry"], cwd=ROOT,
+                          capture_output=True, text=True, env={**os.environ, "COLUMNS": "400",
+                                                               "CLUSTERBOOK_CLUSTER": "cluster.yaml"})
+    for step in expansion.steps:
+        for host, actions in step.hosts.items():
+            for action in actions:
+                shown = getattr(action, "command", None) or action.describe()
+                assert shown in plain, f"{host}: {shown} missing from the page"
+                assert shown in proc.stdout, f"{host}: {shown} missing from --dry"
+
+
+@needs_mermaid
+def test_nothing_loads_from_outside(beefcake2_site):
+    """No page loads a script, style, font or image from outside; URLs in text are the cluster's own."""
+    from urllib.parse import urlparse
+
+    from clusterbook.loader import load_cluster
+    from clusterbook.render.artifacts import upstream_name
+
+    c = load_cluster(ROOT / "cluster.yaml")
+    own = {a for n in c.nodes for a in n.addresses.values()} | set(c.gateway.listen) | {c.gateway.tailscale_name}
+    own |= {upstream_name(t.name) for t in c.tiers}
+    docs_links = {"huggingface.co", "squidfunk.github.io", "github.com", "www.w3.org"}  # plain links, not loads
+    site = beefcake2_site[0]
+    loads, unknown = [], []
+    for page in site.rglob("*.html"):
+        text = page.read_text()
+        loads += re.findall(r'<(?:script|link|img|iframe|source)[^>]+(?:src|href)="(https?://[^"]+)"', text)
+        for url in re.findall(r"https?://[^\s\"'<>)\\]+", text):
+            if urlparse(url).hostname not in own | docs_links:
+                unknown.append((str(page.relative_to(site)), url))
+    assert loads == []
+    assert unknown == []
+    css_js = "\n".join(p.read_text(errors="replace") for p in site.rglob("*.css"))
+    assert "fonts.googleapis.com" not in css_js
+
+
+def test_docs_hold_no_hand_typed_values():
+    """docs/ has prose and macro calls; addresses, ports, node and model names come from the cluster files."""
+    names = set()
+    for f in (ROOT / "cluster.yaml", ROOT / "lab/cluster.yaml", ROOT / "tests/clusters/ridge.yaml"):
+        data = yaml.safe_load(f.read_text())
+        names |= {n["name"] for n in data["nodes"]} | {m["id"] for m in data["models"]}
+        names |= {m["file"] for m in data["models"]}
+    for page in DOCS.rglob("*.md"):
+        text = page.read_text()
+        assert not re.search(r"\b\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}\b", text), f"{page}: an address"
+        assert not re.search(r":\d{2,5}\b", text), f"{page}: a port"
+        for name in names:
+            assert not re.search(rf"(?<![\w.-]){re.escape(name)}(?![\w.-])", text), f"{page}: {name}"
