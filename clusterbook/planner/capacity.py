@@ -109,6 +109,8 @@ def rpc_device_plans(c: Cluster, tier: RpcTier, shape: Shape, ctx: int) -> list[
         blocks = [i for i, d in enumerate(place.blocks) if d == idx]
         output = place.output == idx
         weights = sum(shape.block_bytes[i] for i in blocks) + (shape.output_bytes if output else 0)
+        if dev.name == "CPU":
+            weights += shape.embed_bytes  # llama.cpp keeps the token embedding on the host CPU
         overhead = c.planner.device_overhead_mib * 2**20 if dev.gpu else 0
         node = c.node(dev.node)
         plans.append(DevicePlan(
