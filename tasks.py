@@ -129,6 +129,7 @@ deploy.add_task(_tier_task("deploy", "fast", "Deploy the fast tier (router mode)
 deploy.add_task(_tier_task("deploy", "reasoning", "Deploy only the reasoning tier's RPC workers.",
                            steps="env,workers,workers-listening", name="workers"))
 deploy.add_task(_any_tier_task("deploy", "Deploy any tier of the cluster file by name (--tier NAME)."))
+deploy.add_task(_runbook_task("router", "Install the model selector script (task -> model -> endpoint).", "router"))
 models = Collection("models")
 models.add_task(_runbook_task("models", "Fetch the models each node serves: resumable, parts joined, size and "
                                         "sha256 checked.", "fetch"))
@@ -176,3 +177,24 @@ def docs_serve(c, cluster=None, address="127.0.0.1:8000"):
 
 
 ns.add_collection(Collection("docs", docs_build, docs_serve))
+
+
+@task(help={"cluster": RUN_HELP["cluster"], "disruptive": "also restart a node and kill a worker (always on for the lab)",
+            "only": "only scenarios whose name matches this pytest -k expression"})
+@exits_cleanly
+def verify(c, cluster=None, disruptive=False, only=None):
+    """Check the success criteria against the live cluster (pytest-bdd); reports land in reports/."""
+    commands.verify(cluster or commands.default_cluster(), disruptive, only)
+
+
+ns.add_task(verify)
+
+
+@task
+@exits_cleanly
+def demo(c):
+    """The main job on the lab: lab.up, install, models, router, both tiers, verify --disruptive, docs."""
+    commands.demo()
+
+
+ns.add_task(demo)

@@ -200,6 +200,8 @@ def resolve_hosts(c: Cluster, selector: str) -> list[str]:
         return [n.name for n in c.nodes if selector in n.roles]
     if selector == "all":
         return names
+    if selector == "router":  # nodes that get the model selector script
+        return router_nodes(c)
     if selector == "tiers":  # every node that runs a tier, in node order
         used = {n for t in c.tiers for n in tier_nodes(t)}
         return [n for n in names if n in used]
@@ -211,3 +213,12 @@ def resolve_hosts(c: Cluster, selector: str) -> list[str]:
         return {"head": members[:1], "workers": members[1:], "nodes": members, "": members}[part]
     raise ValueError(f"unknown host selector '{selector}': use local, all, a node ({', '.join(names)}), "
                      "a role (compute, gateway, controller) or TIER.head / TIER.workers / TIER.nodes")
+
+
+def router_nodes(c: Cluster) -> list[str]:
+    """Nodes that get the model selector: router.node, else the head of every tier."""
+    if not c.router:
+        return []
+    if c.router.node:
+        return [c.router.node]
+    return sorted({tier_nodes(t)[0] for t in c.tiers})

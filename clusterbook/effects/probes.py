@@ -69,3 +69,87 @@ def load_report(transport, c: Cluster, tier: RpcTier, port: int = 18999, seconds
                f"sed -n '/buffer size/p; /offloaded/p' {log}; systemctl start {unit}")
     result = transport.run(tier.head, command, timeout=seconds + 60)
     return parse_load_report(result.stdout, c, tier)
+
+
+@dataclass(frozen=True)
+class ChatTiming:
+    """One chat completion, measured: wall-clock time to first token and llama.cpp's own decode speed."""
+
+    ttft_s: float
+    decode_tps: float
+    prompt_tps: float
+    completion_tokens: int
+
+
+FIXED_PROMPT = "Write a short Rust function that returns the sum of a slice of integers."
+
+
+def chat(url: str, model: str, api_key: str | None = None, max_tokens: int = 32, timeout: float = 300,
+         prompt: str = FIXED_PROMPT) -> dict:
+    import httpx
+
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    response = httpx.post(f"{url}/v1/chat/completions", headers=headers, timeout=timeout, json={
+        "model": model, "messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens,
+        "ignore_eos": True, "seed": 42, "temperature": 0})
+    response.raise_for_status()
+    return response.json()
+
+
+def timed_chat(url: str, model: str, api_key: str | None = None, max_tokens: int = 64) -> ChatTiming:
+    """Stream a completion: TTFT is measured on the wire; decode speed is llama.cpp's timings."""
+    import json as _json
+    import time
+
+    import httpx
+
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    body = {"model": model, "messages": [{"role": "user", "content": FIXED_PROMPT}], "max_tokens": max_tokens,
+            "ignore_eos": True, "seed": 42, "temperature": 0, "stream": True}
+    started = time.monotonic()
+    first = None
+    timings: dict = {}
+    tokens = 0
+    with httpx.stream("POST", f"{url}/v1/chat/completions", headers=headers, json=body, timeout=300) as response:
+        response.raise_for_status()
+        for line in response.iter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = _json.loads(line[6:])
+            delta = (chunk.get("choices") or [{}])[0].get("delta", {})
+            if first is None and (delta.get("content") or delta.get("reasoning_content")):
+                first = time.monotonic() - started
+            if delta.get("content") or delta.get("reasoning_content"):
+                tokens += 1
+            timings = chunk.get("timings", timings)
+    return ChatTiming(first if first is not None else float("nan"), timings.get("predicted_per_second", 0.0),
+                      timings.get("prompt_per_second", 0.0), tokens)
+
+
+def listening(transport, node: str, port: int) -> list[str]:
+    """Local addresses a node listens on for a TCP port."""
+    out = transport.run(node, f"ss -Hltn 'sport = :{port}'").stdout
+    return sorted({line.split()[3].rsplit(":", 1)[0] for line in out.splitlines() if line.strip()})
+
+
+def connected(transport, node: str, address: str, port: int) -> bool:
+    """Whether a node holds an established TCP connection to address:port."""
+    out = transport.run(node, f"ss -Htn state established '( dst {address} and dport = :{port} )'").stdout
+    return bool(out.strip())
+
+
+def can_connect(transport, node: str, address: str, port: int, timeout: int = 3) -> bool:
+    """Whether a TCP connection from a node to address:port succeeds (a refused or dropped one does not)."""
+    command = f"timeout {timeout} bash -c 'echo > /dev/tcp/{address}/{port}' 2>/dev/null && echo open || echo closed"
+    return transport.run(node, command, timeout=timeout + 30).stdout.strip() == "open"
+
+
+def api_key(transport, c: Cluster, tier) -> str | None:
+    """The tier's API key: read from its file on the node, or from this machine's environment."""
+    import os
+
+    if not tier.api_key:
+        return None
+    if tier.api_key.env:
+        return os.environ.get(tier.api_key.env)
+    return transport.run(topo.tier_nodes(tier)[0], f"cat {shlex.quote(tier.api_key.file)}").stdout.strip() or None

@@ -166,11 +166,7 @@ def model_endpoint(c: Cluster, model_id: str) -> dict:
 
 
 def selector_nodes(c: Cluster) -> list[str]:
-    if not c.router:
-        return []
-    if c.router.node:
-        return [c.router.node]
-    return sorted({topo.tier_nodes(t)[0] for t in c.tiers})
+    return topo.router_nodes(c)
 
 
 def _selector(c: Cluster) -> list[Artifact]:

@@ -1,0 +1,107 @@
+"""Acceptance fixtures: the live cluster, its transport, recorded measurements, @disruptive gating, the summary."""
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from clusterbook.effects.ssh import SshTransport
+from clusterbook.loader import load_cluster
+
+from .steps import *  # noqa: F401,F403  the shared step definitions
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS: dict[str, dict] = {}
+
+
+def is_lab(path: str) -> bool:
+    return Path(path).resolve() == (ROOT / "lab/cluster.yaml").resolve()
+
+
+def pytest_collection_modifyitems(config, items):
+    # disruptive scenarios last, so the others see a settled cluster
+    items.sort(key=lambda item: "disruptive" in item.keywords)
+    path = config.getoption("--live-cluster")
+    if config.getoption("--disruptive") or (path and is_lab(path)):
+        return
+    skip = pytest.mark.skip(reason="disruptive: run with --disruptive (on by default for the lab)")
+    for item in items:
+        if "disruptive" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def cluster_file(request):
+    return request.config.getoption("--live-cluster")
+
+
+@pytest.fixture(scope="session")
+def cluster(cluster_file):
+    return load_cluster(cluster_file)
+
+
+@pytest.fixture(scope="session")
+def transport(cluster):
+    return SshTransport(cluster, ROOT)
+
+
+@pytest.fixture
+def measured(request):
+    """Record a measured figure for the summary: measured("decode tok/s (reasoning)", 148.2)."""
+    entry = RESULTS.setdefault(request.node.nodeid, {"measurements": {}})
+
+    def record(name: str, value) -> None:
+        entry["measurements"][name] = value
+    return record
+
+
+@pytest.fixture
+def context():
+    """Data passed from When steps to Then steps within one scenario."""
+    return {}
+
+
+def pytest_bdd_before_scenario(request, feature, scenario):
+    entry = RESULTS.setdefault(request.node.nodeid, {"measurements": {}})
+    entry.update(feature=feature.name, scenario=scenario.name, started=time.monotonic())
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    entry = RESULTS.get(item.nodeid)
+    if entry is None:
+        return
+    if report.when == "call" or (report.when == "setup" and report.outcome != "passed"):
+        entry["outcome"] = report.outcome
+        if report.outcome == "failed":
+            entry["message"] = str(report.longrepr.reprcrash.message) if hasattr(report.longrepr, "reprcrash") \
+                else str(report.longrepr)[-500:]
+        elif report.outcome == "skipped":
+            entry["message"] = report.longrepr[2] if isinstance(report.longrepr, tuple) else ""
+
+
+def pytest_sessionfinish(session):
+    path = session.config.getoption("--verify-summary")
+    cluster_file = session.config.getoption("--live-cluster")
+    if not path or not cluster_file:
+        return
+    c = load_cluster(cluster_file)
+    lines = [f"Verified **{c.cluster.name}** (`{cluster_file}`) on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
+             f"llama.cpp build b{c.engine.build}.", "",
+             "| feature | scenario | result | measured | note |", "|---|---|---|---|---|"]
+    counts: dict[str, int] = {}
+    for entry in RESULTS.values():
+        if "scenario" not in entry:
+            continue
+        outcome = entry.get("outcome", "not run")
+        counts[outcome] = counts.get(outcome, 0) + 1
+        figures = "; ".join(f"{k}: {v}" for k, v in entry["measurements"].items()) or "–"
+        note = (entry.get("message") or "").replace("|", "/").replace("\n", " ")[:300]
+        lines.append(f"| {entry['feature']} | {entry['scenario']} | {outcome} | {figures} | {note} |")
+    lines += ["", ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))]
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text("\n".join(lines) + "\n")
+    Path(path).with_suffix(".json").write_text(json.dumps(list(RESULTS.values()), indent=2, default=str))

@@ -1,0 +1,331 @@
+"""Generic acceptance steps: every value comes from the cluster file; failures say what was expected and measured."""
+
+import statistics
+import threading
+import time
+
+import httpx
+import pytest
+from pytest_bdd import given, parsers, then, when
+
+from clusterbook import topology as topo
+from clusterbook.effects import probes
+from clusterbook.planner.capacity import plan_tier
+from clusterbook.render.artifacts import selector_nodes, selector_rows
+from clusterbook.schema import RouterTier, RpcTier
+
+
+def rpc_tiers(cluster):
+    return [t for t in cluster.tiers if isinstance(t, RpcTier)]
+
+
+def served_models(tier):
+    return tier.models if isinstance(tier, RouterTier) else [tier.model]
+
+
+def until_answers(cluster, transport, tier, deadline_s: float) -> float:
+    """Seconds until the tier answers a chat completion (polling), or fail after deadline_s."""
+    started = time.monotonic()
+    key = probes.api_key(transport, cluster, tier)
+    last = ""
+    while time.monotonic() - started < deadline_s:
+        try:
+            probes.chat(topo.endpoint_url(cluster, tier), served_models(tier)[0], key, max_tokens=4, timeout=30)
+            return time.monotonic() - started
+        except (httpx.HTTPError, ValueError) as exc:
+            last = str(exc)
+            time.sleep(1)
+    pytest.fail(f"tier {tier.name}: expected an answer within {deadline_s:g} s, none came (last error: {last})")
+
+
+def recovery_target(cluster, tier) -> float:
+    targets = cluster.targets_for(tier.name)
+    return targets.recovery_s.target if targets and targets.recovery_s else 120.0
+
+
+@given("the cluster file")
+def _cluster_file(cluster):
+    return cluster
+
+
+# --- RPC workers -------------------------------------------------------------------------------------
+@then("every RPC worker unit is active and enabled on its node")
+def _workers_active(cluster, transport):
+    for tier in rpc_tiers(cluster):
+        unit = topo.units(tier).worker
+        for worker in tier.workers:
+            states = transport.run(worker, f"systemctl is-active {unit}; systemctl is-enabled {unit}").stdout.split()
+            assert states == ["active", "enabled"], \
+                f"{unit} on {worker}: expected active and enabled, found {' and '.join(states) or 'no answer'}"
+
+
+@then("every RPC worker listens on its RPC network address and on no other address")
+def _workers_bind(cluster, transport):
+    for tier in rpc_tiers(cluster):
+        for worker in tier.workers:
+            expected = [topo.address(cluster, worker, cluster.rpc_network)]
+            found = probes.listening(transport, worker, tier.rpc_port)
+            assert found == expected, f"{worker}:{tier.rpc_port}: expected to listen on {expected}, found {found}"
+
+
+@then("from each tier head, the RPC port of every worker is closed on the worker's other addresses")
+def _rpc_closed_elsewhere(cluster, transport):
+    checked = 0
+    for tier in rpc_tiers(cluster):
+        for worker in tier.workers:
+            for network, address in cluster.node(worker).addresses.items():
+                if network == cluster.rpc_network:
+                    continue
+                checked += 1
+                assert not probes.can_connect(transport, tier.head, address, tier.rpc_port), \
+                    f"{worker}: expected port {tier.rpc_port} closed on {address} ({network}), it accepted a connection"
+    if not checked:
+        pytest.skip("no worker has an address besides its RPC network address")
+
+
+# --- serving ------------------------------------------------------------------------------------------
+@then("every tier answers /health with 200")
+def _health(cluster):
+    for tier in cluster.tiers:
+        url = topo.endpoint_url(cluster, tier) + "/health"
+        status = httpx.get(url, timeout=10).status_code
+        assert status == 200, f"{url}: expected 200, got {status}"
+
+
+@then("every tier lists every model it serves")
+def _lists_models(cluster, transport):
+    for tier in cluster.tiers:
+        key = probes.api_key(transport, cluster, tier)
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        data = httpx.get(topo.endpoint_url(cluster, tier) + "/v1/models", headers=headers, timeout=10).json()
+        ids = {m["id"] for m in data["data"]}
+        missing = set(served_models(tier)) - ids
+        assert not missing, f"tier {tier.name}: expected /v1/models to list {sorted(served_models(tier))}, " \
+                            f"it lists {sorted(ids)}"
+
+
+@then("every model of every tier answers a chat completion within the API response target")
+def _every_model_answers(cluster, transport, measured):
+    for tier in cluster.tiers:
+        targets = cluster.targets_for(tier.name)
+        limit = targets.api_response_s.target if targets and targets.api_response_s else None
+        key = probes.api_key(transport, cluster, tier)
+        for model in served_models(tier):
+            started = time.monotonic()
+            answer = probes.chat(topo.endpoint_url(cluster, tier), model, key, max_tokens=8)
+            seconds = time.monotonic() - started
+            measured(f"{model} answer (s)", round(seconds, 2))
+            assert answer["usage"]["completion_tokens"] == 8, f"{model}: expected 8 tokens, got {answer['usage']}"
+            if limit is not None:
+                # the first request to a router-mode model includes loading it
+                assert seconds <= limit, f"{model}: expected an answer within {limit:g} s, took {seconds:.1f} s"
+
+
+@then("every tier with an API key answers 401 to a request without it")
+def _needs_key(cluster):
+    tiers = [t for t in cluster.tiers if t.api_key]
+    if not tiers:
+        pytest.skip("no tier has an API key configured")
+    for tier in tiers:
+        r = httpx.post(topo.endpoint_url(cluster, tier) + "/v1/chat/completions", timeout=30, json={
+            "model": served_models(tier)[0], "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1})
+        assert r.status_code == 401, f"tier {tier.name}: expected 401 without the key, got {r.status_code}"
+
+
+# --- distribution ---------------------------------------------------------------------------------------
+@then("every RPC tier head has an established connection to each of its workers")
+def _connected(cluster, transport):
+    for tier in rpc_tiers(cluster):
+        for endpoint in topo.rpc_endpoints(cluster, tier):
+            address, port = endpoint.split(":")
+            assert probes.connected(transport, tier.head, address, int(port)), \
+                f"{tier.head}: expected a connection to the RPC worker at {endpoint}, found none (the head runs " \
+                "without that worker's devices: restart the head, e.g. invoke deploy.reasoning)"
+
+
+@when("llama.cpp loads each RPC tier's model once more with its own command line")
+def _load_reports(cluster, transport, context):
+    context["reports"] = {t.name: probes.load_report(transport, cluster, t) for t in rpc_tiers(cluster)}
+    for tier in rpc_tiers(cluster):
+        until_answers(cluster, transport, tier, 300)
+
+
+@then("it reports model buffers on every device of the tier, as the capacity plan places them")
+def _reports_devices(cluster, context, measured):
+    for tier in rpc_tiers(cluster):
+        report = context["reports"][tier.name]
+        plan = plan_tier(cluster, tier)
+        expected_devices = {d.device for d in plan.devices if d.weights}
+        measured(f"{tier.name} devices with weights", ", ".join(sorted(report.weights)))
+        assert expected_devices <= set(report.weights), \
+            f"tier {tier.name}: expected model buffers on {sorted(expected_devices)}, llama.cpp reports " \
+            f"{sorted(report.weights)}"
+        offloaded = sum(d.blocks for d in plan.devices if d.device != "CPU") + 1
+        layers = cluster.model(tier.model).architecture.layers + 1
+        assert report.offloaded == (offloaded, layers), \
+            f"tier {tier.name}: expected {offloaded}/{layers} layers offloaded, llama.cpp reports {report.offloaded}"
+
+
+# --- performance ----------------------------------------------------------------------------------------
+@when(parsers.parse("each tier with targets generates {tokens:d} tokens {runs:d} times with the fixed prompt"))
+def _generate(cluster, transport, context, measured, tokens, runs):
+    results = {}
+    for tier in cluster.tiers:
+        targets = cluster.targets_for(tier.name)
+        if not targets or not (targets.decode_tps or targets.ttft_s):
+            continue
+        key = probes.api_key(transport, cluster, tier)
+        url, model = topo.endpoint_url(cluster, tier), served_models(tier)[0]
+        probes.chat(url, model, key, max_tokens=4)  # warm up (loads a router-mode model)
+        samples = [probes.timed_chat(url, model, key, tokens) for _ in range(runs)]
+        decode = statistics.median(s.decode_tps for s in samples)
+        ttft = statistics.median(s.ttft_s for s in samples)
+        measured(f"{tier.name} decode tok/s (median of {runs})", round(decode, 1))
+        measured(f"{tier.name} TTFT s (median of {runs})", round(ttft, 3))
+        results[tier.name] = (targets, decode, ttft, [round(s.decode_tps, 1) for s in samples])
+    if not results:
+        pytest.skip("no tier has decode or time-to-first-token targets")
+    context["performance"] = results
+
+
+@then("the median decode throughput is at or above the tier's target")
+def _decode_target(context):
+    for name, (targets, decode, _, samples) in context["performance"].items():
+        if targets.decode_tps:
+            assert decode >= targets.decode_tps.target, \
+                f"tier {name}: expected decode ≥ {targets.decode_tps.target:g} tok/s (target), measured median " \
+                f"{decode:.1f} tok/s (runs: {samples})"
+
+
+@then("the median time to first token is at or below the tier's target")
+def _ttft_target(context):
+    for name, (targets, _, ttft, _) in context["performance"].items():
+        if targets.ttft_s:
+            assert ttft <= targets.ttft_s.target, \
+                f"tier {name}: expected time to first token ≤ {targets.ttft_s.target:g} s (target), measured " \
+                f"median {ttft:.2f} s"
+
+
+# --- GPUs -------------------------------------------------------------------------------------------------
+@when("each tier with GPU targets generates tokens while its GPUs are sampled")
+def _sample_gpus(cluster, transport, context):
+    tiers = [t for t in cluster.tiers if (tg := cluster.targets_for(t.name)) and (tg.gpu_util_pct or tg.gpu_mem_gib)]
+    if not tiers:
+        pytest.skip("no tier has GPU targets")
+    for tier in tiers:
+        for node in topo.tier_nodes(tier):
+            if not cluster.node(node).gpus:
+                pytest.skip(f"no GPU on {node}")
+    samples: dict[str, list[tuple[float, float]]] = {}
+    for tier in tiers:
+        key = probes.api_key(transport, cluster, tier)
+        worker = threading.Thread(target=probes.timed_chat, args=(topo.endpoint_url(cluster, tier),
+                                                                  served_models(tier)[0], key, 256))
+        worker.start()
+        while worker.is_alive():
+            for node in topo.tier_nodes(tier):
+                out = transport.run(node, "nvidia-smi --query-gpu=utilization.gpu,memory.used "
+                                          "--format=csv,noheader,nounits").stdout
+                for i, line in enumerate(out.splitlines()):
+                    util, mem = (float(x) for x in line.split(","))
+                    samples.setdefault(f"{tier.name}:{node}:GPU{i}", []).append((util, mem / 1024))
+            time.sleep(0.5)
+    context["gpus"] = samples
+
+
+@then("every GPU's utilisation is at or above the tier's target")
+def _gpu_util(cluster, context, measured):
+    for gpu, values in context["gpus"].items():
+        target = cluster.targets_for(gpu.split(":")[0]).gpu_util_pct
+        peak = max(u for u, _ in values)
+        measured(f"{gpu} peak utilisation %", peak)
+        if target:
+            assert peak >= target.target, f"{gpu}: expected utilisation ≥ {target.target:g} %, peak {peak:g} %"
+
+
+@then("every GPU's memory is at or below the tier's target")
+def _gpu_mem(cluster, context, measured):
+    for gpu, values in context["gpus"].items():
+        target = cluster.targets_for(gpu.split(":")[0]).gpu_mem_gib
+        peak = max(m for _, m in values)
+        measured(f"{gpu} peak memory GiB", round(peak, 2))
+        if target:
+            assert peak <= target.target, f"{gpu}: expected memory ≤ {target.target:g} GiB, peak {peak:.2f} GiB"
+
+
+# --- resilience --------------------------------------------------------------------------------------------
+@when("the last worker node of the first RPC tier restarts")
+def _restart_node(cluster, cluster_file, transport, context):
+    from .conftest import ROOT, is_lab
+
+    tiers = rpc_tiers(cluster)
+    if not tiers:
+        pytest.skip("no RPC tier")
+    tier, node = tiers[0], tiers[0].workers[-1]
+    context.update(tier=tier, node=node, started=time.monotonic())
+    if is_lab(cluster_file):
+        from clusterbook.lab.lab import Lab
+        Lab(cluster, ROOT).restart(node)
+    else:
+        transport.run(node, "systemctl reboot", timeout=20)
+        transport.close(node)
+        time.sleep(10)
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline and not transport.run(node, "true", timeout=20).ok:
+            time.sleep(5)
+
+
+@then("every service of that node is active again")
+def _services_back(cluster, transport, context):
+    node = context["node"]
+    units = [topo.units(t).head for t in cluster.tiers if topo.tier_nodes(t)[0] == node]
+    units += [topo.units(t).worker for t in rpc_tiers(cluster) if node in t.workers]
+    deadline = time.monotonic() + 60
+    states = []
+    while time.monotonic() < deadline:
+        states = transport.run(node, "systemctl is-active " + " ".join(units)).stdout.split()
+        if states and all(s == "active" for s in states):
+            return
+        time.sleep(1)
+    pytest.fail(f"{node}: expected {', '.join(units)} active after the restart, found {states}")
+
+
+@when("an RPC worker of the first RPC tier is killed with SIGKILL")
+def _kill_worker(cluster, transport, context):
+    tiers = rpc_tiers(cluster)
+    if not tiers:
+        pytest.skip("no RPC tier")
+    tier = tiers[0]
+    unit = topo.units(tier).worker
+    result = transport.run(tier.workers[0], f"kill -9 $(systemctl show -p MainPID --value {unit})")
+    assert result.ok, result.tail()
+    context.update(tier=tier, node=tier.workers[0], started=time.monotonic())
+
+
+@then("the tier answers a chat completion again within the recovery target")
+def _recovers(cluster, transport, context, measured):
+    tier = context["tier"]
+    limit = recovery_target(cluster, tier)
+    seconds = until_answers(cluster, transport, tier, max(limit * 3, 60))
+    total = time.monotonic() - context["started"]
+    measured(f"{tier.name} recovery s", round(total, 1))
+    assert total <= limit, f"tier {tier.name}: expected to answer within {limit:g} s, took {total:.1f} s"
+    for endpoint in topo.rpc_endpoints(cluster, tier):  # and runs on every worker again
+        address, port = endpoint.split(":")
+        assert probes.connected(transport, tier.head, address, int(port)), \
+            f"tier {tier.name}: answers again, but without the worker at {endpoint}"
+    del seconds
+
+
+# --- router -------------------------------------------------------------------------------------------------
+@then("on every node that has the selector, every task maps to the configured model and endpoint")
+def _router(cluster, transport):
+    import json
+
+    if not cluster.router:
+        pytest.skip("no model router in the cluster file")
+    for node in selector_nodes(cluster):
+        for row in selector_rows(cluster):
+            out = transport.run(node, f"{cluster.router.script} --json {row['task']}")
+            assert out.ok, f"{node}: {cluster.router.script} {row['task']} failed: {out.tail()}"
+            assert json.loads(out.stdout) == row, f"{node}: task {row['task']}: expected {row}, got {out.stdout}"

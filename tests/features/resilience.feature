@@ -1,0 +1,15 @@
+Feature: Resilience
+  Services come back on their own after a node restart or a crashed worker.
+
+  @disruptive
+  Scenario: Services are enabled and come back after a node restart
+    Given the cluster file
+    When the last worker node of the first RPC tier restarts
+    Then every service of that node is active again
+    And the tier answers a chat completion again within the recovery target
+
+  @disruptive
+  Scenario: A killed RPC worker is recovered
+    Given the cluster file
+    When an RPC worker of the first RPC tier is killed with SIGKILL
+    Then the tier answers a chat completion again within the recovery target

@@ -1,0 +1,12 @@
+Feature: RPC workers
+  The RPC workers of every RPC tier run as services and can only be reached where they should be:
+  llama.cpp's RPC has no authentication.
+
+  Scenario: Every RPC worker is active and listens on its fabric address only
+    Given the cluster file
+    Then every RPC worker unit is active and enabled on its node
+    And every RPC worker listens on its RPC network address and on no other address
+
+  Scenario: The RPC port cannot be reached on a node's other addresses
+    Given the cluster file
+    Then from each tier head, the RPC port of every worker is closed on the worker's other addresses

@@ -1,0 +1,15 @@
+Feature: Serving
+  Every tier answers its API, lists its models, and every model answers a chat completion.
+
+  Scenario: Every tier is healthy and lists its models
+    Given the cluster file
+    Then every tier answers /health with 200
+    And every tier lists every model it serves
+
+  Scenario: Every model of every tier answers a chat completion
+    Given the cluster file
+    Then every model of every tier answers a chat completion within the API response target
+
+  Scenario: A request without the API key is refused
+    Given the cluster file
+    Then every tier with an API key answers 401 to a request without it

@@ -1,0 +1,61 @@
+"""invoke verify against the lab: every scenario passes on a fresh deployment; broken on purpose, the matching
+scenario fails saying what was expected and what was measured; and the README's main job runs end to end."""
+
+import json
+import time
+
+import pytest
+
+from .conftest import LAB, NEEDS_LAB, ROOT, invoke
+
+pytestmark = [pytest.mark.lab, NEEDS_LAB]
+DEPLOY = ("deploy.install", "models.fetch", "deploy.router", "deploy.reasoning", "deploy.fast")
+
+
+@pytest.fixture(scope="module")
+def deployed():
+    assert invoke("lab.up").returncode == 0
+    run = invoke(*DEPLOY)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr
+
+
+def test_verify_passes_every_scenario(deployed):
+    started = time.monotonic()
+    result = invoke("verify", "--disruptive")
+    elapsed = time.monotonic() - started
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr
+    assert elapsed <= 120, f"verify took {elapsed:.0f} s"
+    summary = (ROOT / "reports/verify-summary.md").read_text()
+    assert "| GPUs | GPU utilisation and memory during generation | skipped |" in summary
+    assert "no GPU on lab1" in summary
+    assert "failed" not in summary.split("\n")[-2]
+    cucumber = json.loads((ROOT / "reports/verify.cucumber.json").read_text())
+    assert len(cucumber) == 7  # one per feature
+    assert "<testsuite" in (ROOT / "reports/verify.junit.xml").read_text()
+
+
+def test_a_stopped_worker_fails_its_scenario(deployed, ssh):
+    assert ssh.run("lab2", "systemctl stop llama-rpc-reasoning").ok
+    try:
+        result = invoke("verify", "--only", "rpc_worker_is_active")
+        assert result.returncode == 1
+        assert "llama-rpc-reasoning on lab2: expected active and enabled, found inactive and enabled" in result.stdout
+    finally:
+        assert invoke("deploy.reasoning").returncode == 0  # starts it, and restarts the head to reconnect
+
+
+def test_a_target_above_the_lab_fails_with_expected_and_measured(deployed, tmp_path):
+    greedy = tmp_path / "cluster.yaml"
+    greedy.write_text(LAB.read_text().replace("decode_tps: {target: 5, acceptable: 3, critical: 1}",
+                                              "decode_tps: {target: 100000, acceptable: 3, critical: 1}"))
+    result = invoke("verify", "--only", "decode_throughput", cluster=greedy)
+    assert result.returncode == 1
+    assert "tier reasoning: expected decode ≥ 100000 tok/s (target), measured median" in result.stdout
+
+
+def test_the_readme_main_job(deployed):
+    result = invoke("demo", timeout=1800)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr
+    assert "browse" in result.stdout
+    results_page = (ROOT / "site/results/index.html").read_text()
+    assert "Verified" in results_page and "lab" in results_page
