@@ -198,3 +198,33 @@ def demo(c):
 
 
 ns.add_task(demo)
+
+
+BENCH_HELP = {"cluster": RUN_HELP["cluster"], "tier": "tier name (default: the first RPC tier)",
+              "quick": "one repeat, fewer clients: a smoke run"}
+LOCAL_HELP = {"install_dir": "llama.cpp binaries on this machine (default: engine.install_dir)",
+              "models_dir": "model files on this machine (default: storage.models_dir)"}
+
+
+@task(name="run", default=True, help=BENCH_HELP)
+@exits_cleanly
+def bench_run(c, cluster=None, tier=None, quick=False):
+    """Bench a live tier over HTTP: baseline prompts, concurrency 1/2/4/8, context sweep, beside the plan's bound."""
+    commands.bench(cluster or commands.default_cluster(), tier, quick)
+
+
+@task(name="rehearse", help={**BENCH_HELP, **LOCAL_HELP})
+@exits_cleanly
+def bench_rehearse(c, cluster=None, tier=None, install_dir=None, models_dir=None, quick=False):
+    """Run a tier's rendered command lines on this machine (RPC worker per GPU, head on GPU 0) and bench it."""
+    commands.rehearse(cluster or commands.default_cluster(), tier, install_dir, models_dir, quick)
+
+
+@task(name="tune", help={"cluster": BENCH_HELP["cluster"], "tier": BENCH_HELP["tier"], **LOCAL_HELP})
+@exits_cleanly
+def bench_tune(c, cluster=None, tier=None, install_dir=None, models_dir=None):
+    """Grid of ubatch, batch, flash attention and KV types with llama-bench; the best and the change to make."""
+    commands.tune(cluster or commands.default_cluster(), tier, install_dir, models_dir)
+
+
+ns.add_collection(Collection("bench", bench_run, bench_rehearse, bench_tune))

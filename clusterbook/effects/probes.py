@@ -96,34 +96,35 @@ def chat(url: str, model: str, api_key: str | None = None, max_tokens: int = 32,
     return response.json()
 
 
-def timed_chat(url: str, model: str, api_key: str | None = None, max_tokens: int = 64) -> ChatTiming:
-    """Stream a completion: TTFT is measured on the wire; decode speed is llama.cpp's timings."""
+def timed_chat(url: str, model: str, api_key: str | None = None, max_tokens: int = 64,
+               prompt: str = FIXED_PROMPT) -> ChatTiming:
+    """Stream a completion: TTFT is the first token chunk on the wire; decode speed is llama.cpp's timings."""
     import json as _json
     import time
 
     import httpx
 
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    body = {"model": model, "messages": [{"role": "user", "content": FIXED_PROMPT}], "max_tokens": max_tokens,
+    body = {"model": model, "messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens,
             "ignore_eos": True, "seed": 42, "temperature": 0, "stream": True}
     started = time.monotonic()
     first = None
     timings: dict = {}
-    tokens = 0
-    with httpx.stream("POST", f"{url}/v1/chat/completions", headers=headers, json=body, timeout=300) as response:
+    with httpx.stream("POST", f"{url}/v1/chat/completions", headers=headers, json=body, timeout=600) as response:
         response.raise_for_status()
         for line in response.iter_lines():
             if not line.startswith("data: ") or line == "data: [DONE]":
                 continue
             chunk = _json.loads(line[6:])
             delta = (chunk.get("choices") or [{}])[0].get("delta", {})
-            if first is None and (delta.get("content") or delta.get("reasoning_content")):
+            # a token chunk carries content (possibly "" while a multi-byte character is incomplete)
+            if first is None and ("content" in delta or "reasoning_content" in delta):
                 first = time.monotonic() - started
-            if delta.get("content") or delta.get("reasoning_content"):
-                tokens += 1
             timings = chunk.get("timings", timings)
-    return ChatTiming(first if first is not None else float("nan"), timings.get("predicted_per_second", 0.0),
-                      timings.get("prompt_per_second", 0.0), tokens)
+    if first is None:  # no token chunk seen: fall back to llama.cpp's own prompt time
+        first = timings.get("prompt_ms", 0.0) / 1000
+    return ChatTiming(first, timings.get("predicted_per_second", 0.0), timings.get("prompt_per_second", 0.0),
+                      timings.get("predicted_n", 0))
 
 
 def listening(transport, node: str, port: int) -> list[str]:

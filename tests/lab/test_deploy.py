@@ -13,8 +13,9 @@ pytestmark = [pytest.mark.lab, NEEDS_LAB]
 DEPLOY = ("deploy.install", "models.fetch", "deploy.reasoning", "deploy.fast")
 
 
-def chat(url, model):
-    r = httpx.post(f"{url}/v1/chat/completions", timeout=120, json={
+def chat(url, model, key=None):
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    r = httpx.post(f"{url}/v1/chat/completions", timeout=120, headers=headers, json={
         "model": model, "messages": [{"role": "user", "content": "Say hello"}], "max_tokens": 8, "ignore_eos": True})
     r.raise_for_status()
     return r.json()
@@ -34,8 +35,12 @@ def test_fresh_deploy_brings_both_tiers_up(fresh_lab, lab_cluster, ssh):
     assert "changed" in statuses(result.stdout)
     reasoning = chat("http://10.213.0.11:8081", "lab-reasoning")
     assert reasoning["usage"]["completion_tokens"] == 8
+    key = ssh.run("lab1", "cat /etc/llama/fast.key").stdout.strip()  # made by deploy, never in the cluster file
+    assert len(key) >= 32
     for model in ("lab-fast-a", "lab-fast-b"):
-        assert chat("http://10.213.0.11:8080", model)["model"] == model
+        assert chat("http://10.213.0.11:8080", model, key)["model"] == model
+    with pytest.raises(httpx.HTTPStatusError):
+        chat("http://10.213.0.11:8080", "lab-fast-a")  # no key: 401
     # the reasoning model's layers sit on all three nodes: the head keeps its blocks on its CPU
     # (-ngl below the block count), and holds a live RPC connection to each worker, which holds tensors
     unit = ssh.run("lab1", "systemctl cat llama-reasoning").stdout

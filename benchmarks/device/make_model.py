@@ -1,0 +1,77 @@
+"""Write a random-weights llama model shaped like Llama-3-8B at Q8_0, quickly: weights drawn and packed on the GPU."""
+
+import sys
+from pathlib import Path
+
+import gguf
+import numpy as np
+import torch
+
+LAYERS, EMBD, HEADS, KV_HEADS, FF, VOCAB, CTX = 32, 4096, 32, 8, 14336, 128256, 8192
+
+
+def q8_0(rows: int, cols: int, gen: torch.Generator) -> np.ndarray:
+    """Q8_0 blocks of 32: an f16 scale then 32 int8 values (34 bytes), as ggml stores them."""
+    x = torch.randn(rows, cols, device="cuda", generator=gen) * 0.02
+    blocks = x.reshape(-1, 32)
+    d = blocks.abs().amax(dim=1, keepdim=True) / 127.0
+    q = torch.round(blocks / d.clamp(min=1e-12)).clamp(-127, 127).to(torch.int8)
+    packed = torch.cat([d.half().view(torch.uint8), q.view(torch.uint8)], dim=1)
+    return packed.reshape(rows, cols // 32 * 34).cpu().numpy()
+
+
+def main(path: str) -> None:
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    w = gguf.GGUFWriter(path, "llama")
+    w.add_name("random-8b-shaped")
+    w.add_context_length(CTX)
+    w.add_embedding_length(EMBD)
+    w.add_block_count(LAYERS)
+    w.add_feed_forward_length(FF)
+    w.add_head_count(HEADS)
+    w.add_head_count_kv(KV_HEADS)
+    w.add_rope_dimension_count(EMBD // HEADS)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_rope_freq_base(500000.0)
+    w.add_file_type(int(gguf.LlamaFileType.MOSTLY_Q8_0))
+    w.add_tokenizer_model("llama")
+    tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)]
+    tokens += [f"<unused{i}>" for i in range(VOCAB - len(tokens))]
+    w.add_token_list(tokens)
+    w.add_token_scores([0.0] * VOCAB)
+    w.add_token_types([2, 3, 3] + [6] * 256 + [5] * (VOCAB - 259))
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    w.add_unk_token_id(0)
+    q8 = gguf.GGMLQuantizationType.Q8_0
+
+    def mat(name, rows, cols):
+        data = q8_0(rows, cols, gen)
+        w.add_tensor(name, data, raw_shape=data.shape, raw_dtype=q8)
+
+    def norm(name):
+        w.add_tensor(name, np.ones(EMBD, dtype=np.float32))
+
+    kv = KV_HEADS * (EMBD // HEADS)
+    mat("token_embd.weight", VOCAB, EMBD)
+    for i in range(LAYERS):
+        norm(f"blk.{i}.attn_norm.weight")
+        mat(f"blk.{i}.attn_q.weight", EMBD, EMBD)
+        mat(f"blk.{i}.attn_k.weight", kv, EMBD)
+        mat(f"blk.{i}.attn_v.weight", kv, EMBD)
+        mat(f"blk.{i}.attn_output.weight", EMBD, EMBD)
+        norm(f"blk.{i}.ffn_norm.weight")
+        mat(f"blk.{i}.ffn_gate.weight", FF, EMBD)
+        mat(f"blk.{i}.ffn_up.weight", FF, EMBD)
+        mat(f"blk.{i}.ffn_down.weight", EMBD, FF)
+    norm("output_norm.weight")
+    mat("output.weight", VOCAB, EMBD)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    print(path, Path(path).stat().st_size, "bytes")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

@@ -1,0 +1,106 @@
+"""Run an RPC tier's rendered command lines as local processes on one machine: workers first, then the head."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+
+from . import flags as fl
+from . import topology as topo
+from .render.artifacts import ld_library_path, server_exec
+from .schema import Cluster, RpcTier
+
+
+def localize(c: Cluster, install_dir: str | None, models_dir: str | None) -> Cluster:
+    """The same cluster with this machine's binary and model directories."""
+    engine = c.engine.model_copy(update={"install_dir": install_dir}) if install_dir else c.engine
+    storage = c.storage.model_copy(update={"models_dir": models_dir}) if models_dir else c.storage
+    return c.model_copy(update={"engine": engine, "storage": storage})
+
+
+def gpu_assignment(c: Cluster, tier: RpcTier) -> dict[str, str]:
+    """CUDA_VISIBLE_DEVICES per node: the head's GPUs first (GPU 0), then each worker's, in order."""
+    assignment, next_gpu = {}, 0
+    for node in topo.tier_nodes(tier):
+        count = len(c.node(node).gpu_devices)
+        if count:
+            assignment[node] = ",".join(str(i) for i in range(next_gpu, next_gpu + count))
+            next_gpu += count
+    return assignment
+
+
+class Rehearsal:
+    """Context manager: the tier's processes, started with the unit's argv, stopped on exit."""
+
+    def __init__(self, c: Cluster, tier: RpcTier, log_dir: Path, with_head: bool = True):
+        for node in topo.tier_nodes(tier):
+            for address in c.node(node).addresses.values():
+                if not address.startswith("127."):
+                    raise ValueError(f"a rehearsal runs on this machine: {node}'s address {address} is not loopback")
+        self.c, self.tier, self.log_dir, self.with_head = c, tier, log_dir, with_head
+        self.processes: list[tuple[str, subprocess.Popen]] = []
+
+    def _start(self, name: str, node: str, argv: list[str]) -> None:
+        env = {**os.environ, "LD_LIBRARY_PATH": ld_library_path(self.c)}
+        gpus = gpu_assignment(self.c, self.tier)
+        env["CUDA_VISIBLE_DEVICES"] = gpus.get(node, "")
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        log = (self.log_dir / f"{name}.log").open("wb")
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        self.processes.append((name, proc))
+
+    def __enter__(self) -> Rehearsal:
+        for worker in self.tier.workers:
+            self._start(f"rpc-{worker}", worker, fl.worker_argv(self.c, self.tier, worker))
+        for endpoint in topo.rpc_endpoints(self.c, self.tier):
+            host, port = endpoint.split(":")
+            self._wait(lambda: _port_open(host, int(port)), f"RPC worker {endpoint}", 60)
+        if self.with_head:
+            argv = [a for a in server_exec(self.c, self.tier) if not a.startswith(("/usr/bin/numactl", "--cpunodebind",
+                                                                                   "--membind"))]
+            self._start("head", self.tier.head, argv)
+            url = topo.endpoint_url(self.c, self.tier) + "/health"
+            self._wait(lambda: _healthy(url), f"{url} answering 200", 900)
+        return self
+
+    def _wait(self, ready, what: str, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if ready():
+                return
+            for name, proc in self.processes:
+                if proc.poll() is not None:
+                    tail = (self.log_dir / f"{name}.log").read_text(errors="replace")[-1500:]
+                    raise RuntimeError(f"{name} exited with {proc.returncode} while waiting for {what}:\n{tail}")
+            time.sleep(0.5)
+        raise RuntimeError(f"timed out after {seconds:.0f} s waiting for {what}")
+
+    def __exit__(self, *exc) -> None:
+        for _, proc in reversed(self.processes):
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+        for _, proc in self.processes:
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+
+
+def _port_open(host: str, port: int) -> bool:
+    # Only before the head connects: an RPC worker serves one client at a time (seed 004's lesson).
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex((host, port)) == 0
+
+
+def _healthy(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False

@@ -1,0 +1,51 @@
+"""The rehearsal without a GPU: the reasoning tier's rendered command lines as local processes on loopback,
+benched over HTTP and tuned with llama-bench; the code path the GPU machine uses, in CI."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from clusterbook.lab.llama_build import ensure_build
+from clusterbook.lab.models import write_model
+from clusterbook.lab.lab import LAB_MODELS
+
+from .conftest import ROOT
+
+pytestmark = [pytest.mark.lab, pytest.mark.skipif(os.geteuid() != 0, reason="the llama.cpp build cache needs root")]
+CLUSTER = "tests/clusters/rehearsal-cpu.yaml"
+
+
+@pytest.fixture(scope="module")
+def local(tmp_path_factory):
+    build = ensure_build(11434)
+    models = tmp_path_factory.mktemp("models")
+    write_model(LAB_MODELS["lab-reasoning"], models / "lab-reasoning.gguf")
+    return ["--install-dir", str(build.bin_dir), "--models-dir", str(models)]
+
+
+def invoke(*args):
+    return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=900, env={**os.environ, "COLUMNS": "200"})
+
+
+def test_rehearse_and_bench_on_cpu(local):
+    result = invoke("bench.rehearse", "--cluster", CLUSTER, "--quick", *local)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr
+    report = json.loads((ROOT / "reports/bench.json").read_text())
+    decode = report["baseline"]["code"]["decode_tps"]["median"]
+    assert decode > 0
+    assert report["decode_bound_tps"] > decode  # the planner's bound is above what was measured
+    assert report["card"] == "CPU only (rehearsal)"
+    assert "Planner's decode bound" in (ROOT / "reports/bench-summary.md").read_text()
+
+
+def test_tune_on_cpu(local):
+    result = invoke("bench.tune", "--cluster", CLUSTER, *local)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr
+    tune = json.loads((ROOT / "reports/tune.json").read_text())
+    assert len(tune["grid"]) == 8  # no GPU: no flash attention; 2 cache settings x ubatch 256/512 x batch 512/2048
+    assert not any(p["flash_attn"] for p in tune["grid"])
+    assert tune["again"]["decode_tps"] >= 0.8 * tune["best"]["decode_tps"]
