@@ -47,11 +47,12 @@ ns.add_task(plan)
 LAB_HELP = "lab cluster file (default: lab/cluster.yaml)"
 
 
-@task(name="up", help={"cluster": LAB_HELP})
+@task(name="up", help={"cluster": LAB_HELP + "; with --slurm: lab/cluster-slurm.yaml",
+                       "slurm": "also configure SLURM (slurmctld on lab1, slurmd on all) for SLURM-managed tiers"})
 @exits_cleanly
-def lab_up(c, cluster=commands.LAB_CLUSTER):
+def lab_up(c, cluster=None, slurm=False):
     """Boot the lab: containers with systemd and sshd on bridges, llama.cpp build and models served (cached)."""
-    commands.lab_up(cluster)
+    commands.lab_up(cluster or (commands.LAB_SLURM_CLUSTER if slurm else commands.LAB_CLUSTER), slurm)
 
 
 @task(name="down", help={"cluster": LAB_HELP})
@@ -130,6 +131,10 @@ deploy.add_task(_tier_task("deploy", "reasoning", "Deploy only the reasoning tie
                            steps="env,workers,workers-listening", name="workers"))
 deploy.add_task(_any_tier_task("deploy", "Deploy any tier of the cluster file by name (--tier NAME)."))
 deploy.add_task(_runbook_task("router", "Install the model selector script (task -> model -> endpoint).", "router"))
+deploy.add_task(_runbook_task("gateway", "nginx on the gateway node, and the endpoint updater for SLURM tiers.",
+                              "gateway"))
+deploy.add_task(_runbook_task("slurm", "slurm.conf, munge, slurmctld and slurmd (a SLURM cluster clusterbook configures).",
+                              "slurm"))
 models = Collection("models")
 models.add_task(_runbook_task("models", "Fetch the models each node serves: resumable, parts joined, size and "
                                         "sha256 checked.", "fetch"))

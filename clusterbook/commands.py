@@ -99,10 +99,18 @@ def _lab(cluster_file: str):
     return Lab(load_cluster(cluster_file))
 
 
-def lab_up(cluster_file: str) -> None:
-    """Build (cached) and boot the lab; a no-op when it is already up."""
+LAB_SLURM_CLUSTER = "lab/cluster-slurm.yaml"
+
+
+def lab_up(cluster_file: str, slurm: bool = False) -> None:
+    """Build (cached) and boot the lab; a no-op when it is already up. With slurm, configure SLURM too."""
     lab = _lab(cluster_file)
-    lab.up()
+    try:
+        lab.up()
+    except RuntimeError as exc:
+        raise Failed(str(exc)) from None
+    if slurm:
+        run_runbook("slurm", cluster_file, quiet_recap=True)
     lab_status(cluster_file)
 
 
@@ -188,7 +196,12 @@ def tier_runbook(cluster_file: str, tier: str, action: str) -> str:
     names = [t.name for t in cluster.tiers]
     if tier not in names:
         raise Failed(f"unknown tier '{tier}' in {cluster_file} (tiers: {', '.join(names)})")
-    return f"deploy-{cluster.tier(tier).kind}" if action == "deploy" else action
+    t = cluster.tier(tier)
+    if t.manager == "slurm":
+        if action == "restart":
+            raise Failed(f"tier {tier} runs as a SLURM job: use stop.{tier} and deploy.{tier}, or scontrol requeue")
+        return f"{action}-slurm"
+    return f"deploy-{t.kind}" if action == "deploy" else action
 
 
 def status(cluster_file: str, only: str | None = None) -> None:
@@ -269,7 +282,7 @@ def demo() -> None:
 
     os.environ["CLUSTERBOOK_CLUSTER"] = LAB_CLUSTER
     lab_up(LAB_CLUSTER)
-    for runbook in ("install", "models", "router"):
+    for runbook in ("install", "models", "router", "gateway"):
         run_runbook(runbook, LAB_CLUSTER)
     cluster = load_cluster(LAB_CLUSTER)
     for tier in cluster.tiers:

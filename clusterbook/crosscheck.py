@@ -17,7 +17,7 @@ FLASH_ATTN_MIN_CC = 8.0
 def check_cluster(c: Cluster) -> list[Finding]:
     """Every cross-field problem of a schema-valid cluster, as (path, message)."""
     findings: list[Finding] = []
-    for rule in (_networks, _nodes, _jumps, _tiers, _ports, _router, _gateway, _targets, _unique_ids):
+    for rule in (_networks, _nodes, _jumps, _tiers, _ports, _router, _gateway, _targets, _unique_ids, _slurm):
         findings.extend(rule(c))
     return findings
 
@@ -192,6 +192,8 @@ def _ports(c: Cluster) -> list[Finding]:
     if c.gateway:
         for j, route in enumerate(c.gateway.routes):
             claim(c.gateway.node, route.port, f"gateway route {route.path}", ("gateway", "routes", j, "port"))
+        if c.gateway.path_port:
+            claim(c.gateway.node, c.gateway.path_port, "the gateway's path port", ("gateway", "path_port"))
     return out
 
 
@@ -268,4 +270,27 @@ def _unique_ids(c: Cluster) -> list[Finding]:
         ids = [getattr(item, key) for item in items]
         for dup in _duplicates(ids):
             out.append(((section, [i for i, v in enumerate(ids) if v == dup][1], key), f"{key} '{dup}' is used twice"))
+    return out
+
+
+def _slurm(c: Cluster) -> list[Finding]:
+    out: list[Finding] = []
+    nodes = {n.name for n in c.nodes}
+    uses_slurm = [i for i, t in enumerate(c.tiers) if t.manager == "slurm"]
+    if uses_slurm and not any("controller" in n.roles for n in c.nodes) and not c.slurm:
+        out.append((("tiers", uses_slurm[0], "manager"),
+                    "a SLURM tier needs a node with role controller (where sbatch runs) or a slurm section"))
+    if not c.slurm:
+        return out
+    if c.slurm.controller not in nodes:
+        out.append((("slurm", "controller"), f"unknown node '{c.slurm.controller}'"))
+    partitions = {p.name for p in c.slurm.partitions}
+    for i, part in enumerate(c.slurm.partitions):
+        for j, node in enumerate(part.nodes):
+            if node not in nodes:
+                out.append((("slurm", "partitions", i, "nodes", j), f"unknown node '{node}'"))
+    for i, tier in enumerate(c.tiers):
+        if tier.slurm and tier.slurm.partition not in partitions:
+            out.append((("tiers", i, "slurm", "partition"),
+                        f"unknown partition '{tier.slurm.partition}' (partitions: {', '.join(sorted(partitions))})"))
     return out

@@ -58,7 +58,8 @@ class Step(Strict):
     explain: str = Field("", description="Markdown shown in the docs")
     hosts: str = Field(description="selector template: all, a node, a role, TIER.head / TIER.workers / TIER.nodes")
     when: str | None = Field(None, description="Jinja condition; the step is left out when false")
-    for_each: Literal["model"] | None = Field(None, description="repeat the actions for each model the host needs")
+    for_each: Literal["model", "systemd_tier"] | None = Field(
+        None, description="repeat the actions: for each model the host needs (model), or each systemd tier (each)")
     actions: list[Action] = Field(min_length=1, description="actions in order")
 
 

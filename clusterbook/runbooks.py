@@ -114,7 +114,7 @@ def models_for_host(c: Cluster, host: str, tier: RouterTier | RpcTier | None = N
     for t in ([tier] if tier else c.tiers):
         if isinstance(t, RpcTier) and t.head == host:
             wanted.append(t.model)
-        elif isinstance(t, RouterTier) and t.node == host:
+        elif isinstance(t, RouterTier) and host in topo.candidate_nodes(c, t):
             wanted += t.models
     return [c.model(m) for m in dict.fromkeys(wanted)]
 
@@ -129,7 +129,8 @@ def template_context(c: Cluster, tier: RouterTier | RpcTier | None, host: str | 
                  "units_of": topo.units, "nodes_of": topo.tier_nodes,
                  "endpoint_of": lambda t: topo.endpoint_url(c, t)}
     if tier is not None:
-        ctx.update(units=topo.units(tier), endpoint=topo.endpoint_url(c, tier),
+        from .render.artifacts import sbatch_path
+        ctx.update(units=topo.units(tier), endpoint=topo.endpoint_url(c, tier), sbatch_path=sbatch_path(c, tier),
                    http_address=topo.http_address(c, tier), env_file=env_file(c, tier),
                    rpc_endpoints=topo.rpc_endpoints(c, tier) if isinstance(tier, RpcTier) else [],
                    rpc_addresses=[a.split(":")[0] for a in topo.rpc_endpoints(c, tier)]
@@ -160,7 +161,7 @@ def expand(book: RunbookFile, c: Cluster, tier_name: str | None = None, only: li
     for i, step in enumerate(rb.steps):
         if steps and step.id not in steps:
             continue
-        if step.when and tpl("{{ " + step.when + " }}", ("steps", i, "when"), **base) != "True":
+        if step.when and tpl("{{ 'yes' if (" + step.when + ") else 'no' }}", ("steps", i, "when"), **base) != "yes":
             continue
         selector = tpl(step.hosts, ("steps", i, "hosts"), **base)
         try:
@@ -173,7 +174,12 @@ def expand(book: RunbookFile, c: Cluster, tier_name: str | None = None, only: li
         handlers: dict[str, dict[str, str]] = {}
         for host in hosts:
             ctx = template_context(c, tier, host)
-            loops = [{"model": m} for m in models_for_host(c, host, tier)] if step.for_each == "model" else [{}]
+            if step.for_each == "model":
+                loops = [{"model": m} for m in models_for_host(c, host, tier)]
+            elif step.for_each == "systemd_tier":
+                loops = [{"each": t} for t in c.tiers if t.manager == "systemd"]
+            else:
+                loops = [{}]
             actions: list[Concrete] = []
             for extra in loops:
                 for j, action in enumerate(step.actions):

@@ -152,6 +152,8 @@ class Storage(Strict):
     endpoint_dir: str = Field("/var/lib/clusterbook/endpoints",
                               description="endpoint registry the gateway reads (shared by SLURM jobs)")
     env_dir: str = Field("/etc/llama", description="environment files of the services")
+    shared_dir: str | None = Field(None, description="a directory every node sees (shared file system); "
+                                                     "the lab bind-mounts one into every node")
 
 
 class Architecture(Strict):
@@ -231,7 +233,7 @@ class SlurmJob(Strict):
     """SLURM settings of a tier's batch job (seed 004's preemptible jobs)."""
 
     partition: str = Field(description="partition, e.g. gpu_ai")
-    qos: str = Field(description="quality of service, e.g. ai_opportunistic")
+    qos: str | None = Field(None, description="quality of service, e.g. ai_opportunistic (needs accounting)")
     mem: str = Field(pattern=r"^\d+[KMGT]$", description="memory per node (--mem); must fit model + KV + buffers")
     time_limit: str | None = Field(None, description="--time, e.g. 7-00:00:00 (none: partition default)")
     grace_seconds: int = Field(30, ge=1, description="preemption grace time: SIGTERM to SIGKILL")
@@ -345,6 +347,8 @@ class Gateway(Strict):
     listen: list[str] = Field(default_factory=lambda: ["127.0.0.1"], description="addresses nginx listens on")
     routes: list[GatewayRoute] = Field(min_length=1, description="path -> tier")
     tailscale_name: str | None = Field(None, description="Tailscale DNS name (tailscale serve publishes it)")
+    path_port: Port | None = Field(None, description="also serve every route by its path on this port "
+                                                     "(what tailscale serve does, for networks without it)")
     update_interval_s: int = Field(30, ge=5, description="how often the endpoint updater runs")
     upstream_dir: str = Field("/etc/nginx/clusterbook", description="generated upstream files")
 
@@ -436,6 +440,25 @@ class Trouble(Strict):
     fix: list[FixStep] = Field(min_length=1, description="commands, in order")
 
 
+class SlurmPartition(Strict):
+    """A partition of a SLURM cluster that clusterbook configures."""
+
+    name: Name = Field(description="partition name")
+    nodes: list[Name] = Field(min_length=1, description="nodes in the partition")
+    priority_tier: int = Field(1, ge=1, description="PriorityTier: jobs of a higher tier preempt lower ones")
+    preempt_mode: Literal["REQUEUE", "CANCEL", "OFF"] = Field("REQUEUE", description="what preemption does")
+    default: bool = Field(False, description="the default partition")
+
+
+class SlurmCluster(Strict):
+    """A SLURM cluster clusterbook configures itself (the lab's); leave out where SLURM is managed elsewhere."""
+
+    cluster_name: Name = Field(description="ClusterName in slurm.conf")
+    controller: Name = Field(description="node running slurmctld")
+    partitions: list[SlurmPartition] = Field(min_length=1, description="partitions")
+    grace_seconds: int = Field(30, ge=0, description="GraceTime for preempted jobs: SIGTERM, then SIGKILL")
+
+
 class Planner(Strict):
     """Constants of the capacity planner."""
 
@@ -461,6 +484,7 @@ class Cluster(Strict):
     decisions: list[Decision] = Field(default_factory=list, description="the decision log")
     troubleshooting: list[Trouble] = Field(default_factory=list, description="symptom -> cause -> fix")
     planner: Planner = Field(default_factory=Planner, description="capacity planner constants")
+    slurm: SlurmCluster | None = Field(None, description="the SLURM cluster, when clusterbook configures it")
 
     # --- lookups used everywhere -------------------------------------------------------------
     def node(self, name: str) -> Node:

@@ -30,6 +30,15 @@ def tier_nodes(tier: RouterTier | RpcTier) -> list[str]:
     return [tier.node] if isinstance(tier, RouterTier) else [tier.head, *tier.workers]
 
 
+def candidate_nodes(c: Cluster, tier: RouterTier | RpcTier) -> list[str]:
+    """Nodes that may run the tier: its own nodes, or for a router tier under SLURM every node of its partition."""
+    if isinstance(tier, RouterTier) and tier.manager == "slurm" and c.slurm and tier.slurm:
+        part = next((p for p in c.slurm.partitions if p.name == tier.slurm.partition), None)
+        if part:
+            return list(part.nodes)
+    return tier_nodes(tier)
+
+
 def address(c: Cluster, node: str, network: str | None = None) -> str:
     """A node's address on a network (default: management)."""
     return c.node(node).addresses[network or c.management_network]
@@ -200,17 +209,23 @@ def resolve_hosts(c: Cluster, selector: str) -> list[str]:
         return [n.name for n in c.nodes if selector in n.roles]
     if selector == "all":
         return names
+    if selector == "slurm":  # the controller and every partition node of a clusterbook-managed SLURM
+        if not c.slurm:
+            return []
+        used = {c.slurm.controller} | {n for p in c.slurm.partitions for n in p.nodes}
+        return [n for n in names if n in used]
     if selector == "router":  # nodes that get the model selector script
         return router_nodes(c)
-    if selector == "tiers":  # every node that runs a tier, in node order
-        used = {n for t in c.tiers for n in tier_nodes(t)}
+    if selector == "tiers":  # every node that runs (or may run) a tier, in node order
+        used = {n for t in c.tiers for n in candidate_nodes(c, t)}
         return [n for n in names if n in used]
     tier_name, _, part = selector.partition(".")
     tiers = {t.name: t for t in c.tiers}
-    if tier_name in tiers and part in ("head", "workers", "nodes", ""):
+    if tier_name in tiers and part in ("head", "workers", "nodes", "", "candidates"):
         tier = tiers[tier_name]
         members = tier_nodes(tier)
-        return {"head": members[:1], "workers": members[1:], "nodes": members, "": members}[part]
+        return {"head": members[:1], "workers": members[1:], "nodes": members, "": members,
+                "candidates": candidate_nodes(c, tier)}[part]
     raise ValueError(f"unknown host selector '{selector}': use local, all, a node ({', '.join(names)}), "
                      "a role (compute, gateway, controller) or TIER.head / TIER.workers / TIER.nodes")
 

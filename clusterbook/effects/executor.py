@@ -143,6 +143,9 @@ class Executor:
         good = result.ok and (cmd.until is None or cmd.until in result.stdout)
         status = "failed" if not good else ("changed" if cmd.changed_when == "always" else "ok")
         tail = result.tail() or (f"stdout: {result.stdout.strip()[-300:]}" if not good else "")
+        if good and cmd.until:  # a wait: show the line that satisfied it (e.g. the job id and endpoint)
+            line = next((ln for ln in reversed(result.stdout.splitlines()) if cmd.until in ln), "")
+            label = f"{label} → {line.strip()}" if line.strip() and line.strip() != cmd.until else label
         return Outcome(step.id, host, label, status, time.monotonic() - started,
                        result.returncode if not result.ok else (0 if good else 1), tail, result.stdout[-20000:])
 

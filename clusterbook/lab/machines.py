@@ -59,8 +59,13 @@ class Machine:
 
 def prepare(c: Cluster, machine: Machine, base: Path, public_key: str, host_key: Path) -> None:
     """Copy the base root file system and configure hostname, addresses, SSH key and host key."""
+    marker = machine.root / ".clusterbook-base"
     if machine.root.exists():
-        return
+        if marker.exists() and marker.read_text() == base.name:
+            return
+        if machine.running:
+            raise RuntimeError(f"{machine.name} runs an older root file system: invoke lab.down, then lab.up")
+        shutil.rmtree(machine.root)
     tmp = machine.root.with_name(machine.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.parent.mkdir(parents=True, exist_ok=True)
@@ -82,6 +87,7 @@ def prepare(c: Cluster, machine: Machine, base: Path, public_key: str, host_key:
     for suffix in ("", ".pub"):
         shutil.copy2(f"{host_key}{suffix}", tmp / f"etc/ssh/ssh_host_ed25519_key{suffix}")
     (tmp / "etc/ssh/ssh_host_ed25519_key").chmod(0o600)
+    (tmp / ".clusterbook-base").write_text(base.name)
     tmp.rename(machine.root)
 
 
@@ -101,6 +107,10 @@ def start(c: Cluster, machine: Machine) -> None:
             f"--directory={machine.root}", f"--network-bridge={network.bridge_name(c.management_network)}",
             "--capability=CAP_IPC_LOCK,CAP_NET_ADMIN", "--console=passive", "--link-journal=no"]
     argv += [f"--network-veth-extra={veth}:{inner}" for _, veth, inner in interfaces(c, machine)]
+    if c.storage.shared_dir:  # the lab's stand-in for a shared file system: one host directory in every node
+        shared = STATE / machine.cluster / "shared"
+        shared.mkdir(parents=True, exist_ok=True)
+        argv.append(f"--bind={shared}:{c.storage.shared_dir}")
     with machine.log.open("ab") as log:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
     machine.pid_file.write_text(str(proc.pid))

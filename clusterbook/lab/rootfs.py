@@ -13,7 +13,9 @@ CACHE = Path("/var/cache/clusterbook/rootfs")
 SUITE = "bookworm"
 # What a node needs to boot, be reached and run the llama.cpp binaries; the tiers are deploy's job.
 PACKAGES = ("systemd", "systemd-sysv", "dbus", "openssh-server", "iproute2", "curl", "procps", "ca-certificates",
-            "libgomp1", "numactl", "nftables", "python3")
+            "libgomp1", "numactl", "nftables", "python3", "slurm-wlm", "munge", "nginx-light")
+# Installed but left off: the slurm and gateway runbooks enable them on the nodes that need them.
+DISABLED = ("slurmctld", "slurmd", "nginx")
 
 
 def base_dir(cache: Path = CACHE) -> Path:
@@ -41,6 +43,7 @@ def ensure_rootfs(cache: Path = CACHE) -> Path:
             key.unlink()
         subprocess.run(["chroot", str(tmp), "systemctl", "enable", "systemd-networkd"], check=True,
                        capture_output=True)
+        subprocess.run(["chroot", str(tmp), "systemctl", "disable", *DISABLED], check=True, capture_output=True)
         (tmp / ".clusterbook-ready").write_text(" ".join(PACKAGES) + "\n")
         tmp.rename(base)
     return base

@@ -80,7 +80,23 @@ def render_artifacts(c: Cluster) -> list[Artifact]:
     out += _selector(c)
     if c.gateway:
         out += _gateway_files(c)
+    if c.slurm:
+        out += _slurm_conf(c)
     return sorted(out, key=lambda a: (a.node, a.path))
+
+
+def _slurm_conf(c: Cluster) -> list[Artifact]:
+    """slurm.conf, the same on the controller and every node of a partition."""
+    names = sorted({c.slurm.controller} | {n for p in c.slurm.partitions for n in p.nodes},
+                   key=lambda n: [x.name for x in c.nodes].index(n))
+    nodes = [{"name": n, "hostname": c.node(n).hostname, "address": topo.address(c, n),
+              "cpus": c.node(n).cpu_cores, "memory_mib": int(c.node(n).ram_gb * 1000 * 0.9),
+              "gres": f"gpu:{len(c.node(n).gpu_devices)}" if c.node(n).gpu_devices else None}
+             for n in names if any(n in p.nodes for p in c.slurm.partitions)]
+    controller = c.node(c.slurm.controller)
+    text = template("slurm.conf.j2", header=header(c), slurm=c.slurm, controller=controller,
+                    controller_address=topo.address(c, controller.name), nodes=nodes)
+    return [Artifact(n, "/etc/slurm/slurm.conf", text, "config", about="SLURM configuration") for n in names]
 
 
 def _unit(c: Cluster, tier: RouterTier | RpcTier, node: str, name: str, role: str, argv: list[str],
@@ -96,13 +112,14 @@ def _tier_files(c: Cluster, tier: RouterTier | RpcTier) -> list[Artifact]:
     head = topo.tier_nodes(tier)[0]
     env = template("tier.env.j2", header=header(c), ld_library_path=ld_library_path(c), extra=[])
     files = [Artifact(n, env_file(c, tier), env, "env", about=f"{tier.name}: environment")
-             for n in topo.tier_nodes(tier)]
+             for n in topo.candidate_nodes(c, tier)]
     if isinstance(tier, RouterTier):
         role = f"router mode, models on demand ({', '.join(tier.models)})"
         files.append(_unit(c, tier, head, names.head, role, server_exec(c, tier), tier.systemd, False))
         preset = template("models-preset.ini.j2", header=header(c), tier=tier, models_dir=c.storage.models_dir,
                           models=[c.model(m) for m in tier.models])
-        files.append(Artifact(head, fl.models_preset_path(c, tier), preset, "ini", about=f"{tier.name}: models"))
+        files += [Artifact(n, fl.models_preset_path(c, tier), preset, "ini", about=f"{tier.name}: models")
+                  for n in topo.candidate_nodes(c, tier)]
     else:
         role = f"head serving {tier.model} over {len(tier.workers)} RPC worker(s)"
         files.append(_unit(c, tier, head, names.head, role, server_exec(c, tier), tier.systemd, tier.mlock))
@@ -137,15 +154,21 @@ def _sbatch(c: Cluster, tier: RouterTier | RpcTier) -> Artifact:
     else:
         summary = f"router mode on {tier.node}"
     head = topo.tier_nodes(tier)[0]
-    steps.append({"name": "head" if isinstance(tier, RpcTier) else "server", "node": head,
-                  "wait_for": topo.rpc_endpoints(c, tier) if isinstance(tier, RpcTier) else [],
-                  "command": fl.shell_line(server_exec(c, tier), "        ")})
-    slurm = tier.slurm
+    candidates = topo.candidate_nodes(c, tier)
+    floating = isinstance(tier, RouterTier) and candidates != [head]
+    argv = server_exec(c, tier)
+    if floating:  # the address of whichever node SLURM chose, looked up at run time
+        argv = [("$HTTP_ADDR" if a == topo.http_address(c, tier) else a) for a in argv]
+    steps.append({"name": "head" if isinstance(tier, RpcTier) else "server", "node": "$SLURMD_NODENAME" if floating
+                  else head, "wait_for": topo.rpc_endpoints(c, tier) if isinstance(tier, RpcTier) else [],
+                  "command": fl.shell_line(argv, "        ").replace("'$HTTP_ADDR'", '"$HTTP_ADDR"')})
+    addresses = {n: topo.address(c, n, topo.listen_network(c, tier)) for n in candidates}
     text = template("tier.sbatch.j2", header=header(c), tier=tier, summary=summary, job=topo.units(tier).job,
-                    slurm=slurm, nodes=[s["node"] for s in steps], steps=steps, log_dir=c.storage.log_dir,
-                    endpoint_dir=c.storage.endpoint_dir, http_addr=topo.http_address(c, tier),
+                    slurm=tier.slurm, nodes=[] if floating else [s["node"] for s in steps], steps=steps,
+                    count=len(steps), log_dir=c.storage.log_dir, endpoint_dir=c.storage.endpoint_dir,
+                    http_addr=None if floating else topo.http_address(c, tier), addresses=addresses,
                     ld_library_path=ld_library_path(c))
-    controller = next((n.name for n in c.nodes if "controller" in n.roles), head)
+    controller = c.slurm.controller if c.slurm else next((n.name for n in c.nodes if "controller" in n.roles), head)
     return Artifact(controller, sbatch_path(c, tier), text, "script", 0o755, about=f"{tier.name}: SLURM job")
 
 
@@ -201,7 +224,8 @@ def _gateway_files(c: Cluster) -> list[Artifact]:
                                        server=f"{topo.http_address(c, tier)}:{tier.port}"),
                               "nginx", about=f"gateway: initial upstream of {tier.name}"))
     if any(t.manager == "slurm" for t in c.tiers):
-        tiers = [{"name": t.name, "upstream": upstream_name(t.name)} for t in c.tiers]
+        # only SLURM tiers move; a systemd tier keeps its rendered upstream
+        tiers = [{"name": t.name, "upstream": upstream_name(t.name)} for t in c.tiers if t.manager == "slurm"]
         files += [
             Artifact(node, UPDATER_SCRIPT, template("upstream-updater.sh.j2", header=header(c), gateway=gw,
                                                     endpoint_dir=c.storage.endpoint_dir, tiers=tiers),

@@ -15,8 +15,39 @@ from clusterbook.render.artifacts import selector_nodes, selector_rows
 from clusterbook.schema import RouterTier, RpcTier
 
 
-def rpc_tiers(cluster):
-    return [t for t in cluster.tiers if isinstance(t, RpcTier)]
+def rpc_tiers(cluster, manager=None):
+    return [t for t in cluster.tiers if isinstance(t, RpcTier) and manager in (None, t.manager)]
+
+
+def controller(cluster):
+    if cluster.slurm:
+        return cluster.slurm.controller
+    return next(n.name for n in cluster.nodes if "controller" in n.roles)
+
+
+def registered(cluster, transport, tier):
+    """host, port and job of a SLURM tier from its endpoint record, or None."""
+    import json
+
+    out = transport.run(controller(cluster), f"cat {cluster.storage.endpoint_dir}/{tier.name}.json 2>/dev/null")
+    return json.loads(out.stdout) if out.ok and out.stdout.strip() else None
+
+
+def url_of(cluster, transport, tier):
+    """Where a tier answers: its configured endpoint, or for a SLURM tier wherever its job registered."""
+    if tier.manager != "slurm":
+        return topo.endpoint_url(cluster, tier)
+    record = registered(cluster, transport, tier)
+    if not record:
+        pytest.fail(f"tier {tier.name}: no endpoint record in {cluster.storage.endpoint_dir} (is its job running?)")
+    return f"http://{record['host']}:{record['port']}"
+
+
+def systemd_rpc_tier(cluster):
+    tiers = rpc_tiers(cluster, "systemd")
+    if not tiers:
+        pytest.skip("every RPC tier runs under SLURM: a crash requeues the job (see the preemption scenario)")
+    return tiers[0]
 
 
 def served_models(tier):
@@ -30,9 +61,9 @@ def until_answers(cluster, transport, tier, deadline_s: float) -> float:
     last = ""
     while time.monotonic() - started < deadline_s:
         try:
-            probes.chat(topo.endpoint_url(cluster, tier), served_models(tier)[0], key, max_tokens=4, timeout=30)
+            probes.chat(url_of(cluster, transport, tier), served_models(tier)[0], key, max_tokens=4, timeout=30)
             return time.monotonic() - started
-        except (httpx.HTTPError, ValueError) as exc:
+        except (httpx.HTTPError, ValueError, pytest.fail.Exception) as exc:
             last = str(exc)
             time.sleep(1)
     pytest.fail(f"tier {tier.name}: expected an answer within {deadline_s:g} s, none came (last error: {last})")
@@ -51,7 +82,9 @@ def _cluster_file(cluster):
 # --- RPC workers -------------------------------------------------------------------------------------
 @then("every RPC worker unit is active and enabled on its node")
 def _workers_active(cluster, transport):
-    for tier in rpc_tiers(cluster):
+    if not rpc_tiers(cluster, "systemd"):
+        pytest.skip("no RPC tier runs under systemd (SLURM tiers are checked in the SLURM scenarios)")
+    for tier in rpc_tiers(cluster, "systemd"):
         unit = topo.units(tier).worker
         for worker in tier.workers:
             states = transport.run(worker, f"systemctl is-active {unit}; systemctl is-enabled {unit}").stdout.split()
@@ -61,7 +94,7 @@ def _workers_active(cluster, transport):
 
 @then("every RPC worker listens on its RPC network address and on no other address")
 def _workers_bind(cluster, transport):
-    for tier in rpc_tiers(cluster):
+    for tier in rpc_tiers(cluster, "systemd"):
         for worker in tier.workers:
             expected = [topo.address(cluster, worker, cluster.rpc_network)]
             found = probes.listening(transport, worker, tier.rpc_port)
@@ -85,9 +118,9 @@ def _rpc_closed_elsewhere(cluster, transport):
 
 # --- serving ------------------------------------------------------------------------------------------
 @then("every tier answers /health with 200")
-def _health(cluster):
+def _health(cluster, transport):
     for tier in cluster.tiers:
-        url = topo.endpoint_url(cluster, tier) + "/health"
+        url = url_of(cluster, transport, tier) + "/health"
         status = httpx.get(url, timeout=10).status_code
         assert status == 200, f"{url}: expected 200, got {status}"
 
@@ -97,7 +130,7 @@ def _lists_models(cluster, transport):
     for tier in cluster.tiers:
         key = probes.api_key(transport, cluster, tier)
         headers = {"Authorization": f"Bearer {key}"} if key else {}
-        data = httpx.get(topo.endpoint_url(cluster, tier) + "/v1/models", headers=headers, timeout=10).json()
+        data = httpx.get(url_of(cluster, transport, tier) + "/v1/models", headers=headers, timeout=10).json()
         ids = {m["id"] for m in data["data"]}
         missing = set(served_models(tier)) - ids
         assert not missing, f"tier {tier.name}: expected /v1/models to list {sorted(served_models(tier))}, " \
@@ -112,7 +145,7 @@ def _every_model_answers(cluster, transport, measured):
         key = probes.api_key(transport, cluster, tier)
         for model in served_models(tier):
             started = time.monotonic()
-            answer = probes.chat(topo.endpoint_url(cluster, tier), model, key, max_tokens=8)
+            answer = probes.chat(url_of(cluster, transport, tier), model, key, max_tokens=8)
             seconds = time.monotonic() - started
             measured(f"{model} answer (s)", round(seconds, 2))
             assert answer["usage"]["completion_tokens"] == 8, f"{model}: expected 8 tokens, got {answer['usage']}"
@@ -122,12 +155,12 @@ def _every_model_answers(cluster, transport, measured):
 
 
 @then("every tier with an API key answers 401 to a request without it")
-def _needs_key(cluster):
+def _needs_key(cluster, transport):
     tiers = [t for t in cluster.tiers if t.api_key]
     if not tiers:
         pytest.skip("no tier has an API key configured")
     for tier in tiers:
-        r = httpx.post(topo.endpoint_url(cluster, tier) + "/v1/chat/completions", timeout=30, json={
+        r = httpx.post(url_of(cluster, transport, tier) + "/v1/chat/completions", timeout=30, json={
             "model": served_models(tier)[0], "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1})
         assert r.status_code == 401, f"tier {tier.name}: expected 401 without the key, got {r.status_code}"
 
@@ -145,14 +178,16 @@ def _connected(cluster, transport):
 
 @when("llama.cpp loads each RPC tier's model once more with its own command line")
 def _load_reports(cluster, transport, context):
-    context["reports"] = {t.name: probes.load_report(transport, cluster, t) for t in rpc_tiers(cluster)}
-    for tier in rpc_tiers(cluster):
+    if not rpc_tiers(cluster, "systemd"):
+        pytest.skip("the load report restarts the head's unit: no RPC tier runs under systemd")
+    context["reports"] = {t.name: probes.load_report(transport, cluster, t) for t in rpc_tiers(cluster, "systemd")}
+    for tier in rpc_tiers(cluster, "systemd"):
         until_answers(cluster, transport, tier, 300)
 
 
 @then("it reports model buffers on every device of the tier, as the capacity plan places them")
 def _reports_devices(cluster, context, measured):
-    for tier in rpc_tiers(cluster):
+    for tier in rpc_tiers(cluster, "systemd"):
         report = context["reports"][tier.name]
         plan = plan_tier(cluster, tier)
         expected_devices = {d.device for d in plan.devices if d.weights}
@@ -175,7 +210,7 @@ def _generate(cluster, transport, context, measured, tokens, runs):
         if not targets or not (targets.decode_tps or targets.ttft_s):
             continue
         key = probes.api_key(transport, cluster, tier)
-        url, model = topo.endpoint_url(cluster, tier), served_models(tier)[0]
+        url, model = url_of(cluster, transport, tier), served_models(tier)[0]
         probes.chat(url, model, key, max_tokens=4)  # warm up (loads a router-mode model)
         samples = [probes.timed_chat(url, model, key, tokens) for _ in range(runs)]
         decode = statistics.median(s.decode_tps for s in samples)
@@ -219,7 +254,7 @@ def _sample_gpus(cluster, transport, context):
     samples: dict[str, list[tuple[float, float]]] = {}
     for tier in tiers:
         key = probes.api_key(transport, cluster, tier)
-        worker = threading.Thread(target=probes.timed_chat, args=(topo.endpoint_url(cluster, tier),
+        worker = threading.Thread(target=probes.timed_chat, args=(url_of(cluster, transport, tier),
                                                                   served_models(tier)[0], key, 256))
         worker.start()
         while worker.is_alive():
@@ -258,10 +293,8 @@ def _gpu_mem(cluster, context, measured):
 def _restart_node(cluster, cluster_file, transport, context):
     from .conftest import ROOT, is_lab
 
-    tiers = rpc_tiers(cluster)
-    if not tiers:
-        pytest.skip("no RPC tier")
-    tier, node = tiers[0], tiers[0].workers[-1]
+    tier = systemd_rpc_tier(cluster)
+    node = tier.workers[-1]
     context.update(tier=tier, node=node, started=time.monotonic())
     if is_lab(cluster_file):
         from clusterbook.lab.lab import Lab
@@ -278,8 +311,8 @@ def _restart_node(cluster, cluster_file, transport, context):
 @then("every service of that node is active again")
 def _services_back(cluster, transport, context):
     node = context["node"]
-    units = [topo.units(t).head for t in cluster.tiers if topo.tier_nodes(t)[0] == node]
-    units += [topo.units(t).worker for t in rpc_tiers(cluster) if node in t.workers]
+    units = [topo.units(t).head for t in cluster.tiers if topo.tier_nodes(t)[0] == node and t.manager == "systemd"]
+    units += [topo.units(t).worker for t in rpc_tiers(cluster, "systemd") if node in t.workers]
     deadline = time.monotonic() + 60
     states = []
     while time.monotonic() < deadline:
@@ -292,10 +325,7 @@ def _services_back(cluster, transport, context):
 
 @when("an RPC worker of the first RPC tier is killed with SIGKILL")
 def _kill_worker(cluster, transport, context):
-    tiers = rpc_tiers(cluster)
-    if not tiers:
-        pytest.skip("no RPC tier")
-    tier = tiers[0]
+    tier = systemd_rpc_tier(cluster)
     unit = topo.units(tier).worker
     result = transport.run(tier.workers[0], f"kill -9 $(systemctl show -p MainPID --value {unit})")
     assert result.ok, result.tail()
@@ -329,3 +359,111 @@ def _router(cluster, transport):
             out = transport.run(node, f"{cluster.router.script} --json {row['task']}")
             assert out.ok, f"{node}: {cluster.router.script} {row['task']} failed: {out.tail()}"
             assert json.loads(out.stdout) == row, f"{node}: task {row['task']}: expected {row}, got {out.stdout}"
+
+
+# --- SLURM and the gateway ---------------------------------------------------------------------------------
+def slurm_tiers(cluster):
+    tiers = [t for t in cluster.tiers if t.manager == "slurm"]
+    if not tiers:
+        pytest.skip("no tier runs under SLURM in this cluster file")
+    return tiers
+
+
+def gateway_base(cluster):
+    if not cluster.gateway:
+        pytest.skip("no gateway in this cluster file")
+    return cluster.gateway.listen[0]
+
+
+def job_state(cluster, transport, tier) -> str:
+    out = transport.run(controller(cluster), f"squeue -h -n {topo.units(tier).job} -o '%T %N'").stdout.strip()
+    return out or "none"
+
+
+@then("every SLURM tier has a running job whose registered endpoint answers /health")
+def _slurm_running(cluster, transport, measured):
+    for tier in slurm_tiers(cluster):
+        state = job_state(cluster, transport, tier)
+        assert state.startswith("RUNNING"), f"job {topo.units(tier).job}: expected RUNNING, found {state}"
+        record = registered(cluster, transport, tier)
+        assert record and record["tier"] == tier.name, f"tier {tier.name}: expected an endpoint record, found {record}"
+        measured(f"{tier.name} job", f"{record['job_id']} on {record['nodes']}")
+        status = httpx.get(f"http://{record['host']}:{record['port']}/health", timeout=10).status_code
+        assert status == 200, f"tier {tier.name}: registered endpoint answers {status}, expected 200"
+
+
+def through_gateway(cluster, tier, path_port: bool = True) -> str:
+    route = next(r for r in cluster.gateway.routes if r.tier == tier.name)
+    if path_port and cluster.gateway.path_port:
+        return f"http://{gateway_base(cluster)}:{cluster.gateway.path_port}{route.path.rstrip('/')}"
+    return f"http://{gateway_base(cluster)}:{route.port}"
+
+
+@then("a chat completion through the gateway reaches each tier by its path")
+def _gateway_paths(cluster, transport):
+    gateway_base(cluster)
+    if not cluster.gateway.path_port and not cluster.gateway.tailscale_name:
+        pytest.skip("the gateway has no path routing here (no path_port, no tailscale)")
+    for route in cluster.gateway.routes:
+        tier = cluster.tier(route.tier)
+        url = through_gateway(cluster, tier)
+        answer = probes.chat(url, served_models(tier)[0], probes.api_key(transport, cluster, tier), max_tokens=4)
+        assert answer["model"] == served_models(tier)[0], f"{url}: expected {served_models(tier)[0]}, got {answer}"
+
+
+@when(parsers.parse("a higher-priority job takes the node of the first single-node SLURM tier for {seconds:d} seconds"))
+def _preempt(cluster, transport, context, seconds):
+    tiers = [t for t in slurm_tiers(cluster) if isinstance(t, RouterTier)]
+    if not tiers or not cluster.slurm:
+        pytest.skip("no single-node SLURM tier in a SLURM cluster that clusterbook configures")
+    tier = tiers[0]
+    record = registered(cluster, transport, tier)
+    assert record, f"tier {tier.name}: not registered before the preemption"
+    high = max(cluster.slurm.partitions, key=lambda p: p.priority_tier)
+    node = record["nodes"]
+    out = transport.run(controller(cluster), f"sbatch --parsable -p {high.name} -w {node} --exclusive "
+                                             f"--job-name=clusterbook-preemptor --wrap 'sleep {seconds}'")
+    assert out.ok, out.tail()
+    context.update(tier=tier, node=node, host=record["host"], started=time.monotonic(), preemptor=out.stdout.strip())
+
+
+@then("the tier's job is requeued and its endpoint leaves the gateway")
+def _requeued(cluster, transport, context):
+    tier = context["tier"]
+    deadline = time.monotonic() + tier.slurm.grace_seconds + 30
+    state, code = "", 0
+    while time.monotonic() < deadline:
+        state = job_state(cluster, transport, tier)
+        try:
+            code = httpx.get(through_gateway(cluster, tier, False) + "/health", timeout=5).status_code
+        except httpx.HTTPError:
+            code = 0
+        if state.startswith("PENDING") and registered(cluster, transport, tier) is None and code != 200:
+            return
+        time.sleep(1)
+    pytest.fail(f"tier {tier.name}: expected its job requeued (PENDING), its record gone and the gateway not "
+                f"answering; found job {state}, gateway status {code}")
+
+
+@then("the tier answers through the gateway again within its recovery target, on another node")
+def _back_elsewhere(cluster, transport, context, measured):
+    tier = context["tier"]
+    limit = recovery_target(cluster, tier)
+    url = through_gateway(cluster, tier)
+    deadline = context["started"] + max(limit * 2, 300)
+    while time.monotonic() < deadline:
+        try:
+            probes.chat(url, served_models(tier)[0], probes.api_key(transport, cluster, tier), max_tokens=4, timeout=20)
+            break
+        except httpx.HTTPError:
+            time.sleep(2)
+    elapsed = time.monotonic() - context["started"]
+    record = registered(cluster, transport, tier) or {}
+    measured(f"{tier.name} back after (s)", round(elapsed, 1))
+    measured(f"{tier.name} moved", f"{context['node']} -> {record.get('nodes')}")
+    assert elapsed <= limit, f"tier {tier.name}: expected to answer through the gateway within {limit:g} s of the " \
+                             f"preemption, took {elapsed:.0f} s"
+    assert record.get("host") != context["host"], \
+        f"tier {tier.name}: expected to come back on another node while {context['node']} is taken, " \
+        f"it is on {record.get('nodes')}"
+    transport.run(controller(cluster), f"scancel {context['preemptor']}")

@@ -1,0 +1,17 @@
+Feature: SLURM tiers and the gateway
+  Tiers run as preemptible SLURM jobs (seed 004); nginx follows them through the endpoint registry.
+
+  Scenario: Every SLURM tier's job runs and its endpoint is registered
+    Given the cluster file
+    Then every SLURM tier has a running job whose registered endpoint answers /health
+
+  Scenario: The gateway reaches each tier by its path
+    Given the cluster file
+    Then a chat completion through the gateway reaches each tier by its path
+
+  @disruptive
+  Scenario: A preempted tier leaves the gateway and comes back on its own
+    Given the cluster file
+    When a higher-priority job takes the node of the first single-node SLURM tier for 150 seconds
+    Then the tier's job is requeued and its endpoint leaves the gateway
+    And the tier answers through the gateway again within its recovery target, on another node

@@ -1,0 +1,58 @@
+"""The SLURM way (seed 004) in the lab: slurmctld and slurmd in the containers, both tiers as preemptible jobs,
+the gateway following them; verify passes every scenario, preemption included; stop shuts down cleanly."""
+
+import json
+import time
+
+import pytest
+
+from .conftest import NEEDS_LAB, ROOT, invoke
+
+pytestmark = [pytest.mark.lab, NEEDS_LAB]
+SLURM_LAB = ROOT / "lab/cluster-slurm.yaml"
+DEPLOY = ("deploy.install", "models.fetch", "deploy.router", "deploy.gateway", "deploy.fast", "deploy.reasoning")
+
+
+@pytest.fixture(scope="module")
+def slurm_lab():
+    up = invoke("lab.up", "--slurm", cluster=SLURM_LAB)
+    assert up.returncode == 0, up.stdout[-2000:] + up.stderr
+    run = invoke(*DEPLOY, cluster=SLURM_LAB)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr
+    assert "serving: job" in run.stdout  # deploy reports the job id, nodes and endpoint
+    yield
+    invoke("stop.fast", "stop.reasoning", cluster=SLURM_LAB)
+
+
+def test_slurm_is_configured(slurm_lab, ssh):
+    out = ssh.run("lab1", "sinfo -h -o '%P %D %T'").stdout
+    assert any(line.startswith("ai* ") and "down" not in line for line in out.splitlines()), out
+    assert sum(int(line.split()[1]) for line in out.splitlines() if line.startswith("ai* ")) == 3, out
+
+
+def test_verify_passes_with_preemption(slurm_lab):
+    result = invoke("verify", "--disruptive", cluster=SLURM_LAB, timeout=900)
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr
+    summary = (ROOT / "reports/verify-summary.md").read_text()
+    row = next(line for line in summary.splitlines() if "preempted tier" in line)
+    assert "| passed |" in row and "moved: lab1 -> lab" in row
+
+
+def test_redeploy_changes_nothing(slurm_lab):
+    result = invoke("deploy.fast", "deploy.reasoning", "deploy.gateway", cluster=SLURM_LAB)
+    assert result.returncode == 0, result.stderr
+    assert " changed " not in "\n".join(l for l in result.stdout.splitlines() if not l.startswith(("┃", "│")))
+
+
+def test_stop_is_clean_within_the_grace_time(slurm_lab, ssh):
+    started = time.monotonic()
+    result = invoke("stop.fast", cluster=SLURM_LAB)
+    assert result.returncode == 0, result.stderr
+    assert time.monotonic() - started < 10 + 15  # grace_seconds of the lab's tiers, plus SSH and polling
+    assert ssh.run("lab1", "squeue -h -n llama-fast").stdout.strip() == ""
+    assert not ssh.run("lab1", "test -e /cluster/shared/endpoints/fast.json").ok, "record left behind"
+    log = ssh.run("lab1", "cat /cluster/shared/logs/llama-fast-*.log").stdout
+    assert "SIGTERM (preemption or scancel), shutting down" in log
+    assert invoke("deploy.fast", cluster=SLURM_LAB).returncode == 0
+    record = json.loads(ssh.run("lab1", "cat /cluster/shared/endpoints/fast.json").stdout)
+    assert record["tier"] == "fast" and record["port"] == 8180
