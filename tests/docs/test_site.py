@@ -47,7 +47,8 @@ def test_strict_build_is_quick(beefcake2_site):
     site, seconds = beefcake2_site
     assert seconds < 10
     for page in ("index.html", "architecture/index.html", "capacity/index.html", "runbooks/deploy-rpc-reasoning/"
-                 "index.html", "files/vasp-02/etc/systemd/system/llama-rpc-reasoning.service"):
+                 "index.html", "runbooks/deploy-slurm-reasoning/index.html",
+                 "files/vasp-02/etc/systemd/system/llama-rpc-reasoning.service"):
         assert (site / page).exists(), page
 
 
@@ -82,10 +83,10 @@ def test_runbook_page_equals_the_dry_run(beefcake2_site):
     from clusterbook.loader import load_cluster
     from clusterbook.runbooks import available, expand
 
-    page = (beefcake2_site[0] / "runbooks/deploy-rpc-reasoning/index.html").read_text()
+    page = (beefcake2_site[0] / "runbooks/deploy-slurm-reasoning/index.html").read_text()
     plain = re.sub(r"<[^>]+>", "", page).replace("&amp;", "&").replace("&gt;", ">").replace("&lt;", "<") \
         .replace("&quot;", '"').replace("&#39;", "'")
-    expansion = expand(available()["deploy-rpc"], load_cluster(ROOT / "cluster.yaml"), "reasoning")
+    expansion = expand(available()["deploy-slurm"], load_cluster(ROOT / "cluster.yaml"), "reasoning")
     proc = subprocess.run([sys.executable, "-m", "invoke", "deploy.reasoning", "--dry"], cwd=ROOT,
                           capture_output=True, text=True, env={**os.environ, "COLUMNS": "400",
                                                                "CLUSTERBOOK_CLUSTER": "cluster.yaml"})
