@@ -133,7 +133,7 @@ deploy.add_task(_any_tier_task("deploy", "Deploy any tier of the cluster file by
 deploy.add_task(_runbook_task("router", "Install the model selector script (task -> model -> endpoint).", "router"))
 deploy.add_task(_runbook_task("gateway", "nginx on the gateway node, and the endpoint updater for SLURM tiers.",
                               "gateway"))
-deploy.add_task(_runbook_task("slurm", "slurm.conf, munge, slurmctld and slurmd (a SLURM cluster clusterbook configures).",
+deploy.add_task(_runbook_task("slurm", "slurm.conf, munge, slurmctld and slurmd (SLURM that clusterbook configures).",
                               "slurm"))
 models = Collection("models")
 models.add_task(_runbook_task("models", "Fetch the models each node serves: resumable, parts joined, size and "
@@ -184,7 +184,8 @@ def docs_serve(c, cluster=None, address="127.0.0.1:8000"):
 ns.add_collection(Collection("docs", docs_build, docs_serve))
 
 
-@task(help={"cluster": RUN_HELP["cluster"], "disruptive": "also restart a node and kill a worker (always on for the lab)",
+@task(help={"cluster": RUN_HELP["cluster"],
+            "disruptive": "also restart a node and kill a worker (always on for the lab)",
             "only": "only scenarios whose name matches this pytest -k expression"})
 @exits_cleanly
 def verify(c, cluster=None, disruptive=False, only=None):

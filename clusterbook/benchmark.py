@@ -97,11 +97,13 @@ def markdown(report: BenchReport, card: str = "") -> str:
     bound = f"{report.decode_bound_tps:.1f} tok/s" if report.decode_bound_tps else "n/a"
     lines = [f"Bench of tier **{report.tier}** ({report.model}) at `{report.url}`, {report.started}"
              + (f", on {card}" if card else "") + f". Planner's decode bound: **{bound}**.", "",
-             "| prompt | decode tok/s (median, range) | prompt tok/s | TTFT s | decode / bound |", "|---|---|---|---|---|"]
+             "| prompt | decode tok/s (median, range) | prompt tok/s | TTFT s | decode / bound |",
+             "|---|---|---|---|---|"]
     for name, figures in report.baseline.items():
         d, p, t = figures["decode_tps"], figures["prompt_tps"], figures["ttft_s"]
         share = f"{d.median / report.decode_bound_tps:.0%}" if report.decode_bound_tps else "–"
-        lines.append(f"| {name} | {d.median:.1f} ({d.low:.1f}–{d.high:.1f}) | {p.median:.0f} | {t.median:.3f} | {share} |")
+        lines.append(f"| {name} | {d.median:.1f} ({d.low:.1f}–{d.high:.1f}) | {p.median:.0f} | "
+                     f"{t.median:.3f} | {share} |")
     lines += ["", "| clients | aggregate tok/s | per client tok/s | TTFT s |", "|---|---|---|---|"]
     lines += [f"| {c['clients']} | {c['aggregate_tps']} | {c['per_client_tps']} | {c['ttft_s']} |"
               for c in report.concurrency]

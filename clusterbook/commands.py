@@ -263,7 +263,8 @@ def verify(cluster_file: str, disruptive: bool, only: str | None) -> None:
     load_cluster(cluster_file)
     reports = Path("reports")
     reports.mkdir(exist_ok=True)
-    argv = [sys.executable, "-m", "pytest", "tests/acceptance", "--live-cluster", cluster_file, "-p", "no:cacheprovider",
+    argv = [sys.executable, "-m", "pytest", "tests/acceptance", "--live-cluster", cluster_file,
+            "-p", "no:cacheprovider",
             f"--cucumberjson={reports / 'verify.cucumber.json'}", f"--junitxml={reports / 'verify.junit.xml'}",
             "--verify-summary", str(reports / "verify-summary.md"), "-rA", "--tb=line", "-q"]
     if disruptive:
@@ -273,7 +274,8 @@ def verify(cluster_file: str, disruptive: bool, only: str | None) -> None:
     proc = subprocess.run(argv)
     console.print(f"reports: {reports}/verify-summary.md, verify.cucumber.json, verify.junit.xml")
     if proc.returncode != 0:
-        raise Failed(f"verify: scenarios failed (pytest exit status {proc.returncode}); see {reports}/verify-summary.md")
+        raise Failed(f"verify: scenarios failed (pytest exit status {proc.returncode}); "
+                     f"see {reports}/verify-summary.md")
 
 
 def demo() -> None:
@@ -352,8 +354,8 @@ def rehearse(cluster_file: str, tier_name: str | None, install_dir: str | None, 
     from . import topology as topo
     from .benchmark import run_bench
     from .planner.capacity import plan_tier
-    from .rehearsal import Rehearsal, localize
     from .planner.shape import shape_of
+    from .rehearsal import Rehearsal, localize
 
     cluster = localize(load_cluster(cluster_file), install_dir, models_dir)
     tier = _bench_tier(cluster, tier_name)

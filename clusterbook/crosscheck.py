@@ -67,7 +67,8 @@ def _nodes(c: Cluster) -> list[Finding]:
             out.append((("nodes", i, "addresses"), f"every node needs an address on the management network '{mgmt}'"))
         if node.jump and node.jump not in c.access.jump_hosts:
             out.append((("nodes", i, "jump"),
-                        f"unknown jump host '{node.jump}' (access.jump_hosts: {', '.join(c.access.jump_hosts) or 'none'})"))
+                        f"unknown jump host '{node.jump}' "
+                        f"(access.jump_hosts: {', '.join(c.access.jump_hosts) or 'none'})"))
     return out
 
 
@@ -93,7 +94,8 @@ def _tiers(c: Cluster) -> list[Finding]:
     models = {m.id for m in c.models}
     names = [t.name for t in c.tiers]
     for dup in _duplicates(names):
-        out.append((("tiers", [i for i, n in enumerate(names) if n == dup][1], "name"), f"tier name '{dup}' is used twice"))
+        second = [i for i, n in enumerate(names) if n == dup][1]
+        out.append((("tiers", second, "name"), f"tier name '{dup}' is used twice"))
     rpc_net = c.rpc_network if any(n.role == "management" for n in c.networks.values()) else None
     for i, tier in enumerate(c.tiers):
         base = ("tiers", i)
@@ -167,7 +169,8 @@ def _rpc_tier(c: Cluster, tier: RpcTier, base: Path, nodes: dict, models: set, r
     if tier.numa_bind and tier.head in nodes:
         gpus = nodes[tier.head].gpu_devices
         if not gpus or gpus[0].numa_node is None:
-            out.append((base + ("numa_bind",), f"numa_bind needs the NUMA node of {tier.head}'s GPU (gpus[].numa_node)"))
+            out.append((base + ("numa_bind",),
+                        f"numa_bind needs the NUMA node of {tier.head}'s GPU (gpus[].numa_node)"))
     return out
 
 

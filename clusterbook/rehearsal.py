@@ -60,7 +60,7 @@ class Rehearsal:
             self._start(f"rpc-{worker}", worker, fl.worker_argv(self.c, self.tier, worker))
         for endpoint in topo.rpc_endpoints(self.c, self.tier):
             host, port = endpoint.split(":")
-            self._wait(lambda: _port_open(host, int(port)), f"RPC worker {endpoint}", 60)
+            self._wait(lambda h=host, p=int(port): _port_open(h, p), f"RPC worker {endpoint}", 60)
         if self.with_head:
             argv = [a for a in server_exec(self.c, self.tier) if not a.startswith(("/usr/bin/numactl", "--cpunodebind",
                                                                                    "--membind"))]

@@ -76,7 +76,8 @@ class Runbook(Strict):
     id: Name = Field(description="runbook id; invoke task names derive from it")
     title: str = Field(description="title (a template)")
     explain: str = Field("", description="Markdown introduction (a template)")
-    scope: Literal["cluster", "tier"] = Field("cluster", description="tier: run once per tier given on the command line")
+    scope: Literal["cluster", "tier"] = Field("cluster",
+                                              description="tier: run once per tier given on the command line")
     kinds: list[Literal["router", "rpc"]] = Field(default_factory=lambda: ["router", "rpc"],
                                                   description="tier kinds it applies to (scope tier)")
     steps: list[Step] = Field(min_length=1)

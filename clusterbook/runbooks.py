@@ -122,9 +122,11 @@ def models_for_host(c: Cluster, host: str, tier: RouterTier | RpcTier | None = N
 def template_context(c: Cluster, tier: RouterTier | RpcTier | None, host: str | None) -> dict:
     ctx: dict = {"cluster": c, "engine": c.engine, "storage": c.storage, "tier": tier, "host": host,
                  "node": c.node(host) if host else None, "q": shlex.quote,
-                 "bin": {"server": fl.binary(c, c.engine.server_binary), "rpc": fl.binary(c, c.engine.rpc_worker_binary),
+                 "bin": {"server": fl.binary(c, c.engine.server_binary),
+                         "rpc": fl.binary(c, c.engine.rpc_worker_binary),
                          "bench": fl.binary(c, c.engine.bench_binary)},
-                 "release": {"url": c.engine.release_url, "prefix": posixpath.dirname(c.engine.install_dir.rstrip("/"))},
+                 "release": {"url": c.engine.release_url,
+                             "prefix": posixpath.dirname(c.engine.install_dir.rstrip("/"))},
                  "ld_library_path": ":".join(p for p in (c.engine.install_dir, c.engine.cuda_lib_dir) if p),
                  "units_of": topo.units, "nodes_of": topo.tier_nodes,
                  "endpoint_of": lambda t: topo.endpoint_url(c, t)}
@@ -184,7 +186,9 @@ def expand(book: RunbookFile, c: Cluster, tier_name: str | None = None, only: li
             for extra in loops:
                 for j, action in enumerate(step.actions):
                     path = ("steps", i, "actions", j)
-                    concrete = _concrete(action, path, files, host, lambda t, p: tpl(t, p, **ctx, **extra), problems,
+                    def render(t, p, ctx=ctx, extra=extra):
+                        return tpl(t, p, **ctx, **extra)
+                    concrete = _concrete(action, path, files, host, render, problems,
                                          doc)
                     if concrete is not None:
                         actions.append(concrete)

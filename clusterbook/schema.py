@@ -419,7 +419,8 @@ class Decision(Strict):
     decision: str = Field(description="what was decided")
     consequences: str = Field(description="what follows")
     sources: list[str] = Field(default_factory=list, description="seed documents or issues it rests on")
-    claims: list[Claim] = Field(default_factory=list, description="figures this decision refutes, computed by the planner")
+    claims: list[Claim] = Field(default_factory=list,
+                                description="figures this decision refutes, computed by the planner")
 
 
 class FixStep(Strict):

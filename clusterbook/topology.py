@@ -1,4 +1,4 @@
-"""Facts derived from the cluster file: devices in llama.cpp order, endpoints, unit names, SSH routes, host selectors."""
+"""Facts derived from the cluster file: devices in llama.cpp order, endpoints, units, SSH routes, host selectors."""
 
 from __future__ import annotations
 

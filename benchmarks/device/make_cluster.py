@@ -36,4 +36,4 @@ cluster = {
     "planner": {"rpc_hop_ms": 0.5},
 }
 Path(out).write_text(yaml.safe_dump(cluster, sort_keys=False))
-print(open(out).read())
+print(Path(out).read_text())

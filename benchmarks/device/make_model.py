@@ -7,6 +7,8 @@ import gguf
 import numpy as np
 import torch
 
+from clusterbook.lab.models import tensor_layout
+
 LAYERS, EMBD, HEADS, KV_HEADS, FF, VOCAB, CTX = 32, 4096, 32, 8, 14336, 128256, 8192
 
 
@@ -44,28 +46,12 @@ def main(path: str) -> None:
     w.add_eos_token_id(2)
     w.add_unk_token_id(0)
     q8 = gguf.GGMLQuantizationType.Q8_0
-
-    def mat(name, rows, cols):
-        data = q8_0(rows, cols, gen)
-        w.add_tensor(name, data, raw_shape=data.shape, raw_dtype=q8)
-
-    def norm(name):
-        w.add_tensor(name, np.ones(EMBD, dtype=np.float32))
-
-    kv = KV_HEADS * (EMBD // HEADS)
-    mat("token_embd.weight", VOCAB, EMBD)
-    for i in range(LAYERS):
-        norm(f"blk.{i}.attn_norm.weight")
-        mat(f"blk.{i}.attn_q.weight", EMBD, EMBD)
-        mat(f"blk.{i}.attn_k.weight", kv, EMBD)
-        mat(f"blk.{i}.attn_v.weight", kv, EMBD)
-        mat(f"blk.{i}.attn_output.weight", EMBD, EMBD)
-        norm(f"blk.{i}.ffn_norm.weight")
-        mat(f"blk.{i}.ffn_gate.weight", FF, EMBD)
-        mat(f"blk.{i}.ffn_up.weight", FF, EMBD)
-        mat(f"blk.{i}.ffn_down.weight", EMBD, FF)
-    norm("output_norm.weight")
-    mat("output.weight", VOCAB, EMBD)
+    for name, rows, cols in tensor_layout(LAYERS, EMBD, KV_HEADS * (EMBD // HEADS), FF, VOCAB):
+        if rows is None:
+            w.add_tensor(name, np.ones(EMBD, dtype=np.float32))
+        else:
+            data = q8_0(rows, cols, gen)
+            w.add_tensor(name, data, raw_shape=data.shape, raw_dtype=q8)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

@@ -274,7 +274,7 @@ def api(c: Cluster) -> str:
             rows.append(["`GET`", f"`{base}/metrics`", "Prometheus metrics (`--metrics` is on)"])
         out.append(table(["method", "URL", "what"], rows))
         if t.api_key:
-            out.append(f"\nRequests need `Authorization: Bearer <key>`; without it the tier answers 401.\n")
+            out.append("\nRequests need `Authorization: Bearer <key>`; without it the tier answers 401.\n")
         models_ = t.models if isinstance(t, RouterTier) else [t.model]
         reasoning = [m for m in models_ if c.model(m).reasoning_content]
         if reasoning:

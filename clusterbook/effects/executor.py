@@ -14,7 +14,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..console import console
-from ..runbooks import Command, Expansion, ExpandedStep, PutFile
+from ..runbooks import Command, ExpandedStep, Expansion, PutFile
 from .ssh import Result
 
 
@@ -62,7 +62,7 @@ class Executor:
             hosts = list(step.hosts)
             with console.status(f"[{index}/{len(expansion.steps)}] {step.title} on {', '.join(hosts)} …"):
                 with ThreadPoolExecutor(max_workers=max(1, len(hosts))) as pool:
-                    results = list(pool.map(lambda h: self._host(step, h), hosts))
+                    results = list(pool.map(self._host, [step] * len(hosts), hosts))
             elapsed = time.monotonic() - started
             report.step_seconds[f"{expansion.runbook}:{step.id}"] = elapsed
             console.print(f"[{index}/{len(expansion.steps)}] {step.title} [dim]({elapsed:.1f} s)[/]")
@@ -85,7 +85,10 @@ class Executor:
         outcomes: list[Outcome] = []
         notified: list[str] = []
         for action in step.hosts[host]:
-            outcome = self._put(step, host, action) if isinstance(action, PutFile) else self._command(step, host, action)
+            if isinstance(action, PutFile):
+                outcome = self._put(step, host, action)
+            else:
+                outcome = self._command(step, host, action)
             outcomes.append(outcome)
             self._log(outcome)
             if outcome.status == "failed":

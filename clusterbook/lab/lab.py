@@ -26,7 +26,8 @@ HTTP_PORT = 8765
 
 # The lab's models, by id in the lab cluster file: small, deterministic, random weights.
 LAB_MODELS = {
-    "lab-reasoning": TinyModel("lab-reasoning", layers=12, embedding=512, heads=8, kv_heads=4, feed_forward=1536, seed=1),
+    "lab-reasoning": TinyModel("lab-reasoning", layers=12, embedding=512, heads=8, kv_heads=4, feed_forward=1536,
+                               seed=1),
     "lab-fast-a": TinyModel("lab-fast-a", layers=4, embedding=256, heads=4, kv_heads=2, feed_forward=768, seed=2),
     "lab-fast-b": TinyModel("lab-fast-b", layers=6, embedding=384, heads=6, kv_heads=2, feed_forward=1024, seed=3),
 }

@@ -31,6 +31,23 @@ class TinyModel:
 VOCAB = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)]
 
 
+def tensor_layout(layers: int, embedding: int, kv_dim: int, feed_forward: int, vocab: int):
+    """The llama architecture's tensors in file order: (name, rows, cols), or (name, None, None) for a norm."""
+    yield "token_embd.weight", vocab, embedding
+    for i in range(layers):
+        yield f"blk.{i}.attn_norm.weight", None, None
+        yield f"blk.{i}.attn_q.weight", embedding, embedding
+        yield f"blk.{i}.attn_k.weight", kv_dim, embedding
+        yield f"blk.{i}.attn_v.weight", kv_dim, embedding
+        yield f"blk.{i}.attn_output.weight", embedding, embedding
+        yield f"blk.{i}.ffn_norm.weight", None, None
+        yield f"blk.{i}.ffn_gate.weight", feed_forward, embedding
+        yield f"blk.{i}.ffn_up.weight", feed_forward, embedding
+        yield f"blk.{i}.ffn_down.weight", embedding, feed_forward
+    yield "output_norm.weight", None, None
+    yield "output.weight", vocab, embedding
+
+
 def write_model(model: TinyModel, path: Path) -> Path:
     """Write the GGUF file (atomically); same model -> same bytes."""
     import gguf
@@ -57,28 +74,14 @@ def write_model(model: TinyModel, path: Path) -> Path:
     writer.add_eos_token_id(2)
     writer.add_unk_token_id(0)
 
-    def matrix(name: str, rows: int, cols: int) -> None:
-        data = (rng.standard_normal((rows, cols), dtype=np.float32) * 0.02).astype(np.float32)
-        quantized = gguf.quants.quantize(data, qtype)
-        writer.add_tensor(name, quantized, raw_shape=quantized.shape, raw_dtype=qtype)
-
-    def norm(name: str) -> None:
-        writer.add_tensor(name, np.ones(model.embedding, dtype=np.float32))
-
-    e, kv = model.embedding, model.kv_heads * model.head_dim
-    matrix("token_embd.weight", len(VOCAB), e)
-    for i in range(model.layers):
-        norm(f"blk.{i}.attn_norm.weight")
-        matrix(f"blk.{i}.attn_q.weight", e, e)
-        matrix(f"blk.{i}.attn_k.weight", kv, e)
-        matrix(f"blk.{i}.attn_v.weight", kv, e)
-        matrix(f"blk.{i}.attn_output.weight", e, e)
-        norm(f"blk.{i}.ffn_norm.weight")
-        matrix(f"blk.{i}.ffn_gate.weight", model.feed_forward, e)
-        matrix(f"blk.{i}.ffn_up.weight", model.feed_forward, e)
-        matrix(f"blk.{i}.ffn_down.weight", e, model.feed_forward)
-    norm("output_norm.weight")
-    matrix("output.weight", len(VOCAB), e)
+    for name, rows, cols in tensor_layout(model.layers, model.embedding, model.kv_heads * model.head_dim,
+                                          model.feed_forward, len(VOCAB)):
+        if rows is None:
+            writer.add_tensor(name, np.ones(model.embedding, dtype=np.float32))
+        else:
+            data = (rng.standard_normal((rows, cols), dtype=np.float32) * 0.02).astype(np.float32)
+            quantized = gguf.quants.quantize(data, qtype)
+            writer.add_tensor(name, quantized, raw_shape=quantized.shape, raw_dtype=qtype)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()

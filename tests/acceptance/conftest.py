@@ -9,7 +9,7 @@ import pytest
 from clusterbook.effects.ssh import SshTransport
 from clusterbook.loader import load_cluster
 
-from .steps import *  # noqa: F401,F403  the shared step definitions
+from .steps import *  # noqa: F403  the shared step definitions
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS: dict[str, dict] = {}
@@ -89,7 +89,8 @@ def pytest_sessionfinish(session):
     if not path or not cluster_file:
         return
     c = load_cluster(cluster_file)
-    lines = [f"Verified **{c.cluster.name}** (`{cluster_file}`) on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    lines = [f"Verified **{c.cluster.name}** (`{cluster_file}`) on {when}, "
              f"llama.cpp build b{c.engine.build}.", "",
              "| feature | scenario | result | measured | note |", "|---|---|---|---|---|"]
     counts: dict[str, int] = {}

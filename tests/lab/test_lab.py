@@ -59,12 +59,14 @@ def test_lab_lifecycle(cluster):
                    "AAAAC3NzaC1lZDI1NTE5AAAAIGm2vJmZUHq2lmxLqWbQh3YcE8U0n2s1TbdVwV8jDmT+\n")
     wrong = subprocess.run(["ssh", "-o", "BatchMode=yes", "-o", f"UserKnownHostsFile={bad}", "-o",
                             "StrictHostKeyChecking=yes", "-o", "ControlPath=none", "-i",
-                            str(ROOT / ".clusterbook/lab/id_ed25519"), f"root@{cluster.node('lab2').addresses['management']}",
+                            str(ROOT / ".clusterbook/lab/id_ed25519"),
+                            f"root@{cluster.node('lab2').addresses['management']}",
                             "true"], capture_output=True, text=True, timeout=30)
     assert wrong.returncode != 0 and "HOST IDENTIFICATION HAS CHANGED" in wrong.stderr
 
     # an enabled service comes back after the node restarts
-    unit = "[Unit]\nDescription=probe\n[Service]\nExecStart=/bin/sleep infinity\n[Install]\nWantedBy=multi-user.target\n"
+    unit = ("[Unit]\nDescription=probe\n[Service]\nExecStart=/bin/sleep infinity\n"
+            "[Install]\nWantedBy=multi-user.target\n")
     assert ssh.run("lab3", f"printf '{unit}' > /etc/systemd/system/cb-probe.service && "
                            "systemctl enable --now cb-probe").ok
     boot_id = ssh.run("lab3", "cat /proc/sys/kernel/random/boot_id").stdout

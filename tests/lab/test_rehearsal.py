@@ -8,9 +8,9 @@ import sys
 
 import pytest
 
+from clusterbook.lab.lab import LAB_MODELS
 from clusterbook.lab.llama_build import ensure_build
 from clusterbook.lab.models import write_model
-from clusterbook.lab.lab import LAB_MODELS
 
 from .conftest import ROOT
 

@@ -41,7 +41,7 @@ def test_verify_passes_with_preemption(slurm_lab):
 def test_redeploy_changes_nothing(slurm_lab):
     result = invoke("deploy.fast", "deploy.reasoning", "deploy.gateway", cluster=SLURM_LAB)
     assert result.returncode == 0, result.stderr
-    assert " changed " not in "\n".join(l for l in result.stdout.splitlines() if not l.startswith(("┃", "│")))
+    assert " changed " not in "\n".join(line for line in result.stdout.splitlines() if not line.startswith(("┃", "│")))
 
 
 def test_stop_is_clean_within_the_grace_time(slurm_lab, ssh):

@@ -96,7 +96,7 @@ def test_tier_that_does_not_fit_names_device_and_shortfall(beefcake2):
     big = beefcake2.model_copy(update={"tiers": [t.model_copy(update={"ctx_size": 131072})
                                                  if t.name == "reasoning" else t for t in beefcake2.tiers]})
     findings = dict((m.split(":")[0], m) for _, m in plan_findings(big, plan_cluster(big)))
-    message = [m for m in findings.values() if "RPC0" in m][0]
+    message = next(m for m in findings.values() if "RPC0" in m)
     assert "tier reasoning does not fit RPC0 on vasp-02 (Tesla V100S-PCIE-32GB): needs 40.7 GiB of 30.4 GiB" in message
     assert "short by 10.3 GiB; the largest context that fits is 77568" in message
 
@@ -110,7 +110,8 @@ def test_target_above_bound_names_both_numbers(beefcake2):
 
 
 def test_check_cli_fails_an_unfitting_cluster_with_its_line(tmp_path):
-    text = (ROOT / "cluster.yaml").read_text().replace("    ctx_size: 32768\n    cache_type_k", "    ctx_size: 131072\n    cache_type_k")
+    text = (ROOT / "cluster.yaml").read_text().replace("    ctx_size: 32768\n    cache_type_k",
+                                                       "    ctx_size: 131072\n    cache_type_k")
     f = tmp_path / "big.yaml"
     f.write_text(text)
     proc = subprocess.run([sys.executable, "-m", "invoke", "check", "--cluster", str(f)], cwd=ROOT,
