@@ -213,12 +213,21 @@ def status(cluster_file: str, only: str | None = None) -> None:
         rows = [dict(kv.split("=", 1) for kv in line.split() if "=" in kv) for line in o.stdout.splitlines()]
         gpu = next((r["gpu"] for r in rows if "gpu" in r), "none")
         for r in rows:
-            if "unit" in r:
+            if "unit" in r and "active" in r:
                 active = r["active"]
                 table.add_row(o.host, r["unit"], f"[green]{active}[/]" if active == "active" else f"[red]{active}[/]",
                               r["port"], "yes" if r["listening"] != "0" else "[red]no[/]", r.get("models") or "-",
                               gpu if gpu != "none" else "-")
     console.print(table)
+    jobs = [dict(kv.split("=", 1) for kv in line.split() if "=" in kv)
+            for o in report.outcomes for line in o.stdout.splitlines() if line.startswith("job=")]
+    if jobs:
+        table = Table("job", "id", "state", "nodes", "endpoint", title="SLURM jobs")
+        for j in jobs:
+            state = j["state"]
+            table.add_row(j["job"], j["id"], f"[green]{state}[/]" if state == "RUNNING" else f"[yellow]{state}[/]",
+                          j["nodes"], j["endpoint"])
+        console.print(table)
 
 
 def logs(cluster_file: str, only: str | None = None) -> None:

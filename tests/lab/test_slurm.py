@@ -56,3 +56,12 @@ def test_stop_is_clean_within_the_grace_time(slurm_lab, ssh):
     assert invoke("deploy.fast", cluster=SLURM_LAB).returncode == 0
     record = json.loads(ssh.run("lab1", "cat /cluster/shared/endpoints/fast.json").stdout)
     assert record["tier"] == "fast" and record["port"] == 8180
+
+
+def test_status_shows_jobs_nodes_and_endpoints(slurm_lab):
+    result = invoke("status", cluster=SLURM_LAB)
+    assert result.returncode == 0, result.stderr
+    assert "SLURM jobs" in result.stdout
+    for job in ("llama-fast", "llama-reasoning"):
+        row = next(line for line in result.stdout.splitlines() if job in line)
+        assert "RUNNING" in row and "http://10.213.0." in row, row
