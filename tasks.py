@@ -226,11 +226,13 @@ def bench_rehearse(c, cluster=None, tier=None, install_dir=None, models_dir=None
     commands.rehearse(cluster or commands.default_cluster(), tier, install_dir, models_dir, quick)
 
 
-@task(name="tune", help={"cluster": BENCH_HELP["cluster"], "tier": BENCH_HELP["tier"], **LOCAL_HELP})
+@task(name="tune", help={"cluster": BENCH_HELP["cluster"], "tier": BENCH_HELP["tier"], **LOCAL_HELP,
+                         "parallel": "parallel slot counts to try with the live server (default 1,2,4)"})
 @exits_cleanly
-def bench_tune(c, cluster=None, tier=None, install_dir=None, models_dir=None):
-    """Grid of ubatch, batch, flash attention and KV types with llama-bench; the best and the change to make."""
-    commands.tune(cluster or commands.default_cluster(), tier, install_dir, models_dir)
+def bench_tune(c, cluster=None, tier=None, install_dir=None, models_dir=None, parallel="1,2,4"):
+    """Grid of ubatch, batch, flash attention, KV types (llama-bench) and parallel slots (server); the best."""
+    commands.tune(cluster or commands.default_cluster(), tier, install_dir, models_dir,
+                  tuple(int(p) for p in parallel.split(",")))
 
 
 ns.add_collection(Collection("bench", bench_run, bench_rehearse, bench_tune))

@@ -47,7 +47,17 @@ class BenchReport:
 
 
 def _one(url: str, model: str, key: str | None, prompt: str, tokens: int) -> probes.ChatTiming:
-    return probes.timed_chat(url, model, key, tokens, prompt)
+    """Decode and prompt speed from a plain request (llama.cpp's timings); TTFT from a streamed one."""
+    answer = probes.chat(url, model, key, max_tokens=tokens, prompt=prompt, timeout=600)
+    timings = answer.get("timings", {})
+    ttft = probes.timed_chat(url, model, key, 1, prompt).ttft_s
+    return probes.ChatTiming(ttft, timings.get("predicted_per_second", 0.0), timings.get("prompt_per_second", 0.0),
+                             timings.get("predicted_n", 0))
+
+
+def _decode_only(url: str, model: str, key: str | None, prompt: str, tokens: int) -> float:
+    answer = probes.chat(url, model, key, max_tokens=tokens, prompt=prompt, timeout=600)
+    return answer.get("timings", {}).get("predicted_per_second", 0.0)
 
 
 def _count_tokens(url: str, model: str, key: str | None, text: str) -> int:
@@ -72,14 +82,7 @@ def run_bench(url: str, model: str, key: str | None, tier: str, bound: float | N
                                  "ttft_s": Figure.of([r.ttft_s for r in runs])}
     for n in clients:
         progress(f"concurrency: {n} client(s)")
-        started = time.monotonic()
-        with ThreadPoolExecutor(max_workers=n) as pool:
-            runs = list(pool.map(lambda _: _one(url, model, key, PROMPTS["code"], tokens), range(n)))
-        wall = time.monotonic() - started
-        report.concurrency.append({"clients": n, "aggregate_tps": round(n * tokens / wall, 1),
-                                   "per_client_tps": round(statistics.median(r.decode_tps for r in runs), 1),
-                                   "ttft_s": round(statistics.median(r.ttft_s for r in runs), 3),
-                                   "wall_s": round(wall, 2)})
+        report.concurrency.append(concurrency_point(url, model, key, n, tokens))
     sentence = "Context line about the cluster and its tiers. "
     per_sentence = max(1, _count_tokens(url, model, key, sentence))
     for ctx in contexts:
@@ -91,6 +94,17 @@ def run_bench(url: str, model: str, key: str | None, tier: str, bound: float | N
         report.context.append({"prompt_tokens_about": ctx, "prompt_tps": round(run.prompt_tps, 1),
                                "decode_tps": round(run.decode_tps, 1), "ttft_s": round(run.ttft_s, 3)})
     return report
+
+
+def concurrency_point(url: str, model: str, key: str | None, clients: int, tokens: int) -> dict:
+    """n clients at once, one request each: aggregate tokens/s over the wall clock, and per-client figures."""
+    started = time.monotonic()
+    with ThreadPoolExecutor(max_workers=clients) as pool:
+        runs = list(pool.map(lambda _: probes.timed_chat(url, model, key, tokens, PROMPTS["code"]), range(clients)))
+    wall = time.monotonic() - started
+    return {"clients": clients, "aggregate_tps": round(clients * tokens / wall, 1),
+            "per_client_tps": round(statistics.median(r.decode_tps for r in runs), 1),
+            "ttft_s": round(statistics.median(r.ttft_s for r in runs), 3), "wall_s": round(wall, 2)}
 
 
 def markdown(report: BenchReport, card: str = "") -> str:

@@ -406,7 +406,24 @@ def _record_gpu_memory(cluster, tier, shape) -> None:
                       f"nvidia-smi {r['used'] / GIB:.2f} GiB, ratio {r['ratio']}")
 
 
-def tune(cluster_file: str, tier_name: str | None, install_dir: str | None, models_dir: str | None) -> None:
+def parallel_sweep(cluster, tier, parallels: tuple[int, ...]) -> list[dict]:
+    """The live server with each parallel slot count, as many clients as slots: aggregate throughput."""
+    from . import topology as topo
+    from .benchmark import concurrency_point
+    from .rehearsal import Rehearsal
+
+    points = []
+    for n in parallels:
+        with console.status(f"server with --parallel {n}, {n} client(s) …"):
+            with Rehearsal(cluster, tier.model_copy(update={"parallel": n}), Path("reports/rehearsal")):
+                url = topo.endpoint_url(cluster, tier)
+                concurrency_point(url, tier.model, None, 1, 8)  # warm up
+                points.append({"parallel": n, **concurrency_point(url, tier.model, None, n, 64)})
+    return points
+
+
+def tune(cluster_file: str, tier_name: str | None, install_dir: str | None, models_dir: str | None,
+         parallels: tuple[int, ...] = (1, 2, 4)) -> None:
     """Try the settings grid with llama-bench over the tier's RPC workers; print the best and the change to make."""
     import json
 
@@ -420,12 +437,24 @@ def tune(cluster_file: str, tier_name: str | None, install_dir: str | None, mode
     with console.status("starting the RPC workers …") as status:
         with Rehearsal(cluster, tier, Path("reports/rehearsal"), with_head=False):
             grid, best, again = run_tune(cluster, tier, head_gpus, progress=status.update)
+    parallel = parallel_sweep(cluster, tier.model_copy(update=best.settings()), parallels)
     table = Table("flash attn", "K", "V", "ubatch", "batch", "decode tok/s", "prompt tok/s", title=f"tune {tier.name}")
     for p in sorted(grid, key=lambda p: -p.decode_tps):
         table.add_row("on" if p.flash_attn else "off", p.cache_k, p.cache_v, str(p.ubatch), str(p.batch),
                       f"{p.decode_tps:.1f}", f"{p.prompt_tps:.0f}")
     console.print(table)
+    ptable = Table("parallel", "clients", "aggregate tok/s", "per client tok/s", "TTFT s", title="parallel slots")
+    for p in parallel:
+        ptable.add_row(str(p["parallel"]), str(p["clients"]), str(p["aggregate_tps"]), str(p["per_client_tps"]),
+                       str(p["ttft_s"]))
+    console.print(ptable)
+    one = next(p for p in parallel if p["parallel"] == parallels[0])["aggregate_tps"]
+    best_parallel = max(parallel, key=lambda p: p["aggregate_tps"])
+    chosen = best_parallel["parallel"] if best_parallel["aggregate_tps"] >= 1.1 * one else parallels[0]
     changes = change_to_make(tier, best)
+    if chosen != tier.parallel:
+        changes.append(f"parallel: {chosen}   # was {tier.parallel}; aggregate {best_parallel['aggregate_tps']} "
+                       f"tok/s against {one} with one slot")
     console.print(f"best: {best.settings()} at {best.decode_tps:.1f} tok/s; measured again: {again.decode_tps:.1f} "
                   f"tok/s ({again.decode_tps / best.decode_tps:.1%} of the grid's best)")
     console.print("change in the cluster file, tier " + tier.name + ":\n  " + "\n  ".join(changes) if changes
@@ -433,4 +462,4 @@ def tune(cluster_file: str, tier_name: str | None, install_dir: str | None, mode
     Path("reports").mkdir(exist_ok=True)
     Path("reports/tune.json").write_text(json.dumps({
         "card": _card(), "tier": tier.name, "grid": [p.__dict__ for p in grid], "best": best.__dict__,
-        "again": again.__dict__, "change": changes}, indent=2))
+        "again": again.__dict__, "parallel": parallel, "change": changes}, indent=2))

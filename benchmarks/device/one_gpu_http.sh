@@ -10,11 +10,10 @@ pid=$!
 until curl -sf -o /dev/null http://127.0.0.1:18090/health; do sleep 0.5; done
 python3 - <<'PY' | tee "$OUT/one-gpu-http.txt"
 import statistics
-from clusterbook.effects.probes import timed_chat
-from clusterbook.benchmark import PROMPTS
-timed_chat("http://127.0.0.1:18090", "m", None, 8)
+from clusterbook.benchmark import PROMPTS, _decode_only
+_decode_only("http://127.0.0.1:18090", "m", None, "warm up", 8)
 for name, prompt in PROMPTS.items():
-    runs = [timed_chat("http://127.0.0.1:18090", "m", None, 128, prompt).decode_tps for _ in range(3)]
+    runs = [_decode_only("http://127.0.0.1:18090", "m", None, prompt, 128) for _ in range(3)]
     print(f"one GPU over HTTP, {name}: decode median {statistics.median(runs):.1f} tok/s {[round(r, 1) for r in runs]}")
 PY
 kill $pid

@@ -86,6 +86,7 @@ FIXED_PROMPT = "Write a short Rust function that returns the sum of a slice of i
 
 def chat(url: str, model: str, api_key: str | None = None, max_tokens: int = 32, timeout: float = 300,
          prompt: str = FIXED_PROMPT) -> dict:
+    """One non-streamed chat completion (fixed seed, greedy, ignore_eos); the response as JSON."""
     import httpx
 
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}

@@ -411,8 +411,8 @@ def _gateway_paths(cluster, transport):
         assert answer["model"] == served_models(tier)[0], f"{url}: expected {served_models(tier)[0]}, got {answer}"
 
 
-@when(parsers.parse("a higher-priority job takes the node of the first single-node SLURM tier for {seconds:d} seconds"))
-def _preempt(cluster, transport, context, seconds):
+@when("a higher-priority job takes the node of the first single-node SLURM tier")
+def _preempt(cluster, transport, context):
     tiers = [t for t in slurm_tiers(cluster) if isinstance(t, RouterTier)]
     if not tiers or not cluster.slurm:
         pytest.skip("no single-node SLURM tier in a SLURM cluster that clusterbook configures")
@@ -422,7 +422,7 @@ def _preempt(cluster, transport, context, seconds):
     high = max(cluster.slurm.partitions, key=lambda p: p.priority_tier)
     node = record["nodes"]
     out = transport.run(controller(cluster), f"sbatch --parsable -p {high.name} -w {node} --exclusive "
-                                             f"--job-name=clusterbook-preemptor --wrap 'sleep {seconds}'")
+                                             "--job-name=clusterbook-preemptor --wrap 'sleep 900'")
     assert out.ok, out.tail()
     context.update(tier=tier, node=node, host=record["host"], started=time.monotonic(), preemptor=out.stdout.strip())
 
@@ -466,4 +466,24 @@ def _back_elsewhere(cluster, transport, context, measured):
     assert record.get("host") != context["host"], \
         f"tier {tier.name}: expected to come back on another node while {context['node']} is taken, " \
         f"it is on {record.get('nodes')}"
+
+
+@then("when the higher-priority job ends, every SLURM tier answers through the gateway again on its own")
+def _all_back(cluster, transport, context, measured):
     transport.run(controller(cluster), f"scancel {context['preemptor']}")
+    ended = time.monotonic()
+    for tier in slurm_tiers(cluster):
+        limit = recovery_target(cluster, tier)
+        url, last = through_gateway(cluster, tier), ""
+        while time.monotonic() - ended < limit:
+            try:
+                probes.chat(url, served_models(tier)[0], probes.api_key(transport, cluster, tier), max_tokens=4,
+                            timeout=20)
+                break
+            except httpx.HTTPError as exc:
+                last = str(exc)
+                time.sleep(2)
+        else:
+            pytest.fail(f"tier {tier.name}: expected to answer through the gateway within {limit:g} s after the "
+                        f"higher-priority job ended (last error: {last})")
+        measured(f"{tier.name} back after the preemptor ended (s)", round(time.monotonic() - ended, 1))

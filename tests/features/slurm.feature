@@ -12,6 +12,7 @@ Feature: SLURM tiers and the gateway
   @disruptive
   Scenario: A preempted tier leaves the gateway and comes back on its own
     Given the cluster file
-    When a higher-priority job takes the node of the first single-node SLURM tier for 150 seconds
+    When a higher-priority job takes the node of the first single-node SLURM tier
     Then the tier's job is requeued and its endpoint leaves the gateway
     And the tier answers through the gateway again within its recovery target, on another node
+    And when the higher-priority job ends, every SLURM tier answers through the gateway again on its own

@@ -63,5 +63,5 @@ def test_status_shows_jobs_nodes_and_endpoints(slurm_lab):
     assert result.returncode == 0, result.stderr
     assert "SLURM jobs" in result.stdout
     for job in ("llama-fast", "llama-reasoning"):
-        row = next(line for line in result.stdout.splitlines() if job in line)
+        row = next(line for line in result.stdout.splitlines() if line.startswith(f"│ {job} "))
         assert "RUNNING" in row and "http://10.213.0." in row, row
