@@ -1,0 +1,171 @@
+"""Benchmarks: a live tier over HTTP, a local rehearsal of a tier, and the tuning grid."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.table import Table
+
+from ..console import Failed, console
+from ..loader import load_cluster
+from ..planner.capacity import GIB
+
+
+def _write_bench(report, card: str) -> None:
+    import json
+
+    from ..benchmark import markdown
+    reports = Path("reports")
+    reports.mkdir(exist_ok=True)
+    (reports / "bench.json").write_text(json.dumps({**report.to_json(), "card": card}, indent=2))
+    text = markdown(report, card)
+    (reports / "bench-summary.md").write_text(text)
+    console.print(text, markup=False)
+    console.print(f"[dim]written: {reports}/bench.json, {reports}/bench-summary.md[/]")
+
+
+def _card() -> str:
+    import shutil
+    import subprocess
+    if not shutil.which("nvidia-smi"):
+        return "CPU only"
+    out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True)
+    names = [n.strip() for n in out.stdout.splitlines() if n.strip()]
+    return f"{len(names)} x {names[0]}" if names else "unknown GPU"
+
+
+def _bench_tier(cluster, tier_name: str | None):
+    from ..schema import RpcTier
+    tiers = [t for t in cluster.tiers if tier_name in (None, t.name)]
+    if not tiers:
+        raise Failed(f"unknown tier '{tier_name}' (tiers: {', '.join(t.name for t in cluster.tiers)})")
+    rpc = [t for t in tiers if isinstance(t, RpcTier)]
+    return (rpc or tiers)[0]
+
+
+def bench(cluster_file: str, tier_name: str | None, quick: bool) -> None:
+    """Measure a live tier over its HTTP API, beside the planner's bound."""
+    from .. import topology as topo
+    from ..benchmark import run_bench
+    from ..effects.probes import api_key
+    from ..effects.ssh import SshTransport
+    from ..planner.capacity import plan_tier
+
+    cluster = load_cluster(cluster_file)
+    tier = _bench_tier(cluster, tier_name)
+    model = tier.models[0] if tier.kind == "router" else tier.model
+    key = api_key(SshTransport(cluster), cluster, tier)
+    options = {"repeats": 1, "tokens": 32, "clients": (1, 2), "contexts": (128,)} if quick else {}
+    with console.status("bench …") as status:
+        report = run_bench(topo.endpoint_url(cluster, tier), model, key, tier.name,
+                           plan_tier(cluster, tier).decode_bound_tps, max_context=tier.ctx_size,
+                           progress=status.update, **options)
+    _write_bench(report, "")
+
+
+def rehearse(cluster_file: str, tier_name: str | None, install_dir: str | None, models_dir: str | None,
+             quick: bool) -> None:
+    """Run the tier's rendered command lines on this machine (one RPC worker per GPU, head on GPU 0), bench it."""
+    from .. import topology as topo
+    from ..benchmark import run_bench
+    from ..planner.capacity import plan_tier
+    from ..planner.shape import shape_of
+    from ..rehearsal import Rehearsal, localize
+
+    cluster = localize(load_cluster(cluster_file), install_dir, models_dir)
+    tier = _bench_tier(cluster, tier_name)
+    shape = shape_of(cluster.model(tier.model), Path(cluster.storage.models_dir))
+    bound = plan_tier(cluster, tier, shape).decode_bound_tps
+    options = {"repeats": 1, "tokens": 32, "clients": (1, 2), "contexts": (128,)} if quick else {}
+    with console.status(f"starting {tier.name}: workers, then the head …") as status:
+        with Rehearsal(cluster, tier, Path("reports/rehearsal")):
+            _record_gpu_memory(cluster, tier, shape)
+            status.update("bench …")
+            report = run_bench(topo.endpoint_url(cluster, tier), tier.model, None, tier.name, bound,
+                               max_context=tier.ctx_size, progress=status.update, **options)
+    _write_bench(report, _card() + " (rehearsal)")
+
+
+def _record_gpu_memory(cluster, tier, shape) -> None:
+    """With GPUs: memory used per GPU once the tier is up, next to the plan's total for that device."""
+    import json
+    import shutil
+    import subprocess
+
+    from ..planner.capacity import plan_tier
+    from ..rehearsal import gpu_assignment
+    if not shutil.which("nvidia-smi"):
+        return
+    out = subprocess.run(["nvidia-smi", "--query-gpu=index,memory.used", "--format=csv,noheader,nounits"],
+                         capture_output=True, text=True).stdout
+    used = {int(i): int(m) * 2**20 for i, m in (line.split(",") for line in out.strip().splitlines())}
+    gpus = gpu_assignment(cluster, tier)
+    rows = []
+    for device in plan_tier(cluster, tier, shape).devices:
+        index = int(gpus[device.node].split(",")[0])
+        rows.append({"device": device.device, "node": device.node, "gpu": index, "planned": device.total,
+                     "used": used[index], "ratio": round(device.total / used[index], 3)})
+    Path("reports").mkdir(exist_ok=True)
+    Path("reports/rehearsal-gpu-memory.json").write_text(json.dumps(rows, indent=2))
+    for r in rows:
+        console.print(f"{r['device']} (GPU {r['gpu']}): planned {r['planned'] / GIB:.2f} GiB, "
+                      f"nvidia-smi {r['used'] / GIB:.2f} GiB, ratio {r['ratio']}")
+
+
+def parallel_sweep(cluster, tier, parallels: tuple[int, ...]) -> list[dict]:
+    """The live server with each parallel slot count, as many clients as slots: aggregate throughput."""
+    from .. import topology as topo
+    from ..benchmark import concurrency_point
+    from ..rehearsal import Rehearsal
+
+    points = []
+    for n in parallels:
+        with console.status(f"server with --parallel {n}, {n} client(s) …"):
+            with Rehearsal(cluster, tier.model_copy(update={"parallel": n}), Path("reports/rehearsal")):
+                url = topo.endpoint_url(cluster, tier)
+                concurrency_point(url, tier.model, None, 1, 8)  # warm up
+                points.append({"parallel": n, **concurrency_point(url, tier.model, None, n, 64)})
+    return points
+
+
+def tune(cluster_file: str, tier_name: str | None, install_dir: str | None, models_dir: str | None,
+         parallels: tuple[int, ...] = (1, 2, 4)) -> None:
+    """Try the settings grid with llama-bench over the tier's RPC workers; print the best and the change to make."""
+    import json
+
+    from ..rehearsal import Rehearsal, gpu_assignment, localize
+    from ..tuning import change_to_make
+    from ..tuning import tune as run_tune
+
+    cluster = localize(load_cluster(cluster_file), install_dir, models_dir)
+    tier = _bench_tier(cluster, tier_name)
+    head_gpus = gpu_assignment(cluster, tier).get(tier.head, "")
+    with console.status("starting the RPC workers …") as status:
+        with Rehearsal(cluster, tier, Path("reports/rehearsal"), with_head=False):
+            grid, best, again = run_tune(cluster, tier, head_gpus, progress=status.update)
+    parallel = parallel_sweep(cluster, tier.model_copy(update=best.settings()), parallels)
+    table = Table("flash attn", "K", "V", "ubatch", "batch", "decode tok/s", "prompt tok/s", title=f"tune {tier.name}")
+    for p in sorted(grid, key=lambda p: -p.decode_tps):
+        table.add_row("on" if p.flash_attn else "off", p.cache_k, p.cache_v, str(p.ubatch), str(p.batch),
+                      f"{p.decode_tps:.1f}", f"{p.prompt_tps:.0f}")
+    console.print(table)
+    ptable = Table("parallel", "clients", "aggregate tok/s", "per client tok/s", "TTFT s", title="parallel slots")
+    for p in parallel:
+        ptable.add_row(str(p["parallel"]), str(p["clients"]), str(p["aggregate_tps"]), str(p["per_client_tps"]),
+                       str(p["ttft_s"]))
+    console.print(ptable)
+    one = next(p for p in parallel if p["parallel"] == parallels[0])["aggregate_tps"]
+    best_parallel = max(parallel, key=lambda p: p["aggregate_tps"])
+    chosen = best_parallel["parallel"] if best_parallel["aggregate_tps"] >= 1.1 * one else parallels[0]
+    changes = change_to_make(tier, best)
+    if chosen != tier.parallel:
+        changes.append(f"parallel: {chosen}   # was {tier.parallel}; aggregate {best_parallel['aggregate_tps']} "
+                       f"tok/s against {one} with one slot")
+    console.print(f"best: {best.settings()} at {best.decode_tps:.1f} tok/s; measured again: {again.decode_tps:.1f} "
+                  f"tok/s ({again.decode_tps / best.decode_tps:.1%} of the grid's best)")
+    console.print("change in the cluster file, tier " + tier.name + ":\n  " + "\n  ".join(changes) if changes
+                  else "the cluster file already has the best settings")
+    Path("reports").mkdir(exist_ok=True)
+    Path("reports/tune.json").write_text(json.dumps({
+        "card": _card(), "tier": tier.name, "grid": [p.__dict__ for p in grid], "best": best.__dict__,
+        "again": again.__dict__, "parallel": parallel, "change": changes}, indent=2))

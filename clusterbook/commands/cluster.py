@@ -1,0 +1,91 @@
+"""Commands on the cluster file itself: validate and check, render, plan, the README reference."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.table import Table
+
+from ..console import Failed, console
+from ..effects.files import write_tree
+from ..effects.validators import MissingTools, validate
+from ..loader import load_cluster, load_cluster_document
+from ..planner.capacity import GIB, plan_cluster, plan_json
+from ..planner.findings import plan_findings
+from ..problems import InputError
+from ..render.artifacts import render_artifacts
+
+
+def render(cluster_file: str, out_dir: str) -> None:
+    """Write every generated file under out_dir/<node>/<target path>."""
+    cluster = load_cluster(cluster_file)
+    artifacts = render_artifacts(cluster)
+    paths = write_tree(artifacts, Path(out_dir))
+    table = Table("node", "file", "what", title=f"{cluster.cluster.name}: {len(paths)} files in {out_dir}/")
+    for a in artifacts:
+        table.add_row(a.node, a.path, a.about)
+    console.print(table)
+
+
+def check(cluster_file: str) -> None:
+    """Validate the cluster file and every rendered file with the real tools; exit 1 on any failure."""
+    cluster, doc = load_cluster_document(cluster_file)
+    findings = plan_findings(cluster, plan_cluster(cluster))
+    if findings:
+        raise InputError([doc.problem(path, message) for path, message in findings])
+    console.print(f"[green]ok[/] {cluster_file}: schema, cross-field rules and capacity plan")
+    try:
+        verdicts = validate(render_artifacts(cluster))
+    except MissingTools as exc:
+        raise Failed(str(exc)) from None
+    table = Table("result", "node", "file", "validator", title="rendered files")
+    for v in verdicts:
+        table.add_row("[green]ok[/]" if v.ok else "[red]FAIL[/]", v.node, v.path, v.validator)
+    console.print(table)
+    failed = [v for v in verdicts if not v.ok]
+    for v in failed:
+        console.print(f"[red]{v.node}:{v.path}[/] ({v.validator}):\n{v.output}", markup=True)
+    if failed:
+        raise Failed(f"{len(failed)} of {len(verdicts)} checks failed")
+    console.print(f"[green]all {len(verdicts)} checks passed[/]")
+
+
+def write_reference(readme: str) -> None:
+    """Regenerate the cluster file reference between the README's markers."""
+    from ..reference import reference_markdown, splice
+    path = Path(readme)
+    path.write_text(splice(path.read_text(), reference_markdown()))
+    console.print(f"[green]updated[/] the cluster file reference in {readme}")
+
+
+def plan(cluster_file: str, tier: str | None, as_json: bool, models_dir: str | None) -> None:
+    """Print the capacity plan of every tier (or one) as tables, or as JSON."""
+    import json
+
+    cluster = load_cluster(cluster_file)
+    plans = plan_cluster(cluster, Path(models_dir) if models_dir else None)
+    if tier and tier not in plans:
+        raise Failed(f"unknown tier '{tier}' (tiers: {', '.join(plans)})")
+    chosen = [plans[tier]] if tier else list(plans.values())
+    if as_json:
+        print(json.dumps([plan_json(p) for p in chosen], indent=2))
+        return
+    for p in chosen:
+        table = Table("device", "node", "blocks", "weights", "KV cache", "compute", "overhead", "total", "usable",
+                      "headroom", title=f"tier {p.tier}: {p.model} at {p.ctx:,} tokens ({p.shape_source} shape)")
+        for d in p.devices:
+            gib = lambda b: f"{b / GIB:.2f} GiB" if b is not None else "-"  # noqa: E731
+            head = gib(d.headroom) if d.headroom is None or d.headroom >= 0 else f"[red]{gib(d.headroom)}[/]"
+            table.add_row(d.device, d.node, f"{d.blocks}{' + out' if d.output else ''}", gib(d.weights), gib(d.kv),
+                          gib(d.compute), gib(d.overhead), gib(d.total), gib(d.capacity), head)
+        console.print(table)
+        facts = [f"fits: {'[green]yes[/]' if p.fits else '[red]no[/]'}"]
+        if p.max_ctx is not None:
+            facts.append(f"largest context that fits: {p.max_ctx:,}")
+        if p.decode_bound_tps:
+            facts.append(f"decode bound: {p.decode_bound_tps:.1f} tok/s (empty context)")
+        if p.decode_bound_full_ctx_tps:
+            facts.append(f"{p.decode_bound_full_ctx_tps:.1f} tok/s (full context)")
+        if p.prompt_estimate_tps:
+            facts.append(f"prompt estimate: {p.prompt_estimate_tps:,.0f} tok/s")
+        console.print("  " + " · ".join(facts + p.notes))

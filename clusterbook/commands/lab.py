@@ -1,0 +1,67 @@
+"""Commands on the lab: up (optionally with SLURM), status, down, restart, and ssh into a node."""
+
+from __future__ import annotations
+
+from rich.table import Table
+
+from ..console import Failed, console
+from ..loader import load_cluster
+from .runbooks import run_runbook
+
+LAB_CLUSTER = "lab/cluster.yaml"
+
+
+def _lab(cluster_file: str):
+    from ..lab.lab import Lab
+    return Lab(load_cluster(cluster_file))
+
+
+LAB_SLURM_CLUSTER = "lab/cluster-slurm.yaml"
+
+
+def lab_up(cluster_file: str, slurm: bool = False) -> None:
+    """Build (cached) and boot the lab; a no-op when it is already up. With slurm, configure SLURM too."""
+    lab = _lab(cluster_file)
+    try:
+        lab.up()
+    except RuntimeError as exc:
+        raise Failed(str(exc)) from None
+    if slurm:
+        run_runbook("slurm", cluster_file, quiet_recap=True)
+    lab_status(cluster_file)
+
+
+def lab_status(cluster_file: str) -> None:
+    lab = _lab(cluster_file)
+    table = Table("node", "container", "ssh", "state / addresses", title=f"lab {lab.c.cluster.name}")
+    rows = lab.status()
+    for s in rows:
+        table.add_row(s.name, "[green]running[/]" if s.running else "[red]stopped[/]",
+                      "[green]ok[/]" if s.ssh else "[red]no[/]", s.detail.replace("\n", "  "))
+    console.print(table)
+    if not all(s.running and s.ssh for s in rows):
+        raise Failed("not every lab node is running and reachable (invoke lab.up)")
+
+
+def lab_down(cluster_file: str) -> None:
+    left = _lab(cluster_file).down()
+    if left:
+        raise Failed(f"left behind after lab.down: {', '.join(left)}")
+    console.print("[green]lab is down[/]: no containers, bridges or veths left (caches kept)")
+
+
+def lab_restart(cluster_file: str, node: str) -> None:
+    lab = _lab(cluster_file)
+    if node not in [n.name for n in lab.c.nodes]:
+        raise Failed(f"unknown node '{node}' (nodes: {', '.join(n.name for n in lab.c.nodes)})")
+    lab.restart(node)
+    console.print(f"[green]{node} is back[/]")
+
+
+def ssh_command(cluster_file: str, node: str) -> list[str]:
+    """The ssh argv for an interactive session on a node of the cluster file."""
+    from ..effects.ssh import ssh_argv
+    cluster = load_cluster(cluster_file)
+    if node not in [n.name for n in cluster.nodes]:
+        raise Failed(f"unknown node '{node}' (nodes: {', '.join(n.name for n in cluster.nodes)})")
+    return ssh_argv(cluster, node)

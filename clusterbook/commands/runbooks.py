@@ -1,0 +1,97 @@
+"""Commands that run runbooks over SSH: any runbook, a tier's by its manager, status and logs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.table import Table
+
+from ..console import Failed, console
+from ..loader import load_cluster
+
+
+def default_cluster() -> str:
+    """The cluster file tasks use when --cluster is not given: $CLUSTERBOOK_CLUSTER, else cluster.yaml."""
+    import os
+    return os.environ.get("CLUSTERBOOK_CLUSTER", "cluster.yaml")
+
+
+def run_runbook(runbook_id: str, cluster_file: str, tier: str | None = None, dry: bool = False,
+                only: str | None = None, steps: str | None = None, quiet_recap: bool = False):
+    """Expand a runbook for the cluster and run it over SSH (or print the plan with dry)."""
+    import time as _time
+
+    from ..effects.executor import Executor, dry_run, recap, step_times
+    from ..effects.ssh import SshTransport
+    from ..runbooks import available, expand
+
+    cluster = load_cluster(cluster_file)
+    books = available()
+    only_nodes = [n.strip() for n in only.split(",")] if only else None
+    if only_nodes:
+        unknown = [n for n in only_nodes if n not in {x.name for x in cluster.nodes}]
+        if unknown:
+            raise Failed(f"--only: unknown node(s) {', '.join(unknown)}")
+    expansion = expand(books[runbook_id], cluster, tier, only_nodes, steps.split(",") if steps else None)
+    state_dir = Path(".clusterbook") / cluster.cluster.name / "deployed"
+    if dry:
+        dry_run(expansion, state_dir)
+        return None
+    stamp = _time.strftime("%Y%m%dT%H%M%SZ", _time.gmtime())
+    log = Path("runs") / f"{stamp}-{cluster.cluster.name}-{runbook_id}{'-' + tier if tier else ''}.jsonl"
+    started = _time.monotonic()
+    report = Executor(SshTransport(cluster), log, state_dir).run(expansion)
+    if not quiet_recap:
+        console.print(recap(report))
+        console.print(step_times(report))
+        console.print(f"[dim]{_time.monotonic() - started:.1f} s; run log: {log}[/]")
+    if report.failure:
+        raise Failed(report.failure)
+    return report
+
+
+def tier_runbook(cluster_file: str, tier: str, action: str) -> str:
+    """The runbook id for an action on a tier: deploy -> deploy-<kind>, stop, restart."""
+    cluster = load_cluster(cluster_file)
+    names = [t.name for t in cluster.tiers]
+    if tier not in names:
+        raise Failed(f"unknown tier '{tier}' in {cluster_file} (tiers: {', '.join(names)})")
+    t = cluster.tier(tier)
+    if t.manager == "slurm":
+        if action == "restart":
+            raise Failed(f"tier {tier} runs as a SLURM job: use stop.{tier} and deploy.{tier}, or scontrol requeue")
+        return f"{action}-slurm"
+    return f"deploy-{t.kind}" if action == "deploy" else action
+
+
+def status(cluster_file: str, only: str | None = None) -> None:
+    """A table of node, unit, active state, port listening, models, GPU memory."""
+    report = run_runbook("status", cluster_file, only=only, quiet_recap=True)
+    table = Table("node", "unit", "active", "port", "listening", "models", "GPU memory (MiB used/total)",
+                  title="status")
+    for o in report.outcomes:
+        rows = [dict(kv.split("=", 1) for kv in line.split() if "=" in kv) for line in o.stdout.splitlines()]
+        gpu = next((r["gpu"] for r in rows if "gpu" in r), "none")
+        for r in rows:
+            if "unit" in r and "active" in r:
+                active = r["active"]
+                table.add_row(o.host, r["unit"], f"[green]{active}[/]" if active == "active" else f"[red]{active}[/]",
+                              r["port"], "yes" if r["listening"] != "0" else "[red]no[/]", r.get("models") or "-",
+                              gpu if gpu != "none" else "-")
+    console.print(table)
+    jobs = [dict(kv.split("=", 1) for kv in line.split() if "=" in kv)
+            for o in report.outcomes for line in o.stdout.splitlines() if line.startswith("job=")]
+    if jobs:
+        table = Table("job", "id", "state", "nodes", "endpoint", title="SLURM jobs")
+        for j in jobs:
+            state = j["state"]
+            table.add_row(j["job"], j["id"], f"[green]{state}[/]" if state == "RUNNING" else f"[yellow]{state}[/]",
+                          j["nodes"], j["endpoint"])
+        console.print(table)
+
+
+def logs(cluster_file: str, only: str | None = None) -> None:
+    report = run_runbook("logs", cluster_file, only=only, quiet_recap=True)
+    for o in report.outcomes:
+        console.rule(o.host)
+        console.print(o.stdout, markup=False, highlight=False)
