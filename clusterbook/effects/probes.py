@@ -85,14 +85,14 @@ FIXED_PROMPT = "Write a short Rust function that returns the sum of a slice of i
 
 
 def chat(url: str, model: str, api_key: str | None = None, max_tokens: int = 32, timeout: float = 300,
-         prompt: str = FIXED_PROMPT) -> dict:
+         prompt: str = FIXED_PROMPT, extra: dict | None = None) -> dict:
     """One non-streamed chat completion (fixed seed, greedy, ignore_eos); the response as JSON."""
     import httpx
 
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     response = httpx.post(f"{url}/v1/chat/completions", headers=headers, timeout=timeout, json={
         "model": model, "messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens,
-        "ignore_eos": True, "seed": 42, "temperature": 0})
+        "ignore_eos": True, "seed": 42, "temperature": 0, **(extra or {})})
     response.raise_for_status()
     return response.json()
 
