@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ipaddress
-import re
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -512,8 +511,3 @@ class Cluster(Strict):
             return marked[0]
         fabric = [name for name, net in self.networks.items() if net.role == "fabric"]
         return fabric[0] if fabric else self.management_network
-
-
-def slug(text: str) -> str:
-    """A file-name-safe form of a name."""
-    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-").lower()

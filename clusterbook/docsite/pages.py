@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import json
-import posixpath
 
 from .. import flags as fl
 from .. import topology as topo
 from ..planner.capacity import GIB, TierPlan, plan_cluster
 from ..planner.findings import evaluate_claim
-from ..render.artifacts import Artifact, render_artifacts, selector_rows
+from ..render.artifacts import Artifact, selector_rows
 from ..runbooks import Expansion, PutFile
 from ..schema import HIGHER_IS_BETTER, Cluster, RouterTier, RpcTier
 from ..templating import render_string
@@ -333,10 +332,3 @@ def runbook_command(runbook_id: str, tier: str | None) -> str:
 
 def slug(runbook_id: str, tier: str | None) -> str:
     return f"{runbook_id}-{tier}" if tier else runbook_id
-
-
-def artifact_download_path(a: Artifact) -> str:
-    return posixpath.join("files", a.node, a.path.lstrip("/"))
-
-
-__all__ = ["render_artifacts"]

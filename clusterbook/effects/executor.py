@@ -53,8 +53,8 @@ class Executor:
         self.log_path = log_path
         self.state_dir = state_dir  # last content uploaded per host/path: the base of --dry diffs
 
-    def run(self, expansion: Expansion, report: Report | None = None) -> Report:
-        report = report or Report(expansion.runbook)
+    def run(self, expansion: Expansion) -> Report:
+        report = Report(expansion.runbook)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         console.print(f"[bold]{expansion.title}[/]")
         for index, step in enumerate(expansion.steps, 1):

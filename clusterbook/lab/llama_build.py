@@ -13,7 +13,10 @@ from pathlib import Path
 from .progress import step
 
 CACHE = Path("/var/cache/clusterbook/llama.cpp")
-TARGETS = ("llama-server", "ggml-rpc-server", "rpc-server", "llama-bench")
+def targets(version: int) -> list[str]:
+    """What the lab builds: the server, the RPC worker under this build's name, and llama-bench."""
+    from ..schema import Engine
+    return ["llama-server", Engine(build=version, install_dir="/").rpc_worker_binary, "llama-bench"]
 CMAKE_FLAGS = ("-DGGML_RPC=ON", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF", "-DCMAKE_BUILD_TYPE=Release")
 
 
@@ -46,10 +49,6 @@ def build_for(version: int, cache: Path = CACHE) -> LlamaBuild:
     return LlamaBuild(version, cache / f"b{version}-{key}-{_cpu_key()}")
 
 
-def rpc_target(version: int) -> str:
-    return "ggml-rpc-server" if version >= 9824 else "rpc-server"
-
-
 def ensure_build(version: int, cache: Path = CACHE, jobs: int = 2) -> LlamaBuild:
     """Download, configure, build and pack llama.cpp b<version> unless the tarball is cached."""
     build = build_for(version, cache)
@@ -70,20 +69,20 @@ def ensure_build(version: int, cache: Path = CACHE, jobs: int = 2) -> LlamaBuild
     with step("configure llama.cpp (CPU backend, RPC on)"):
         _run(["cmake", "-S", str(src), "-B", str(build.root / "build"), *CMAKE_FLAGS,
               f"-DLLAMA_BUILD_NUMBER={version}"])
-    targets = [t for t in TARGETS if t != ("rpc-server" if version >= 9824 else "ggml-rpc-server")]
-    with step(f"build {', '.join(targets)} (several minutes on 2 cores)"):
-        _run(["cmake", "--build", str(build.root / "build"), "-j", str(jobs), "--target", *targets])
+    names = targets(version)
+    with step(f"build {', '.join(names)} (several minutes on 2 cores)"):
+        _run(["cmake", "--build", str(build.root / "build"), "-j", str(jobs), "--target", *names])
     with step("pack the release tarball"):
-        _pack(build, targets)
+        _pack(build, names)
     return build
 
 
-def _pack(build: LlamaBuild, targets: list[str]) -> None:
+def _pack(build: LlamaBuild, names: list[str]) -> None:
     """The tarball the install runbook distributes: bin/ with the binaries and their libraries, and VERSION."""
     stage = build.root / "stage" / "bin"
     shutil.rmtree(stage.parent, ignore_errors=True)
     stage.mkdir(parents=True)
-    for name in targets:
+    for name in names:
         shutil.copy2(build.bin_dir / name, stage / name)
     for lib in build.bin_dir.glob("*.so*"):
         shutil.copy2(lib, stage / lib.name, follow_symlinks=False)

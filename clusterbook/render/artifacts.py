@@ -158,10 +158,10 @@ def _sbatch(c: Cluster, tier: RouterTier | RpcTier) -> Artifact:
     floating = isinstance(tier, RouterTier) and candidates != [head]
     argv = server_exec(c, tier)
     if floating:  # the address of whichever node SLURM chose, looked up at run time
-        argv = [("$HTTP_ADDR" if a == topo.http_address(c, tier) else a) for a in argv]
+        argv = [("${HTTP_ADDR}" if a == topo.http_address(c, tier) else a) for a in argv]
     steps.append({"name": "head" if isinstance(tier, RpcTier) else "server", "node": "$SLURMD_NODENAME" if floating
                   else head, "wait_for": topo.rpc_endpoints(c, tier) if isinstance(tier, RpcTier) else [],
-                  "command": fl.shell_line(argv, "        ").replace("'$HTTP_ADDR'", '"$HTTP_ADDR"')})
+                  "command": fl.shell_line(argv, "        ")})
     addresses = {n: topo.address(c, n, topo.listen_network(c, tier)) for n in candidates}
     text = template("tier.sbatch.j2", header=header(c), tier=tier, summary=summary, job=topo.units(tier).job,
                     slurm=tier.slurm, nodes=[] if floating else [s["node"] for s in steps], steps=steps,

@@ -336,7 +336,7 @@ def _kill_worker(cluster, transport, context):
 def _recovers(cluster, transport, context, measured):
     tier = context["tier"]
     limit = recovery_target(cluster, tier)
-    seconds = until_answers(cluster, transport, tier, max(limit * 3, 60))
+    until_answers(cluster, transport, tier, max(limit * 3, 60))
     total = time.monotonic() - context["started"]
     measured(f"{tier.name} recovery s", round(total, 1))
     assert total <= limit, f"tier {tier.name}: expected to answer within {limit:g} s, took {total:.1f} s"
@@ -344,7 +344,6 @@ def _recovers(cluster, transport, context, measured):
         address, port = endpoint.split(":")
         assert probes.connected(transport, tier.head, address, int(port)), \
             f"tier {tier.name}: answers again, but without the worker at {endpoint}"
-    del seconds
 
 
 # --- router -------------------------------------------------------------------------------------------------
