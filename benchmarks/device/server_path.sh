@@ -6,6 +6,7 @@ BIN=/tmp/llama/build/bin
 MODEL=/tmp/models/random-8b-q8_0.gguf
 python3 benchmarks/device/make_cluster.py /tmp/device-cluster.yaml "$MODEL" > /dev/null
 sed -i 's/batch_size: 2048/batch_size: 512/; s/^  parallel: 1$/  parallel: 1\n  flash_attn: "on"/' /tmp/device-cluster.yaml
+lscpu | grep -i "numa\|model name"; nvidia-smi topo -m | head -4
 echo "== llama-bench, one GPU"
 LD_LIBRARY_PATH=$BIN CUDA_VISIBLE_DEVICES=0 $BIN/llama-bench -m $MODEL -ngl 99 -p 0 -n 128 -r 5 -fa 1 -b 512 -ub 512 \
     -o json > "$OUT/llama-bench-1gpu.json" 2>/dev/null
@@ -22,6 +23,6 @@ for f in ('1gpu', 'rpc'):
         print(f, r['n_gen'], round(r['avg_ts'], 1), [round(x, 1) for x in r['samples_ts']])"
 echo "== server variants"
 mkdir -p /tmp/sp
-python3 benchmarks/device/server_path.py /tmp/device-cluster.yaml "$OUT" /tmp/sp
+python3 benchmarks/device/server_path.py /tmp/device-cluster.yaml "$OUT" "${1:-flags}" /tmp/sp
 grep -ih "pipeline\|graph\|sampl\|error" /tmp/sp/head-2.log /tmp/sp/head-3.log | head -40 > "$OUT/head-notes.txt"
 true
