@@ -222,7 +222,8 @@ def bench_run(c, cluster=None, tier=None, quick=False):
 @task(name="rehearse", help={**BENCH_HELP, **LOCAL_HELP})
 @exits_cleanly
 def bench_rehearse(c, cluster=None, tier=None, install_dir=None, models_dir=None, quick=False):
-    """Run a tier's rendered command lines on this machine (RPC worker per GPU, head on GPU 0) and bench it."""
+    """Run a tier's rendered command lines on this machine (RPC worker per GPU, head on GPU 0), bench it, and
+    compare its decode speed with the model on the head's first device alone (llama-bench and llama-server)."""
     commands.rehearse(cluster or commands.default_cluster(), tier, install_dir, models_dir, quick)
 
 

@@ -60,6 +60,16 @@ def _decode_only(url: str, model: str, key: str | None, prompt: str, tokens: int
     return answer.get("timings", {}).get("predicted_per_second", 0.0)
 
 
+def decode_samples(url: str, model: str, key: str | None, tokens: int = 128, repeats: int = 3) -> list[float]:
+    """Decode tokens/s of the baseline prompts, each repeated, after a warm-up: what the bench's baseline measures."""
+    _decode_only(url, model, key, "warm up", 8)
+    return [_decode_only(url, model, key, prompt, tokens) for prompt in PROMPTS.values() for _ in range(repeats)]
+
+
+def baseline_decode_samples(report: BenchReport) -> list[float]:
+    return [s for figures in report.baseline.values() for s in figures["decode_tps"].samples]
+
+
 def _count_tokens(url: str, model: str, key: str | None, text: str) -> int:
     """Tokens of a text by the server's own tokenizer (llama-server POST /tokenize)."""
     import httpx

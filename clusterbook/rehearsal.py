@@ -35,36 +35,56 @@ def gpu_assignment(c: Cluster, tier: RpcTier) -> dict[str, str]:
     return assignment
 
 
-class Rehearsal:
-    """Context manager: the tier's processes, started with the unit's argv, stopped on exit."""
+def one_device_argv(argv: list[str]) -> list[str]:
+    """The head's command line without its RPC workers: the same flags on the head's own device."""
+    out, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg in ("--rpc", "--tensor-split"):
+            skip = True
+        else:
+            out.append(arg)
+    return out
 
-    def __init__(self, c: Cluster, tier: RpcTier, log_dir: Path, with_head: bool = True):
+
+class Rehearsal:
+    """Context manager: the tier's processes, started with the unit's argv, stopped on exit.
+
+    with_head=False starts the workers alone (llama-bench becomes their client); one_device=True starts the head
+    alone on its first GPU with the same flags and no RPC workers (the baseline a split is compared with).
+    """
+
+    def __init__(self, c: Cluster, tier: RpcTier, log_dir: Path, with_head: bool = True, one_device: bool = False):
         for node in topo.tier_nodes(tier):
             for address in c.node(node).addresses.values():
                 if not address.startswith("127."):
                     raise ValueError(f"a rehearsal runs on this machine: {node}'s address {address} is not loopback")
-        self.c, self.tier, self.log_dir, self.with_head = c, tier, log_dir, with_head
+        self.c, self.tier, self.log_dir, self.with_head, self.one_device = c, tier, log_dir, with_head, one_device
         self.processes: list[tuple[str, subprocess.Popen]] = []
 
     def _start(self, name: str, node: str, argv: list[str]) -> None:
         env = {**os.environ, "LD_LIBRARY_PATH": ld_library_path(self.c)}
         gpus = gpu_assignment(self.c, self.tier)
-        env["CUDA_VISIBLE_DEVICES"] = gpus.get(node, "")
+        env["CUDA_VISIBLE_DEVICES"] = gpus.get(node, "").split(",")[0] if self.one_device else gpus.get(node, "")
         self.log_dir.mkdir(parents=True, exist_ok=True)
         log = (self.log_dir / f"{name}.log").open("wb")
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         self.processes.append((name, proc))
 
     def __enter__(self) -> Rehearsal:
-        for worker in self.tier.workers:
+        workers = [] if self.one_device else self.tier.workers
+        for worker in workers:
             self._start(f"rpc-{worker}", worker, fl.worker_argv(self.c, self.tier, worker))
-        for endpoint in topo.rpc_endpoints(self.c, self.tier):
+        for endpoint in topo.rpc_endpoints(self.c, self.tier) if workers else []:
             host, port = endpoint.split(":")
             self._wait(lambda h=host, p=int(port): _port_open(h, p), f"RPC worker {endpoint}", 60)
         if self.with_head:
             argv = [a for a in server_exec(self.c, self.tier) if not a.startswith(("/usr/bin/numactl", "--cpunodebind",
                                                                                    "--membind"))]
-            self._start("head", self.tier.head, argv)
+            if self.one_device:
+                argv = one_device_argv(argv)
+            self._start("head-one-device" if self.one_device else "head", self.tier.head, argv)
             url = topo.endpoint_url(self.c, self.tier) + "/health"
             self._wait(lambda: _healthy(url), f"{url} answering 200", 900)
         return self

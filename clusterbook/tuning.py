@@ -44,14 +44,19 @@ def grid(c: Cluster, tier: RpcTier) -> list[tuple[bool, str, str]]:
     return [(fa, k, v) for fa, k, v in combos if not (v in QUANTIZED and not fa)]
 
 
-def llama_bench_argv(c: Cluster, tier: RpcTier, fa: bool, k: str, v: str, ubatches: str, batches: str,
-                     reps: int = 3) -> list[str]:
+def llama_bench_argv(c: Cluster, tier: RpcTier, fa: str, k: str, v: str, ubatches: str, batches: str,
+                     reps: int = 3, prompt: int = 512, gen: int = 128, rpc: bool = True) -> list[str]:
+    """llama-bench with the tier's split over its RPC workers, or (rpc=False) the same flags on one device."""
     model = os.path.join(c.storage.models_dir, c.model(tier.model).file)
-    return [fl.binary(c, c.engine.bench_binary), "-m", model, "-rpc", ",".join(topo.rpc_endpoints(c, tier)),
-            "-ngl", str(topo.n_gpu_layers(c, tier)), "-sm", "layer",
-            "-ts", topo.tensor_split_flag(c, tier).replace(",", "/"), "-p", "512", "-n", "128",
-            "-r", str(reps), "-ub", ubatches, "-b", batches, "-fa", "1" if fa else "0", "-ctk", k, "-ctv", v,
-            "-o", "json"]
+    split = ["-rpc", ",".join(topo.rpc_endpoints(c, tier)), "-sm", "layer",
+             "-ts", topo.tensor_split_flag(c, tier).replace(",", "/")] if rpc else []
+    return [fl.binary(c, c.engine.bench_binary), "-m", model, *split, "-ngl", str(topo.n_gpu_layers(c, tier)),
+            "-p", str(prompt), "-n", str(gen), "-r", str(reps), "-ub", ubatches, "-b", batches,
+            "-fa", fa, "-ctk", k, "-ctv", v, "-o", "json"]
+
+
+def _on(flag: bool) -> str:
+    return "on" if flag else "off"
 
 
 def run_llama_bench(c: Cluster, argv: list[str], gpus: str) -> list[dict]:
@@ -78,10 +83,10 @@ def tune(c: Cluster, tier: RpcTier, gpus: str, progress=lambda text: None) -> tu
     measured: list[Point] = []
     for fa, k, v in grid(c, tier):
         progress(f"llama-bench: flash attention {'on' if fa else 'off'}, K {k}, V {v}, ubatch 256/512, batch 512/2048")
-        measured += points(run_llama_bench(c, llama_bench_argv(c, tier, fa, k, v, "256,512", "512,2048"), gpus))
+        measured += points(run_llama_bench(c, llama_bench_argv(c, tier, _on(fa), k, v, "256,512", "512,2048"), gpus))
     best = max(measured, key=lambda p: p.decode_tps)
     progress("llama-bench: the best point again")
-    again = points(run_llama_bench(c, llama_bench_argv(c, tier, best.flash_attn, best.cache_k, best.cache_v,
+    again = points(run_llama_bench(c, llama_bench_argv(c, tier, _on(best.flash_attn), best.cache_k, best.cache_v,
                                                         str(best.ubatch), str(best.batch)), gpus))[0]
     return measured, best, again
 

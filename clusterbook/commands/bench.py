@@ -11,14 +11,14 @@ from ..loader import load_cluster
 from ..planner.capacity import GIB
 
 
-def _write_bench(report, card: str) -> None:
+def _write_bench(report, card: str, extra: dict | None = None, extra_markdown: str = "") -> None:
     import json
 
     from ..benchmark import markdown
     reports = Path("reports")
     reports.mkdir(exist_ok=True)
-    (reports / "bench.json").write_text(json.dumps({**report.to_json(), "card": card}, indent=2))
-    text = markdown(report, card)
+    (reports / "bench.json").write_text(json.dumps({**report.to_json(), "card": card, **(extra or {})}, indent=2))
+    text = markdown(report, card) + extra_markdown
     (reports / "bench-summary.md").write_text(text)
     console.print(text, markup=False)
     console.print(f"[dim]written: {reports}/bench.json, {reports}/bench-summary.md[/]")
@@ -65,25 +65,48 @@ def bench(cluster_file: str, tier_name: str | None, quick: bool) -> None:
 
 def rehearse(cluster_file: str, tier_name: str | None, install_dir: str | None, models_dir: str | None,
              quick: bool) -> None:
-    """Run the tier's rendered command lines on this machine (one RPC worker per GPU, head on GPU 0), bench it."""
+    """Run the tier's rendered command lines on this machine (one RPC worker per GPU, head on GPU 0), bench it,
+    and measure what the split costs against the model on the head's first device alone."""
     from .. import topology as topo
-    from ..benchmark import run_bench
+    from ..benchmark import baseline_decode_samples, decode_samples, run_bench
     from ..planner.capacity import plan_tier
     from ..planner.shape import shape_of
-    from ..rehearsal import Rehearsal, localize
+    from ..rehearsal import Rehearsal, gpu_assignment, localize
+    from ..splitcost import SplitCost, engine_decode, fits_one_device, served_decode
+    from ..splitcost import markdown as split_markdown
 
     cluster = localize(load_cluster(cluster_file), install_dir, models_dir)
     tier = _bench_tier(cluster, tier_name)
     shape = shape_of(cluster.model(tier.model), Path(cluster.storage.models_dir))
-    bound = plan_tier(cluster, tier, shape).decode_bound_tps
+    plan = plan_tier(cluster, tier, shape)
+    one_fits = fits_one_device(plan, tier.head)
     options = {"repeats": 1, "tokens": 32, "clients": (1, 2), "contexts": (128,)} if quick else {}
-    with console.status(f"starting {tier.name}: workers, then the head …") as status:
-        with Rehearsal(cluster, tier, Path("reports/rehearsal")):
+    reps, tokens = (1, 32) if quick else (3, 128)
+    logs, url = Path("reports/rehearsal"), topo.endpoint_url(cluster, tier)
+    head_gpus = gpu_assignment(cluster, tier).get(tier.head, "")
+    with console.status(f"starting {tier.name}'s RPC workers for llama-bench …") as status:
+        with Rehearsal(cluster, tier, logs, with_head=False):
+            status.update("llama-bench over the RPC workers, the tier's flags …")
+            engine_tier = engine_decode(cluster, tier, head_gpus, one_device=False, reps=reps, tokens=tokens)
+        engine_one = None
+        if one_fits:
+            status.update("llama-bench on the head's first device alone …")
+            engine_one = engine_decode(cluster, tier, head_gpus.split(",")[0], one_device=True, reps=reps,
+                                       tokens=tokens)
+        status.update(f"starting {tier.name}: workers, then the head …")
+        with Rehearsal(cluster, tier, logs):
             _record_gpu_memory(cluster, tier, shape)
             status.update("bench …")
-            report = run_bench(topo.endpoint_url(cluster, tier), tier.model, None, tier.name, bound,
+            report = run_bench(url, tier.model, None, tier.name, plan.decode_bound_tps,
                                max_context=tier.ctx_size, progress=status.update, **options)
-    _write_bench(report, _card() + " (rehearsal)")
+        served_one = None
+        if one_fits:
+            status.update("llama-server on the head's first device alone …")
+            with Rehearsal(cluster, tier, logs, one_device=True):
+                served_one = served_decode(decode_samples(url, tier.model, None, tokens, reps))
+    cost = SplitCost(engine_tier, engine_one, served_decode(baseline_decode_samples(report)), served_one, tokens)
+    _write_bench(report, _card() + " (rehearsal)", {"split_cost": cost.to_json()},
+                 split_markdown(cost, len(plan.devices)))
 
 
 def _record_gpu_memory(cluster, tier, shape) -> None:

@@ -39,7 +39,14 @@ def test_rehearse_and_bench_on_cpu(local):
     assert decode > 0
     assert report["decode_bound_tps"] > decode  # the planner's bound is above what was measured
     assert report["card"] == "CPU only (rehearsal)"
-    assert "Planner's decode bound" in (ROOT / "reports/bench-summary.md").read_text()
+    summary = (ROOT / "reports/bench-summary.md").read_text()
+    assert "Planner's decode bound" in summary
+    # the split's cost: the same flags with and without the RPC workers, by llama-bench and by the server
+    cost = report["split_cost"]
+    assert cost["engine_tier"] > 0 and cost["engine_one"] > 0 and cost["served_one"] > 0
+    assert cost["served_tier"] == pytest.approx(decode, rel=0.5)  # the baseline's decode, all prompts together
+    assert cost["engine_ratio"] == pytest.approx(cost["engine_tier"] / cost["engine_one"], abs=0.001)
+    assert "| llama-bench (tg32) |" in summary and "| llama-server over HTTP |" in summary
 
 
 def test_tune_on_cpu(local):
