@@ -66,6 +66,7 @@ def engine_decode(c: Cluster, tier: RpcTier, gpus: str, *, one_device: bool, rep
 
 
 def served_decode(samples: list[float]) -> float:
+    """One figure from the server's decode samples: their median."""
     return round(statistics.median(samples), 1)
 
 
