@@ -48,6 +48,17 @@ def one_device_argv(argv: list[str]) -> list[str]:
     return out
 
 
+def head_argv(c: Cluster, tier: RpcTier, one_device: bool = False) -> list[str]:
+    """The unit's ExecStart for the head, without the NUMA binding (this machine's layout is not the node's)."""
+    argv = [a for a in server_exec(c, tier) if not a.startswith(("/usr/bin/numactl", "--cpunodebind", "--membind"))]
+    return one_device_argv(argv) if one_device else argv
+
+
+def head_first_gpu(c: Cluster, tier: RpcTier) -> str:
+    """CUDA_VISIBLE_DEVICES for the head's first GPU alone ("" where the head has none)."""
+    return gpu_assignment(c, tier).get(tier.head, "").split(",")[0]
+
+
 class Rehearsal:
     """Context manager: the tier's processes, started with the unit's argv, stopped on exit.
 
@@ -66,7 +77,7 @@ class Rehearsal:
     def _start(self, name: str, node: str, argv: list[str]) -> None:
         env = {**os.environ, "LD_LIBRARY_PATH": ld_library_path(self.c)}
         gpus = gpu_assignment(self.c, self.tier)
-        env["CUDA_VISIBLE_DEVICES"] = gpus.get(node, "").split(",")[0] if self.one_device else gpus.get(node, "")
+        env["CUDA_VISIBLE_DEVICES"] = head_first_gpu(self.c, self.tier) if self.one_device else gpus.get(node, "")
         self.log_dir.mkdir(parents=True, exist_ok=True)
         log = (self.log_dir / f"{name}.log").open("wb")
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
@@ -80,11 +91,8 @@ class Rehearsal:
             host, port = endpoint.split(":")
             self._wait(lambda h=host, p=int(port): _port_open(h, p), f"RPC worker {endpoint}", 60)
         if self.with_head:
-            argv = [a for a in server_exec(self.c, self.tier) if not a.startswith(("/usr/bin/numactl", "--cpunodebind",
-                                                                                   "--membind"))]
-            if self.one_device:
-                argv = one_device_argv(argv)
-            self._start("head-one-device" if self.one_device else "head", self.tier.head, argv)
+            self._start("head-one-device" if self.one_device else "head", self.tier.head,
+                        head_argv(self.c, self.tier, self.one_device))
             url = topo.endpoint_url(self.c, self.tier) + "/health"
             self._wait(lambda: _healthy(url), f"{url} answering 200", 900)
         return self

@@ -22,7 +22,7 @@ from clusterbook import flags as fl
 from clusterbook.benchmark import PROMPTS
 from clusterbook.effects.probes import chat
 from clusterbook.loader import load_cluster
-from clusterbook.render.artifacts import server_exec
+from clusterbook.rehearsal import head_argv
 
 
 def replace(argv: list[str], flag: str, value: str) -> list[str]:
@@ -158,13 +158,8 @@ def main() -> None:
     logs.mkdir(parents=True, exist_ok=True)
     tier = c.tier("reasoning")
     url = f"http://127.0.0.1:{tier.port}"
-    head = [a for a in server_exec(c, tier) if not a.startswith(("/usr/bin/numactl", "--cpunodebind", "--membind"))]
+    head, one = head_argv(c, tier), head_argv(c, tier, one_device=True)
     results = {}
-    # one GPU, no RPC: the same head line without --rpc and --tensor-split
-    one = list(head)
-    for flag in ("--rpc", "--tensor-split"):
-        i = one.index(flag)
-        del one[i:i + 2]
     for name, argv in {"one GPU, rendered flags": one, "one GPU, -bs": [*one, *BS]}.items():
         results[name] = run_head(argv, {}, url, logs / f"{name.split(',')[0].replace(' ', '-')}.log")
         print(f"{name:<44} {results[name]}", flush=True)

@@ -71,7 +71,7 @@ def rehearse(cluster_file: str, tier_name: str | None, install_dir: str | None, 
     from ..benchmark import baseline_decode_samples, decode_samples, run_bench
     from ..planner.capacity import plan_tier
     from ..planner.shape import shape_of
-    from ..rehearsal import Rehearsal, gpu_assignment, localize
+    from ..rehearsal import Rehearsal, gpu_assignment, head_first_gpu, localize
     from ..splitcost import SplitCost, engine_decode, fits_one_device, served_decode
     from ..splitcost import markdown as split_markdown
 
@@ -91,7 +91,7 @@ def rehearse(cluster_file: str, tier_name: str | None, install_dir: str | None, 
         engine_one = None
         if one_fits:
             status.update("llama-bench on the head's first device alone …")
-            engine_one = engine_decode(cluster, tier, head_gpus.split(",")[0], one_device=True, reps=reps,
+            engine_one = engine_decode(cluster, tier, head_first_gpu(cluster, tier), one_device=True, reps=reps,
                                        tokens=tokens)
         status.update(f"starting {tier.name}: workers, then the head …")
         with Rehearsal(cluster, tier, logs):

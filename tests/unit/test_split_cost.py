@@ -4,7 +4,8 @@ import pytest
 
 from clusterbook import flags as fl
 from clusterbook.planner.capacity import plan_tier
-from clusterbook.rehearsal import one_device_argv
+from clusterbook.rehearsal import head_argv, one_device_argv
+from clusterbook.render.artifacts import server_exec
 from clusterbook.splitcost import SplitCost, fits_one_device, markdown
 from clusterbook.tuning import llama_bench_argv
 
@@ -17,6 +18,15 @@ def test_one_device_argv_drops_exactly_the_rpc_workers_and_the_split(beefcake2):
     removed = [a for a in argv if a not in one]
     assert removed == ["--rpc", argv[argv.index("--rpc") + 1], "--tensor-split", argv[argv.index("--tensor-split") + 1]]
     assert one[one.index("--flash-attn") + 1] == tier.flash_attn  # every other flag is kept as rendered
+
+
+def test_rehearsed_head_is_the_units_line_without_numa_binding(beefcake2):
+    tier = beefcake2.tier("reasoning")  # numa_bind: the unit starts the head under numactl
+    unit = server_exec(beefcake2, tier)
+    assert unit[0] == "/usr/bin/numactl"
+    head = head_argv(beefcake2, tier)
+    assert head == unit[unit.index(fl.server_argv(beefcake2, tier)[0]):]
+    assert head_argv(beefcake2, tier, one_device=True) == one_device_argv(head)
 
 
 @pytest.mark.parametrize("cluster, tier, fits", [
