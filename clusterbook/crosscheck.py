@@ -6,7 +6,8 @@ import ipaddress
 from collections import Counter
 
 from .problems import Path
-from .schema import Cluster, RouterTier, RpcTier
+from .quantization import SIZE_TOLERANCE, weights_bytes
+from .schema import LATEST_KNOWN_BUILD, ROUTER_MODE_BUILD, Cluster, RouterTier, RpcTier
 from .topology import resolve_hosts
 
 Finding = tuple[Path, str]
@@ -17,7 +18,8 @@ FLASH_ATTN_MIN_CC = 8.0
 def check_cluster(c: Cluster) -> list[Finding]:
     """Every cross-field problem of a schema-valid cluster, as (path, message)."""
     findings: list[Finding] = []
-    for rule in (_networks, _nodes, _jumps, _tiers, _ports, _router, _gateway, _targets, _unique_ids, _slurm):
+    for rule in (_networks, _nodes, _hostnames, _jumps, _engine, _models, _tiers, _contexts, _ports, _router, _gateway,
+                 _targets, _unique_ids, _slurm):
         findings.extend(rule(c))
     return findings
 
@@ -58,8 +60,13 @@ def _nodes(c: Cluster) -> list[Finding]:
             if net not in c.networks:
                 out.append((path, f"unknown network '{net}' (networks: {', '.join(c.networks)})"))
                 continue
-            if ipaddress.ip_address(addr) not in ipaddress.ip_network(c.networks[net].subnet):
+            subnet = ipaddress.ip_network(c.networks[net].subnet)
+            if ipaddress.ip_address(addr) not in subnet:
                 out.append((path, f"{addr} is outside {net}'s subnet {c.networks[net].subnet}"))
+            elif subnet.num_addresses > 2 and ipaddress.ip_address(addr) in (subnet.network_address,
+                                                                              subnet.broadcast_address):
+                what = "network" if ipaddress.ip_address(addr) == subnet.network_address else "broadcast"
+                out.append((path, f"{addr} is the {what} address of {net}'s subnet {subnet}, not a host address"))
             if addr in seen:
                 out.append((path, f"address {addr} is already used by {seen[addr]}"))
             seen[addr] = f"{node.name} ({net})"
@@ -69,6 +76,59 @@ def _nodes(c: Cluster) -> list[Finding]:
             out.append((("nodes", i, "jump"),
                         f"unknown jump host '{node.jump}' "
                         f"(access.jump_hosts: {', '.join(c.access.jump_hosts) or 'none'})"))
+    return out
+
+
+def _hostnames(c: Cluster) -> list[Finding]:
+    out: list[Finding] = []
+    hostnames = [n.hostname.lower().rstrip(".") for n in c.nodes]
+    for dup in _duplicates(hostnames):
+        first, second = [i for i, h in enumerate(hostnames) if h == dup][:2]
+        out.append((("nodes", second, "hostname"),
+                    f"host name '{dup}' is already used by node {c.nodes[first].name}; host names must be unique"))
+    return out
+
+
+def _engine(c: Cluster) -> list[Finding]:
+    out: list[Finding] = []
+    if c.engine.build > LATEST_KNOWN_BUILD:
+        out.append((("engine", "build"),
+                    f"build {c.engine.build} does not exist yet: the newest llama.cpp build clusterbook knows is "
+                    f"b{LATEST_KNOWN_BUILD} (a typo? flag spellings depend on the build number)"))
+    for i, tier in enumerate(c.tiers):
+        if isinstance(tier, RouterTier) and c.engine.build < ROUTER_MODE_BUILD:
+            out.append((("tiers", i, "kind"), f"router mode needs llama.cpp build {ROUTER_MODE_BUILD} or newer; "
+                                              f"engine.build is {c.engine.build}"))
+    return out
+
+
+def _models(c: Cluster) -> list[Finding]:
+    """A declared size must be possible for the declared parameters and quantization."""
+    out: list[Finding] = []
+    for i, m in enumerate(c.models):
+        expected = weights_bytes(m.params_b, m.quantization) if m.params_b else None
+        if expected is None:
+            continue
+        field = "size_bytes" if m.size_bytes is not None else "approx_size_gb"
+        if abs(m.bytes - expected) > SIZE_TOLERANCE * expected:
+            out.append((("models", i, field),
+                        f"{m.bytes / 1e9:,.1f} GB is impossible for {m.params_b:g}B parameters at {m.quantization}: "
+                        f"expected about {expected / 1e9:,.1f} GB (parameters x bits per weight, "
+                        f"±{SIZE_TOLERANCE:.0%})"))
+    return out
+
+
+def _contexts(c: Cluster) -> list[Finding]:
+    """A tier's context may not exceed what its models were trained for."""
+    out: list[Finding] = []
+    models = {m.id: m for m in c.models}
+    for i, tier in enumerate(c.tiers):
+        served = tier.models if isinstance(tier, RouterTier) else [tier.model]
+        for mid in served:
+            if mid in models and tier.ctx_size > models[mid].architecture.context:
+                out.append((("tiers", i, "ctx_size"),
+                            f"{tier.ctx_size} tokens is more than model {mid} was trained for "
+                            f"({models[mid].architecture.context})"))
     return out
 
 

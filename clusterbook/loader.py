@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import types
 import typing
 from pathlib import Path as FsPath
@@ -54,8 +55,20 @@ def _to_problem(doc: YamlDocument, model: type[BaseModel], err: dict) -> Problem
     elif msg.startswith("Value error, "):
         msg = msg[len("Value error, "):]
     if kind not in ("missing", "extra_forbidden") and "input" in err and not isinstance(err["input"], (dict, list)):
-        msg += f" (got {err['input']!r})"
+        msg += f" (got {err['input']!r})" + _type_trap(kind, err["input"], doc.plain.get(path))
     return doc.problem(path, msg)
+
+
+def _type_trap(kind: str, value: object, written: str | None) -> str:
+    """Why YAML turned what was written into the wrong type, and how to write it instead."""
+    if kind == "string_type" and written is not None:
+        what = ("a boolean" if isinstance(value, bool) else "a date" if isinstance(value, (dt.date, dt.datetime))
+                else "a number" if isinstance(value, (int, float)) else None)
+        if what:
+            return f"; YAML reads {written} as {what}: quote it (\"{written}\")"
+    if kind in ("int_type", "float_type", "bool_type") and isinstance(value, str):
+        return "; values are not converted: write it without quotes"
+    return ""
 
 
 def _data_path(data: object, loc: tuple) -> Path:

