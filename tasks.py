@@ -186,7 +186,8 @@ ns.add_collection(Collection("docs", docs_build, docs_serve))
 
 @task(help={"cluster": RUN_HELP["cluster"],
             "disruptive": "also restart a node and kill a worker (always on for the lab)",
-            "only": "only scenarios whose name matches this pytest -k expression"})
+            "only": "only scenarios whose name contains this text (e.g. \"node restart\") or that carry this tag "
+                    "(e.g. @disruptive); the matches are listed"})
 @exits_cleanly
 def verify(c, cluster=None, disruptive=False, only=None):
     """Check the success criteria against the live cluster (pytest-bdd); reports land in reports/."""

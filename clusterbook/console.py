@@ -9,7 +9,7 @@ from typing import TypeVar
 
 from rich.console import Console
 
-from .problems import InputError
+from .problems import InputError, Refused
 
 console = Console(highlight=False)
 errors = Console(stderr=True, highlight=False)
@@ -30,6 +30,9 @@ def exits_cleanly(fn: F) -> F:
             for problem in exc.problems:
                 errors.print(str(problem), markup=False, soft_wrap=True)
             errors.print(f"{len(exc.problems)} problem(s); nothing was changed.", style="bold red")
+            sys.exit(2)
+        except Refused as exc:
+            errors.print(f"{exc}; nothing was written.", style="bold red", markup=False, soft_wrap=True)
             sys.exit(2)
         except Failed as exc:
             errors.print(str(exc), style="bold red", markup=False, soft_wrap=True)

@@ -8,6 +8,7 @@ from collections import Counter
 from .problems import Path
 from .quantization import SIZE_TOLERANCE, weights_bytes
 from .schema import LATEST_KNOWN_BUILD, ROUTER_MODE_BUILD, Cluster, RouterTier, RpcTier
+from .templating import template_error
 from .topology import resolve_hosts
 
 Finding = tuple[Path, str]
@@ -323,6 +324,8 @@ def _targets(c: Cluster) -> list[Finding]:
                 resolve_hosts(c, step.hosts)
             except ValueError as exc:
                 out.append((("troubleshooting", i, "fix", j, "hosts"), str(exc)))
+            if error := template_error(step.run):
+                out.append((("troubleshooting", i, "fix", j, "run"), error))
     return out
 
 

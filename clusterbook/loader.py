@@ -61,7 +61,8 @@ def _to_problem(doc: YamlDocument, model: type[BaseModel], err: dict) -> Problem
 
 def _type_trap(kind: str, value: object, written: str | None) -> str:
     """Why YAML turned what was written into the wrong type, and how to write it instead."""
-    if kind == "string_type" and written is not None:
+    if kind in ("string_type", "literal_error", "string_pattern_mismatch") and written is not None \
+            and not isinstance(value, str):
         what = ("a boolean" if isinstance(value, bool) else "a date" if isinstance(value, (dt.date, dt.datetime))
                 else "a number" if isinstance(value, (int, float)) else None)
         if what:

@@ -43,3 +43,8 @@ def format_path(path: Path) -> str:
         else:
             text += f".{part}" if text else str(part)
     return text
+
+
+class Refused(ValueError):
+    """clusterbook refused to write something unsafe (a value a file's language cannot hold, a path outside its
+    folder): bad input that got past the schema, reported like bad input (exit status 2)."""

@@ -15,6 +15,7 @@ from . import topology as topo
 from .loader import validate_document
 from .problems import InputError
 from .render.artifacts import Artifact, env_file, render_artifacts
+from .render.escaping import checked_target
 from .runbook_schema import Run, Runbook, Upload, WaitHttp, WaitPort
 from .schema import Cluster, RouterTier, RpcTier
 from .templating import render_string
@@ -54,6 +55,9 @@ class PutFile:
     @property
     def sha256(self) -> str:
         return hashlib.sha256(self.content.encode()).hexdigest()
+
+    def __post_init__(self) -> None:
+        checked_target(self.path)  # uploads land where the cluster file said, never above it
 
     def describe(self) -> str:
         return f"put {self.path} (mode {self.mode:o}, sha256 {self.sha256[:12]})"

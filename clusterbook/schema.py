@@ -477,7 +477,8 @@ class Planner(Strict):
     rpc_hop_ms: float = Field(0.8, ge=0, description="per-token cost of each RPC device: round trips and commands")
     headroom_pct: float = Field(5, ge=0, le=50, description="memory kept free on every device, %")
     slurm_mem_margin_pct: float = Field(10, ge=0, le=100,
-                                        description="a SLURM job's --mem must exceed the planned host memory by this, %")
+                                        description="a SLURM job's --mem must exceed the planned host memory "
+                                                    "by this, %")
 
 
 class Cluster(Strict):

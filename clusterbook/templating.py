@@ -1,18 +1,20 @@
-"""Jinja for command templates in runbooks and troubleshooting entries: strict, shell-safe comment syntax."""
+"""Jinja for command templates in runbooks and troubleshooting entries: sandboxed (a cluster file's template
+cannot reach Python internals), strict, shell-safe comment syntax."""
 
 from __future__ import annotations
 
 from functools import cache
 
 import jinja2
+import jinja2.sandbox
 
 
 @cache
 def _env() -> jinja2.Environment:
     # Shell uses ${#ARRAY[@]}: move Jinja's comment syntax out of its way. Undefined names are errors.
-    env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=False, autoescape=False,
-                             trim_blocks=True, lstrip_blocks=True,
-                             comment_start_string="{#!", comment_end_string="!#}")
+    env = jinja2.sandbox.SandboxedEnvironment(undefined=jinja2.StrictUndefined, keep_trailing_newline=False,
+                                              autoescape=False, trim_blocks=True, lstrip_blocks=True,
+                                              comment_start_string="{#!", comment_end_string="!#}")
     env.globals["required"] = required
     return env
 
@@ -26,3 +28,12 @@ def required(value: object, message: str) -> object:
 
 def render_string(text: str, **context: object) -> str:
     return _env().from_string(text).render(**context)
+
+
+def template_error(text: str) -> str | None:
+    """Why a command template cannot be parsed, or None."""
+    try:
+        _env().parse(text)
+    except jinja2.TemplateSyntaxError as exc:
+        return f"template syntax error: {exc.message} (line {exc.lineno} of the template)"
+    return None

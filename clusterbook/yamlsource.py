@@ -8,10 +8,10 @@ from typing import Any
 
 import yaml
 
+from .problems import InputError, Path, Problem
+
 # libyaml's C parser when PyYAML was built with it (fast, and it keeps line marks)
 Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-from .problems import InputError, Path, Problem
 
 
 @dataclass
@@ -87,7 +87,7 @@ def parse_yaml(text: str, file: str) -> YamlDocument:
         _check_shape(text, file)
         root = yaml.compose(text, Loader=Loader)
     except yaml.YAMLError as exc:
-        raise InputError([_syntax_problem(exc, file)]) from None
+        raise InputError([_syntax_problem(exc, file, text)]) from None
     doc = YamlDocument(file=file, data=None)
     problems: list[Problem] = []
     doc.data = _build(root, (), doc, problems, file) if root is not None else {}
@@ -96,17 +96,36 @@ def parse_yaml(text: str, file: str) -> YamlDocument:
     return doc
 
 
-def _syntax_problem(exc: yaml.YAMLError, file: str) -> Problem:
-    """A YAML error at the line where the mistake is: an unclosed quote is reported where the quote opens."""
+def _syntax_problem(exc: yaml.YAMLError, file: str, text: str) -> Problem:
+    """A YAML error at the line where the mistake is: a quote left open is reported where it opens, not where
+    the parser noticed (often many lines below, at the next quote)."""
     mark = getattr(exc, "problem_mark", None)
-    context = getattr(exc, "context", None) or ""
-    context_mark = getattr(exc, "context_mark", None)
     reason = getattr(exc, "problem", None) or str(exc)
-    if context_mark is not None and "quoted scalar" in context:
-        reason = f"quoted text is never closed (the quote opens here; {reason} at line {mark.line + 1})" \
-            if mark else "quoted text is never closed"
-        mark = context_mark
+    opened = _runaway_quote(text, mark.line if mark else None)
+    if opened is not None and mark is not None:
+        return Problem((), f"YAML syntax error: a quoted value opens here and runs to line {mark.line + 1}, where "
+                           f"the parser stops ({reason}): is its closing quote missing?", line=opened + 1, file=file)
     return Problem((), f"YAML syntax error: {reason}", line=mark.line + 1 if mark else None, file=file)
+
+
+def _runaway_quote(text: str, error_line: int | None) -> int | None:
+    """The line (0-based) of a quoted scalar that spans lines and ends at or before the error, if any."""
+    if error_line is None:
+        return None
+    opened = None
+    try:
+        for token in yaml.scan(text, Loader=Loader):
+            if token.start_mark.line > error_line:
+                break
+            if isinstance(token, yaml.ScalarToken) and token.style in ("'", '"') \
+                    and token.end_mark.line > token.start_mark.line:
+                opened = token.start_mark.line
+    except yaml.YAMLError as exc:
+        # the scanner itself may stop inside the quote: then its context mark is where the quote opens
+        context_mark = getattr(exc, "context_mark", None)
+        if context_mark is not None and "quoted scalar" in (getattr(exc, "context", None) or ""):
+            return context_mark.line
+    return opened
 
 
 def _check_shape(text: str, file: str) -> None:
@@ -167,7 +186,7 @@ def _build(node: yaml.Node, path: Path, doc: YamlDocument, problems: list[Proble
         return result
     if isinstance(node, yaml.SequenceNode):
         return [_build(item, path + (i,), doc, problems, file) for i, item in enumerate(node.value)]
-    if isinstance(node, yaml.ScalarNode) and node.style is None:
+    if isinstance(node, yaml.ScalarNode) and not node.style:  # plain (None in PyYAML, '' in libyaml)
         doc.plain[path] = node.value
     return _scalar(node)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..console import Failed, console
@@ -9,6 +10,36 @@ from ..loader import load_cluster
 from .lab import LAB_CLUSTER, lab_up
 from .runbooks import run_runbook, tier_runbook
 from .site import docs
+
+FEATURES = Path("tests/features")
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One scenario of the feature files, as an operator names it and as pytest-bdd names its test."""
+
+    feature: str
+    name: str
+    tags: frozenset[str]
+
+    @property
+    def test_name(self) -> str:
+        from pytest_bdd.scenario import make_python_name
+        return "test_" + make_python_name(self.name)
+
+
+def scenarios(features: Path = FEATURES) -> list[Scenario]:
+    from pytest_bdd.feature import get_features
+    return [Scenario(f.name, s.name, frozenset(s.tags) | frozenset(f.tags))
+            for f in get_features([str(features)]) for s in f.scenarios.values()]
+
+
+def matching(all_scenarios: list[Scenario], only: str) -> list[Scenario]:
+    """Scenarios whose name contains `only` (any case), or that carry it as a tag (with or without @)."""
+    wanted = only.strip().casefold()
+    tag = wanted.removeprefix("@")
+    return [s for s in all_scenarios
+            if wanted in s.name.casefold() or tag in {t.casefold() for t in s.tags} or wanted == s.feature.casefold()]
 
 
 def verify(cluster_file: str, disruptive: bool, only: str | None) -> None:
@@ -26,7 +57,13 @@ def verify(cluster_file: str, disruptive: bool, only: str | None) -> None:
     if disruptive:
         argv.append("--disruptive")
     if only:
-        argv += ["-k", only]
+        chosen = matching(scenarios(), only)
+        if not chosen:
+            names = "\n  ".join(f"{s.name}" + (f"  (@{', @'.join(sorted(s.tags))})" if s.tags else "")
+                                for s in scenarios())
+            raise Failed(f"no scenario matches '{only}'; give part of a name or a tag:\n  {names}")
+        console.print(f"{len(chosen)} scenario(s) match '{only}': " + "; ".join(s.name for s in chosen))
+        argv += ["-k", " or ".join(sorted({s.test_name for s in chosen}))]
     proc = subprocess.run(argv)
     console.print(f"reports: {reports}/verify-summary.md, verify.cucumber.json, verify.junit.xml")
     if proc.returncode != 0:
@@ -45,8 +82,18 @@ def demo() -> None:
     cluster = load_cluster(LAB_CLUSTER)
     for tier in cluster.tiers:
         run_runbook(tier_runbook(LAB_CLUSTER, tier.name, "deploy"), LAB_CLUSTER, tier.name)
-    verify(LAB_CLUSTER, disruptive=True, only=None)
+    try:  # a failed scenario still gets its docs: the results page is where the operator reads it
+        verify(LAB_CLUSTER, disruptive=True, only=None)
+        failure = None
+    except Failed as exc:
+        failure = exc
     docs(LAB_CLUSTER, "site")
-    console.print("\n[bold green]The lab is up, deployed and verified.[/] Browse the docs with "
-                  "[bold]invoke docs.serve --cluster lab/cluster.yaml[/] (http://127.0.0.1:8000), or open "
-                  "site/index.html; the verify report is in reports/verify-summary.md.")
+    browse = ("Browse the docs with [bold]invoke docs.serve --cluster lab/cluster.yaml[/] (http://127.0.0.1:8000), "
+              "or open site/index.html")
+    if failure:
+        console.print(f"\n[bold red]The lab is up and deployed, but verification failed.[/] {browse}: its "
+                      "Results page shows each failed scenario with what was expected and measured "
+                      "(also reports/verify-summary.md).")
+        raise failure
+    console.print(f"\n[bold green]The lab is up, deployed and verified.[/] {browse}; the verify report is in "
+                  "reports/verify-summary.md.")

@@ -27,12 +27,18 @@ def render(cluster_file: str, out_dir: str) -> None:
     console.print(table)
 
 
-def check(cluster_file: str) -> None:
-    """Validate the cluster file and every rendered file with the real tools; exit 1 on any failure."""
+def checked_cluster(cluster_file: str):
+    """The cluster, valid by the schema, the cross-field rules and its capacity plan; else InputError."""
     cluster, doc = load_cluster_document(cluster_file)
     findings = plan_findings(cluster, plan_cluster(cluster))
     if findings:
         raise InputError([doc.problem(path, message) for path, message in findings])
+    return cluster
+
+
+def check(cluster_file: str) -> None:
+    """Validate the cluster file and every rendered file with the real tools; exit 1 on any failure."""
+    cluster = checked_cluster(cluster_file)
     console.print(f"[green]ok[/] {cluster_file}: schema, cross-field rules and capacity plan")
     try:
         verdicts = validate(render_artifacts(cluster))

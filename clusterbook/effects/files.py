@@ -5,11 +5,25 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from ..problems import Refused
 from ..render.artifacts import Artifact
 
 
+class OutsideFolder(Refused):
+    """A file would land outside the folder it belongs in."""
+
+
+def inside(root: Path, *parts: str) -> Path:
+    """root/parts, resolved; refused when it would land outside root (.., absolute parts, symlinks)."""
+    base = root.resolve()
+    path = base.joinpath(*parts).resolve()
+    if path != base and not path.is_relative_to(base):
+        raise OutsideFolder(f"{'/'.join(parts)} would be written outside {root}")
+    return path
+
+
 def artifact_path(out_dir: Path, artifact: Artifact) -> Path:
-    return out_dir / artifact.node / artifact.path.lstrip("/")
+    return inside(out_dir, artifact.node, artifact.path.lstrip("/"))
 
 
 def write_tree(artifacts: list[Artifact], out_dir: Path) -> list[Path]:

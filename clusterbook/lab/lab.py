@@ -172,14 +172,18 @@ class Lab:
             raise Failed(f"no SSH to {', '.join(pending)} after {timeout:.0f} s; see "
                          + ", ".join(str(self.machine(n).log) for n in pending))
 
-    def restart(self, name: str) -> None:
+    def restart(self, name: str) -> tuple[float, float]:
+        """Power a node off and boot it again; returns (power-off seconds, boot-until-SSH seconds)."""
         m = self.machine(name)
         self.ssh.close(name)
+        started = time.monotonic()
         with step(f"power off {name}"):
             machines.stop(m)
+        stopped = time.monotonic()
         machines.start(self.c, m)
         with step(f"boot {name} and wait for SSH"):
             self.wait_ssh([name])
+        return stopped - started, time.monotonic() - stopped
 
     def down(self) -> list[str]:
         """Stop every node and remove bridges, veths, the HTTP source and node file systems (caches stay)."""

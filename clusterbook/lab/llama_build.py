@@ -17,7 +17,8 @@ def targets(version: int) -> list[str]:
     """What the lab builds: the server, the RPC worker under this build's name, and llama-bench."""
     from ..schema import Engine
     return ["llama-server", Engine(build=version, install_dir="/").rpc_worker_binary, "llama-bench"]
-CMAKE_FLAGS = ("-GNinja", "-DGGML_RPC=ON", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF", "-DCMAKE_BUILD_TYPE=Release")
+CMAKE_FLAGS = ("-GNinja", "-DGGML_RPC=ON", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF",
+               "-DCMAKE_BUILD_TYPE=Release")
 
 
 @dataclass(frozen=True)

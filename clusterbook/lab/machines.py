@@ -41,20 +41,28 @@ class Machine:
             pid = int(self.pid_file.read_text())
         except (OSError, ValueError):
             return None
-        try:  # reap it if this process started it and it has ended (a zombie still answers kill 0)
+        try:  # reap it if this process started it and it has ended
             if os.waitpid(pid, os.WNOHANG)[0] == pid:
                 return None
         except ChildProcessError:
             pass
-        try:
-            os.kill(pid, 0)
-            return pid
-        except OSError:
-            return None
+        # An ended nspawn whose parent (the command that ran lab.up) has not reaped it yet is a zombie: it still
+        # answers kill 0, so read its state. Mistaking it for a live node made every power-off in the command
+        # that booted the lab wait for the SIGKILL fallback (31 s instead of 2 s).
+        return pid if _state(pid) not in (None, "Z", "X") else None
 
     @property
     def running(self) -> bool:
         return self.pid() is not None
+
+
+def _state(pid: int) -> str | None:
+    """A process's state letter from /proc (R, S, D, Z for a zombie, …), or None when there is no such process."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[0]  # the command name in (…) may contain spaces
 
 
 def prepare(c: Cluster, machine: Machine, base: Path, public_key: str, host_key: Path) -> None:

@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from ..console import console
 
 NINJA_LINE = re.compile(r"^\[(\d+)/(\d+)\]")
-DEBOOTSTRAP_LINE = re.compile(r"^I: (\w.*?)\.*$")
+DEBOOTSTRAP_LINE = re.compile(r"^I: (\w.*?)[.\s]*$")
 
 
 def ninja_progress(line: str) -> str | None:
@@ -59,7 +59,8 @@ def step(title: str) -> Iterator[Callable[[str], None]]:
 
 def run_reporting(argv: list[str], report: Callable[[str], None],
                   progress: Callable[[str], str | None] = lambda line: None) -> None:
-    """Run argv, passing each progress figure its output shows to report; on failure raise RuntimeError with the last lines of the output."""
+    """Run argv, passing each progress figure its output shows to report; on failure raise RuntimeError with
+    the last lines of the output."""
     tail: deque[str] = deque(maxlen=25)
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
                             errors="replace")

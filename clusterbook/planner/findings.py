@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from ..problems import Path
+from ..quantization import weights_bytes
 from ..schema import Claim, Cluster, RpcTier
 from .capacity import GIB, TierPlan, plan_tier
-from ..quantization import weights_bytes
 from .shape import from_declared
 
 
@@ -63,7 +64,8 @@ def plan_findings(c: Cluster, plans: dict[str, TierPlan]) -> list[tuple[Path, st
             if mem < need * (1 + margin):
                 out.append((("tiers", i, "slurm", "mem"),
                             f"--mem={tier.slurm.mem} leaves less than {margin:.0%} over weights + KV cache + "
-                            f"buffers ({need / GIB:.1f} GiB; at least {need * (1 + margin) / GIB:.0f}G; seed 004's "
+                            f"buffers ({need / GIB:.1f} GiB; give at least {_mem_text(need * (1 + margin))}; "
+                            "seed 004's "
                             "workers were SIGKILLed at 64G)"))
     for i, targets in enumerate(c.targets):
         plan = plans.get(targets.tier)
@@ -88,6 +90,11 @@ def plan_findings(c: Cluster, plans: dict[str, TierPlan]) -> list[tuple[Path, st
 def _slurm_need(plan: TierPlan) -> int:
     """Host memory a job needs per node in the worst case: the model file in page cache plus buffers."""
     return sum(d.weights for d in plan.devices) + sum(d.kv + d.compute for d in plan.devices)
+
+
+def _mem_text(size: float) -> str:
+    """A --mem value at or above size: whole GiB, or whole MiB below 1 GiB."""
+    return f"{math.ceil(size / GIB)}G" if size >= GIB else f"{math.ceil(size / 2**20)}M"
 
 
 def _parse_mem(text: str) -> int:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from clusterbook.commands.cluster import checked_cluster
 from clusterbook.loader import load_cluster
 from clusterbook.problems import InputError
 
@@ -21,13 +22,13 @@ def expected(path: Path) -> str:
 
 
 def test_enough_cases():
-    assert len(INVALID) >= 15
+    assert len(INVALID) >= 60
 
 
 @pytest.mark.parametrize("path", INVALID, ids=lambda p: p.stem)
 def test_problem_names_file_line_and_field(path):
     with pytest.raises(InputError) as err:
-        load_cluster(path)
+        checked_cluster(str(path))
     messages = [str(p) for p in err.value.problems]
     want = f"{path}:{expected(path)}"
     assert any(m.startswith(want) for m in messages), f"expected\n  {want}\ngot\n  " + "\n  ".join(messages)

@@ -1,0 +1,53 @@
+"""Parts of the main job that need no lab: a zombie node is not running, --only finds scenarios by name or tag,
+long steps read their progress from the tool's own output."""
+
+import subprocess
+import time
+
+import pytest
+
+from clusterbook.commands.acceptance import matching, scenarios
+from clusterbook.lab.machines import _state
+from clusterbook.lab.progress import debootstrap_progress, ninja_progress
+
+
+def test_a_zombie_is_not_a_running_process():
+    # sh starts `true` in the background and becomes `sleep`, which never reaps it: a zombie whose parent is
+    # not this process, like a lab node's nspawn seen from the verify run (it still answers kill 0).
+    proc = subprocess.Popen(["sh", "-c", "true & echo $!; exec sleep 5"], stdout=subprocess.PIPE, text=True)
+    zombie = int(proc.stdout.readline())
+    try:
+        deadline = time.monotonic() + 5
+        while _state(zombie) != "Z" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _state(zombie) == "Z"
+        assert _state(proc.pid) in ("S", "R")
+    finally:
+        proc.kill()
+        proc.wait()
+    assert _state(2**22 + 12345) is None  # no such process
+
+
+@pytest.mark.parametrize("only,expected", [
+    ("node restart", {"test_services_are_enabled_and_come_back_after_a_node_restart"}),
+    ("NODE RESTART", {"test_services_are_enabled_and_come_back_after_a_node_restart"}),
+    ("@disruptive", {"test_services_are_enabled_and_come_back_after_a_node_restart",
+                     "test_a_killed_rpc_worker_is_recovered", "test_llamacpp_reports_layers_on_every_device",
+                     "test_a_preempted_tier_leaves_the_gateway_and_comes_back_on_its_own"}),
+    ("Resilience", {"test_services_are_enabled_and_come_back_after_a_node_restart",
+                    "test_a_killed_rpc_worker_is_recovered"}),
+    ("no such scenario", set()),
+])
+def test_only_matches_scenario_names_tags_and_features(only, expected):
+    assert {s.test_name for s in matching(scenarios(), only)} == expected
+
+
+@pytest.mark.parametrize("parse,line,expected", [
+    (ninja_progress, "[12/224] Building CXX object ggml/src/ggml.cpp.o", "12/224 targets"),
+    (ninja_progress, "FAILED: x.o", None),
+    (debootstrap_progress, "I: Unpacking libc6...", "unpacking libc6"),
+    (debootstrap_progress, "I: Retrieving InRelease ", "retrieving InRelease"),
+    (debootstrap_progress, "W: something", None),
+])
+def test_progress_comes_from_the_tools_own_lines(parse, line, expected):
+    assert parse(line) == expected
