@@ -1,5 +1,7 @@
 """invoke tasks: parse arguments, call clusterbook.commands. No logic lives here."""
 
+import sys
+
 from invoke import Collection, task
 
 from clusterbook import commands
@@ -92,22 +94,14 @@ RUN_HELP = {"cluster": "cluster file (default: $CLUSTERBOOK_CLUSTER or cluster.y
             "only": "only these nodes (comma-separated)"}
 
 
-def _runbook_task(runbook_id, doc, name):
-    @task(name=name, help=RUN_HELP)
+def _operation_task(op):
+    """An invoke task for one operation of the cluster file (clusterbook/operations.py)."""
+    @task(name=op.name, help=RUN_HELP)
     @exits_cleanly
     def run(c, cluster=None, dry=False, only=None):
-        commands.run_runbook(runbook_id, cluster or commands.default_cluster(), dry=dry, only=only)
-    run.__doc__ = doc
-    return run
-
-
-def _tier_task(action, tier, doc, steps=None, name=None):
-    @task(name=name or tier, help=RUN_HELP)
-    @exits_cleanly
-    def run(c, cluster=None, dry=False, only=None):
-        cluster = cluster or commands.default_cluster()
-        commands.run_runbook(commands.tier_runbook(cluster, tier, action), cluster, tier, dry, only, steps)
-    run.__doc__ = doc
+        commands.run_runbook(op.runbook, cluster or commands.default_cluster(), op.tier, dry, only,
+                             ",".join(op.steps) if op.steps else None)
+    run.__doc__ = op.doc
     return run
 
 
@@ -121,32 +115,46 @@ def _any_tier_task(action, doc):
     return run
 
 
-deploy = Collection("deploy")
-deploy.add_task(_runbook_task("install", "Distribute the llama.cpp release to every tier node and check its version.",
-                              "install"))
-deploy.add_task(_tier_task("deploy", "reasoning", "Deploy the reasoning tier: RPC workers, then the head; wait for "
-                                                  "/health 200."))
-deploy.add_task(_tier_task("deploy", "fast", "Deploy the fast tier (router mode); wait for /health 200."))
-deploy.add_task(_tier_task("deploy", "reasoning", "Deploy only the reasoning tier's RPC workers.",
-                           steps="env,workers,workers-listening", name="workers"))
-deploy.add_task(_any_tier_task("deploy", "Deploy any tier of the cluster file by name (--tier NAME)."))
-deploy.add_task(_runbook_task("router", "Install the model selector script (task -> model -> endpoint).", "router"))
-deploy.add_task(_runbook_task("gateway", "nginx on the gateway node, and the endpoint updater for SLURM tiers.",
-                              "gateway"))
-deploy.add_task(_runbook_task("slurm", "slurm.conf, munge, slurmctld and slurmd (SLURM that clusterbook configures).",
-                              "slurm"))
-models = Collection("models")
-models.add_task(_runbook_task("models", "Fetch the models each node serves: resumable, parts joined, size and "
-                                        "sha256 checked.", "fetch"))
-stop = Collection("stop")
-restart = Collection("restart")
-for _tier in ("reasoning", "fast"):
-    stop.add_task(_tier_task("stop", _tier, f"Stop and disable the {_tier} tier (head first)."))
-    restart.add_task(_tier_task("restart", _tier, f"Restart the {_tier} tier (workers, then head); wait for health."))
-stop.add_task(_any_tier_task("stop", "Stop any tier by name (--tier NAME)."))
-restart.add_task(_any_tier_task("restart", "Restart any tier by name (--tier NAME)."))
-for _collection in (deploy, models, stop, restart):
+# deploy.<tier>, stop.<tier>, restart.<tier>, … for the tiers of the cluster file this invocation uses
+# (--cluster on the command line, else $CLUSTERBOOK_CLUSTER, else cluster.yaml)
+collections = {name: Collection(name) for name in ("deploy", "models", "stop", "restart")}
+for _op in commands.task_operations(commands.cluster_for_tasks(sys.argv)):
+    collections[_op.collection].add_task(_operation_task(_op))
+collections["deploy"].add_task(_any_tier_task("deploy", "Deploy any tier of the cluster file by name (--tier NAME)."))
+collections["stop"].add_task(_any_tier_task("stop", "Stop any tier by name (--tier NAME)."))
+collections["restart"].add_task(_any_tier_task("restart", "Restart any tier by name (--tier NAME)."))
+for _collection in collections.values():
     ns.add_collection(_collection)
+
+
+@task(name="status", help={"cluster": LAB_HELP})
+@exits_cleanly
+def lab_status(c, cluster=commands.LAB_CLUSTER):
+    """Show every lab node: container running, reachable over SSH, system state and addresses."""
+    commands.lab_status(cluster)
+
+
+@task(name="restart", help={"node": "node name", "cluster": LAB_HELP})
+@exits_cleanly
+def lab_restart(c, node, cluster=commands.LAB_CLUSTER):
+    """Power a lab node off and boot it again; wait until SSH answers."""
+    commands.lab_restart(cluster, node)
+
+
+@task(name="ssh", help={"node": "node name", "cluster": LAB_HELP})
+@exits_cleanly
+def lab_ssh(c, node, cluster=commands.LAB_CLUSTER):
+    """Open a shell on a lab node (host key checked against the lab's known_hosts)."""
+    c.run(" ".join(commands.ssh_command(cluster, node)), pty=True)
+
+
+lab = Collection("lab", lab_up, lab_down, lab_status, lab_restart, lab_ssh)
+ns.add_collection(lab)
+
+
+RUN_HELP = {"cluster": "cluster file (default: $CLUSTERBOOK_CLUSTER or cluster.yaml)",
+            "dry": "print the plan (commands and files per step and host) and contact nothing",
+            "only": "only these nodes (comma-separated)"}
 
 
 @task(name="status", help={"cluster": RUN_HELP["cluster"], "only": RUN_HELP["only"]})
@@ -197,11 +205,12 @@ def verify(c, cluster=None, disruptive=False, only=None):
 ns.add_task(verify)
 
 
-@task
+@task(help={"cluster": LAB_HELP})
 @exits_cleanly
-def demo(c):
-    """The main job on the lab: lab.up, install, models, router, both tiers, verify --disruptive, docs."""
-    commands.demo()
+def demo(c, cluster=commands.LAB_CLUSTER):
+    """The main job on the lab: lab.up, install, models, router, every tier, verify --disruptive, then the docs
+    (built even when a scenario fails: its Results page shows the failure; the exit status still reports it)."""
+    commands.demo(cluster)
 
 
 ns.add_task(demo)

@@ -16,6 +16,9 @@ PROMPTS = {
     "code": "Write a Rust function to calculate fibonacci numbers.",
 }
 
+# More server slots are worth it when aggregate throughput grows by at least this factor over one slot/client.
+PARALLEL_GAIN = 1.2
+
 
 @dataclass
 class Figure:
@@ -137,7 +140,7 @@ def markdown(report: BenchReport, card: str = "") -> str:
     if report.concurrency:
         one = report.concurrency[0]["aggregate_tps"]
         best = max(report.concurrency, key=lambda c: c["aggregate_tps"])
-        if best["aggregate_tps"] >= 1.2 * one:
+        if best["aggregate_tps"] >= PARALLEL_GAIN * one:
             lines += ["", f"Aggregate throughput grows to {best['aggregate_tps']} tok/s at {best['clients']} clients "
                           f"({best['aggregate_tps'] / one:.1f}× one client): the tier's `parallel` can rise toward "
                           f"{best['clients']} if the latency per client is acceptable."]

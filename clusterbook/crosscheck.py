@@ -7,12 +7,11 @@ from collections import Counter
 
 from .problems import Path
 from .quantization import SIZE_TOLERANCE, weights_bytes
-from .schema import LATEST_KNOWN_BUILD, ROUTER_MODE_BUILD, Cluster, RouterTier, RpcTier
+from .schema import LATEST_KNOWN_BUILD, QUANTIZED_CACHE_TYPES, ROUTER_MODE_BUILD, Cluster, RouterTier, RpcTier
 from .templating import template_error
 from .topology import resolve_hosts
 
 Finding = tuple[Path, str]
-QUANTIZED = {"q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"}
 FLASH_ATTN_MIN_CC = 8.0
 
 
@@ -124,7 +123,7 @@ def _contexts(c: Cluster) -> list[Finding]:
     out: list[Finding] = []
     models = {m.id: m for m in c.models}
     for i, tier in enumerate(c.tiers):
-        served = tier.models if isinstance(tier, RouterTier) else [tier.model]
+        served = tier.served_models
         for mid in served:
             if mid in models and tier.ctx_size > models[mid].architecture.context:
                 out.append((("tiers", i, "ctx_size"),
@@ -214,7 +213,7 @@ def _rpc_tier(c: Cluster, tier: RpcTier, base: Path, nodes: dict, models: set, r
                         f"'{name}' has {devices} device(s) but {len(shares)} share(s): give one share per GPU"))
         if any(s <= 0 for s in shares):
             out.append((base + ("tensor_split", name), "shares must be positive (a zero share leaves a node idle)"))
-    if tier.cache_type_v in QUANTIZED and tier.flash_attn == "off":
+    if tier.cache_type_v in QUANTIZED_CACHE_TYPES and tier.flash_attn == "off":
         out.append((base + ("cache_type_v",),
                     f"a quantized V cache ({tier.cache_type_v}) needs flash attention, which is off; "
                     "use cache_type_v: f16 or turn flash_attn on"))
@@ -266,7 +265,7 @@ def _router(c: Cluster) -> list[Finding]:
         return []
     out: list[Finding] = []
     models = {m.id for m in c.models}
-    served = {m for t in c.tiers for m in (t.models if isinstance(t, RouterTier) else [t.model])}
+    served = {m for t in c.tiers for m in t.served_models}
     tasks: dict[str, int] = {}
     for i, rule in enumerate(c.router.rules):
         if rule.model not in models:
@@ -343,7 +342,7 @@ def _slurm(c: Cluster) -> list[Finding]:
     out: list[Finding] = []
     nodes = {n.name for n in c.nodes}
     uses_slurm = [i for i, t in enumerate(c.tiers) if t.manager == "slurm"]
-    if uses_slurm and not any("controller" in n.roles for n in c.nodes) and not c.slurm:
+    if uses_slurm and c.slurm_controller is None:
         out.append((("tiers", uses_slurm[0], "manager"),
                     "a SLURM tier needs a node with role controller (where sbatch runs) or a slurm section"))
     if not c.slurm:

@@ -16,8 +16,9 @@ START, END = "<!-- cluster-reference:start -->", "<!-- cluster-reference:end -->
 def type_name(tp: object) -> str:
     """A short human name for a field type."""
     origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if origin is typing.Annotated:
-        return type_name(args[0])
+    if origin is typing.Annotated:  # a value type of valuetypes.py names itself by its title
+        titles = [m.title for m in args[1:] if getattr(m, "title", None)]
+        return titles[0] if titles else type_name(args[0])
     if origin in (typing.Union, types.UnionType):
         names = [type_name(a) for a in args if a is not type(None)]
         return " or ".join(names) + (" (optional)" if type(None) in args else "")
@@ -65,7 +66,8 @@ def reference_markdown(root: type[BaseModel] = Cluster) -> str:
         doc = (model.__doc__ or "").strip().splitlines()[0]
         rows = ["| key | type | default | meaning |", "|---|---|---|---|"]
         for name, field in model.model_fields.items():
-            rows.append(f"| `{name}` | {type_name(field.annotation)} | {_default(field)} | "
+            kind = field.title if field.title and field.annotation is str else type_name(field.annotation)
+            rows.append(f"| `{name}` | {kind} | {_default(field)} | "
                         f"{(field.description or '').replace('|', '/')} |")
         parts.append(f"#### {model.__name__}\n\n{doc}\n\n" + "\n".join(rows))
     return "\n\n".join(parts) + "\n"

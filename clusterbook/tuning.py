@@ -9,9 +9,9 @@ from dataclasses import dataclass
 
 from . import flags as fl
 from . import topology as topo
-from .crosscheck import FLASH_ATTN_MIN_CC, QUANTIZED
+from .crosscheck import FLASH_ATTN_MIN_CC
 from .render.artifacts import ld_library_path
-from .schema import Cluster, RpcTier
+from .schema import QUANTIZED_CACHE_TYPES, Cluster, RpcTier
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,7 @@ class Point:
 
 
 def flash_allowed(c: Cluster, tier: RpcTier) -> bool:
-    gpus = [g for n in topo.tier_nodes(tier) for g in c.node(n).gpu_devices]
+    gpus = [g for n in tier.nodes for g in c.node(n).gpu_devices]
     return bool(gpus) and all(g.cc >= FLASH_ATTN_MIN_CC for g in gpus)
 
 
@@ -41,7 +41,7 @@ def grid(c: Cluster, tier: RpcTier) -> list[tuple[bool, str, str]]:
     combos = [(False, "f16", "f16"), (False, "q8_0", "f16")]
     if flash_allowed(c, tier):
         combos += [(True, "f16", "f16"), (True, "q8_0", "q8_0")]
-    return [(fa, k, v) for fa, k, v in combos if not (v in QUANTIZED and not fa)]
+    return [(fa, k, v) for fa, k, v in combos if not (v in QUANTIZED_CACHE_TYPES and not fa)]
 
 
 def llama_bench_argv(c: Cluster, tier: RpcTier, fa: str, k: str, v: str, ubatches: str, batches: str,

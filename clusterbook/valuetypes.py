@@ -92,26 +92,27 @@ def _ip(value: str) -> str:
 
 
 # A name: identifiers of nodes, tiers, models, networks (they become unit names, file names and URLs).
-Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", max_length=64,
+Name = Annotated[str, Field(title="name", pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", max_length=64,
                             description="a name: letters, digits, . _ -")]
 # Text that goes only into Markdown (descriptions, symptoms, decisions): may span lines.
-Prose = Annotated[str, AfterValidator(_multi_line), Field(max_length=20_000)]
+Prose = Annotated[str, AfterValidator(_multi_line), Field(title="text", max_length=20_000)]
 # Text that reaches a generated file as a comment or a description: one line, no control characters.
-Line = Annotated[str, AfterValidator(_single_line), Field(max_length=500)]
-AbsPath = Annotated[str, AfterValidator(_absolute_path), Field(max_length=255)]
-LocalPath = Annotated[str, AfterValidator(_local_path), Field(max_length=255)]
-HostName = Annotated[str, AfterValidator(_host)]
-IpAddress = Annotated[str, AfterValidator(_ip)]
-Url = Annotated[str, AfterValidator(_url), Field(max_length=2000)]
+Line = Annotated[str, AfterValidator(_single_line), Field(title="one-line text", max_length=500)]
+AbsPath = Annotated[str, AfterValidator(_absolute_path), Field(title="absolute path", max_length=255)]
+LocalPath = Annotated[str, AfterValidator(_local_path), Field(title="local path", max_length=255)]
+HostName = Annotated[str, AfterValidator(_host), Field(title="host name or IP")]
+IpAddress = Annotated[str, AfterValidator(_ip), Field(title="IP address")]
+Url = Annotated[str, AfterValidator(_url), Field(title="http(s) URL", max_length=2000)]
 # A file name (no directory part) of a binary or a model.
-FileName = Annotated[str, Field(pattern=r"^[A-Za-z0-9_@+-][A-Za-z0-9._@+-]*$", max_length=255)]
-UserName = Annotated[str, Field(pattern=r"^[a-z_][a-z0-9_-]*$", max_length=32)]
+FileName = Annotated[str, Field(title="file name", pattern=r"^[A-Za-z0-9_@+-][A-Za-z0-9._@+-]*$", max_length=255)]
+UserName = Annotated[str, Field(title="user name", pattern=r"^[a-z_][a-z0-9_-]*$", max_length=32)]
 # SLURM partition, QoS and gres names.
-SlurmName = Annotated[str, Field(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$", max_length=64)]
-Gres = Annotated[str, Field(pattern=r"^[a-z]+(:[A-Za-z0-9_.-]+)?:\d+$", max_length=64)]
-SlurmTime = Annotated[str, Field(pattern=r"^(UNLIMITED|infinite|(\d+-)?\d+(:\d{2}){0,2})$")]
-Quantization = Annotated[str, Field(pattern=r"^[A-Za-z0-9_]+$", max_length=32)]
+SlurmName = Annotated[str, Field(title="SLURM name", pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$", max_length=64)]
+Gres = Annotated[str, Field(title="SLURM gres", pattern=r"^[a-z]+(:[A-Za-z0-9_.-]+)?:\d+$", max_length=64)]
+SlurmTime = Annotated[str, Field(title="SLURM time", pattern=r"^(UNLIMITED|infinite|(\d+-)?\d+(:\d{2}){0,2})$")]
+Quantization = Annotated[str, Field(title="GGUF file type", pattern=r"^[A-Za-z0-9_]+$", max_length=32)]
 Repo = Annotated[str, AfterValidator(_no_dot_segments),
-                 Field(pattern=r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$", max_length=200)]
-UrlPath = Annotated[str, AfterValidator(_no_dot_segments), Field(pattern=r"^/([A-Za-z0-9._-]+/)*$", max_length=200)]
-Tag = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:+-]*$", max_length=64)]
+                 Field(title="repository path", pattern=r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$", max_length=200)]
+UrlPath = Annotated[str, AfterValidator(_no_dot_segments),
+                    Field(title="URL path", pattern=r"^/([A-Za-z0-9._-]+/)*$", max_length=200)]
+Tag = Annotated[str, Field(title="tag", pattern=r"^[A-Za-z0-9][A-Za-z0-9._:+-]*$", max_length=64)]

@@ -53,7 +53,7 @@ class YamlDocument:
 
 
 MAX_DEPTH = 64  # nesting levels; a cluster file needs about 8
-MAX_NODES = 500_000  # scalars, mappings and sequences after aliases are expanded (a 10 MB file has fewer)
+MAX_ALIAS_VALUES = 100_000  # values that aliases may add once expanded (a cluster file needs a few hundred)
 MAX_BYTES = 32 * 2**20
 
 
@@ -129,40 +129,36 @@ def _runaway_quote(text: str, error_line: int | None) -> int | None:
 
 
 def _check_shape(text: str, file: str) -> None:
-    """Refuse deep nesting and alias bombs from the event stream, before anything is built (linear time)."""
-    sizes: dict[str, int] = {}  # anchor -> nodes it expands to
-    stack: list[list] = []  # open collections: [anchor, node count so far]
-    total = 0
-
-    def add(count: int, event: yaml.Event) -> None:
-        nonlocal total
-        total += count
-        if total > MAX_NODES:
-            raise InputError([Problem((), f"the document expands to more than {MAX_NODES:,} values (aliases "
-                                          "repeating aliases?); refused", line=event.start_mark.line + 1,
-                                      file=file)])
-        if stack:
-            stack[-1][1] += count
+    """Refuse deep nesting and alias bombs from the event stream, before anything is built (linear time):
+    aliases may add at most MAX_ALIAS_VALUES values once expanded; the file's size bounds the rest."""
+    sizes: dict[str, int] = {}  # anchor -> values it expands to
+    stack: list[list] = []  # open collections: [anchor, values so far]
+    added = 0  # values that aliases add
 
     for event in yaml.parse(text, Loader=Loader):
+        count = 0
         if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
             stack.append([event.anchor, 1])
             if len(stack) > MAX_DEPTH:
                 raise InputError([Problem((), f"nesting deeper than {MAX_DEPTH} levels; refused",
                                           line=event.start_mark.line + 1, file=file)])
-        elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+            continue
+        if isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
             anchor, count = stack.pop()
             if anchor:
                 sizes[anchor] = count
-            add(count, event) if stack else add(0, event)
-            if not stack:
-                total = max(total, count)
         elif isinstance(event, yaml.ScalarEvent):
+            count = 1
             if event.anchor:
                 sizes[event.anchor] = 1
-            add(1, event)
         elif isinstance(event, yaml.AliasEvent):
-            add(sizes.get(event.anchor, 1), event)
+            count = sizes.get(event.anchor, 1)
+            added += count
+            if added > MAX_ALIAS_VALUES:
+                raise InputError([Problem((), f"aliases expand to more than {MAX_ALIAS_VALUES:,} values (an alias "
+                                              "bomb?); refused", line=event.start_mark.line + 1, file=file)])
+        if stack:
+            stack[-1][1] += count
 
 
 def _build(node: yaml.Node, path: Path, doc: YamlDocument, problems: list[Problem], file: str) -> Any:

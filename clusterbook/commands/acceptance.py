@@ -35,11 +35,13 @@ def scenarios(features: Path = FEATURES) -> list[Scenario]:
 
 
 def matching(all_scenarios: list[Scenario], only: str) -> list[Scenario]:
-    """Scenarios whose name contains `only` (any case), or that carry it as a tag (with or without @)."""
+    """Scenarios whose name (or test name) contains `only` in any case, whose feature it names, or that carry it
+    as a tag (with or without @)."""
     wanted = only.strip().casefold()
     tag = wanted.removeprefix("@")
     return [s for s in all_scenarios
-            if wanted in s.name.casefold() or tag in {t.casefold() for t in s.tags} or wanted == s.feature.casefold()]
+            if wanted in s.name.casefold() or wanted in s.test_name or tag in {t.casefold() for t in s.tags}
+            or wanted == s.feature.casefold()]
 
 
 def verify(cluster_file: str, disruptive: bool, only: str | None) -> None:
@@ -71,24 +73,24 @@ def verify(cluster_file: str, disruptive: bool, only: str | None) -> None:
                      f"see {reports}/verify-summary.md")
 
 
-def demo() -> None:
-    """The main job on the lab: boot it, install, fetch models, deploy both tiers, verify, build the docs."""
+def demo(cluster_file: str = LAB_CLUSTER) -> None:
+    """The main job on the lab: boot it, install, fetch models, deploy every tier, verify, build the docs."""
     import os
 
-    os.environ["CLUSTERBOOK_CLUSTER"] = LAB_CLUSTER
-    lab_up(LAB_CLUSTER)
+    os.environ["CLUSTERBOOK_CLUSTER"] = cluster_file
+    lab_up(cluster_file)
     for runbook in ("install", "models", "router", "gateway"):
-        run_runbook(runbook, LAB_CLUSTER)
-    cluster = load_cluster(LAB_CLUSTER)
+        run_runbook(runbook, cluster_file)
+    cluster = load_cluster(cluster_file)
     for tier in cluster.tiers:
-        run_runbook(tier_runbook(LAB_CLUSTER, tier.name, "deploy"), LAB_CLUSTER, tier.name)
+        run_runbook(tier_runbook(cluster_file, tier.name, "deploy"), cluster_file, tier.name)
     try:  # a failed scenario still gets its docs: the results page is where the operator reads it
-        verify(LAB_CLUSTER, disruptive=True, only=None)
+        verify(cluster_file, disruptive=True, only=None)
         failure = None
     except Failed as exc:
         failure = exc
-    docs(LAB_CLUSTER, "site")
-    browse = ("Browse the docs with [bold]invoke docs.serve --cluster lab/cluster.yaml[/] (http://127.0.0.1:8000), "
+    docs(cluster_file, "site")
+    browse = (f"Browse the docs with [bold]invoke docs.serve --cluster {cluster_file}[/] (http://127.0.0.1:8000), "
               "or open site/index.html")
     if failure:
         console.print(f"\n[bold red]The lab is up and deployed, but verification failed.[/] {browse}: its "

@@ -156,6 +156,7 @@ def tune(cluster_file: str, tier_name: str | None, install_dir: str | None, mode
     """Try the settings grid with llama-bench over the tier's RPC workers; print the best and the change to make."""
     import json
 
+    from ..benchmark import PARALLEL_GAIN
     from ..rehearsal import Rehearsal, gpu_assignment, localize
     from ..tuning import change_to_make
     from ..tuning import tune as run_tune
@@ -179,7 +180,7 @@ def tune(cluster_file: str, tier_name: str | None, install_dir: str | None, mode
     console.print(ptable)
     one = next(p for p in parallel if p["parallel"] == parallels[0])["aggregate_tps"]
     best_parallel = max(parallel, key=lambda p: p["aggregate_tps"])
-    chosen = best_parallel["parallel"] if best_parallel["aggregate_tps"] >= 1.1 * one else parallels[0]
+    chosen = best_parallel["parallel"] if best_parallel["aggregate_tps"] >= PARALLEL_GAIN * one else parallels[0]
     changes = change_to_make(tier, best)
     if chosen != tier.parallel:
         changes.append(f"parallel: {chosen}   # was {tier.parallel}; aggregate {best_parallel['aggregate_tps']} "

@@ -50,18 +50,41 @@ def run_runbook(runbook_id: str, cluster_file: str, tier: str | None = None, dry
     return report
 
 
+def cluster_for_tasks(argv: list[str]) -> str:
+    """The cluster file an invoke command line will use: its --cluster value, else default_cluster()."""
+    for i, arg in enumerate(argv):
+        if arg == "--cluster" and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith("--cluster="):
+            return arg.split("=", 1)[1]
+    return default_cluster()
+
+
+def task_operations(cluster_file: str) -> list:
+    """The runbook tasks of a cluster file; when it cannot be loaded, the cluster-wide ones only (running any
+    task then reports the file's problems)."""
+    from ..operations import Operation, operations
+    from ..problems import InputError
+    try:
+        return operations(load_cluster(cluster_file))
+    except InputError:
+        return [Operation("deploy", n, n, f"{n} (the cluster file {cluster_file} does not load: run it to see why)")
+                for n in ("install", "router", "gateway", "slurm")] + \
+               [Operation("models", "fetch", "models", "Fetch the models each node serves.")]
+
+
 def tier_runbook(cluster_file: str, tier: str, action: str) -> str:
-    """The runbook id for an action on a tier: deploy -> deploy-<kind>, stop, restart."""
+    """The runbook id for an action on a tier, by its manager (operations.tier_runbook)."""
+    from ..operations import tier_runbook as runbook_of
+    from ..operations import unavailable_reason
     cluster = load_cluster(cluster_file)
     names = [t.name for t in cluster.tiers]
     if tier not in names:
         raise Failed(f"unknown tier '{tier}' in {cluster_file} (tiers: {', '.join(names)})")
-    t = cluster.tier(tier)
-    if t.manager == "slurm":
-        if action == "restart":
-            raise Failed(f"tier {tier} runs as a SLURM job: use stop.{tier} and deploy.{tier}, or scontrol requeue")
-        return f"{action}-slurm"
-    return f"deploy-{t.kind}" if action == "deploy" else action
+    runbook = runbook_of(cluster.tier(tier), action)
+    if runbook is None:
+        raise Failed(unavailable_reason(cluster.tier(tier), action))
+    return runbook
 
 
 def status(cluster_file: str, only: str | None = None) -> None:

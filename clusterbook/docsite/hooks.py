@@ -12,13 +12,13 @@ def on_config(config):
         config["site_url"] = site.cluster.cluster.docs_url
     for entry in config["nav"]:
         if isinstance(entry, dict) and "Runbooks" in entry:
-            entry["Runbooks"] = ["runbooks/index.md"] + [{r.title: r.page} for r in site.runbooks]
+            entry["Runbooks"] = ["runbooks/index.md"] + [{r.title: r.page} for r in site.runbooks if r.page]
     return config
 
 
 def on_files(files, config):
     site = build_site(cluster_file())
-    for r in site.runbooks:
+    for r in (r for r in site.runbooks if r.page):
         # generated pages hold shell: keep Jinja (mkdocs-macros) away from them
         files.append(File.generated(config, r.page, content="---\nrender_macros: false\n---\n\n" + r.markdown))
     for a in site.artifacts:

@@ -2,6 +2,7 @@
 
 from clusterbook.docsite import pages
 from clusterbook.docsite.site import build_site, cluster_file, latest_report
+from clusterbook.operations import cluster_command, tier_command
 
 
 def define_env(env):
@@ -25,8 +26,10 @@ def define_env(env):
         "files_index": lambda: pages.files_index(site.artifacts),
         "files_verbatim": lambda: pages.files_verbatim(site.artifacts),
         "runbook_index": lambda: pages.table(["runbook", "command", "page"], [
-            [r.title, f"`{r.command}`", f"[{r.page.split('/')[-1][:-3]}]({r.page.split('/')[-1]})"]
-            for r in site.runbooks]),
+            [r.title, f"`{r.command}`", f"[{r.page.split('/')[-1][:-3]}]({r.page.split('/')[-1]})" if r.page
+             else f"not on this cluster: {r.unavailable}"] for r in site.runbooks]),
+        "tier_command": lambda action, tier: tier_command(c, action, tier),
+        "cluster_command": lambda task: cluster_command(c, task),
         "latest_report": lambda name: latest_report(name) or f"No {name} report yet (run `invoke {name}`).",
     }
     for name, fn in sections.items():

@@ -45,7 +45,7 @@ def gib(n: int | None) -> str:
 def tier_summary(c: Cluster) -> str:
     rows = []
     for t in c.tiers:
-        nodes = ", ".join(topo.tier_nodes(t))
+        nodes = ", ".join(t.nodes)
         what = ", ".join(t.models) if isinstance(t, RouterTier) else t.model
         public = topo.gateway_url(c, t.name) or "–"
         rows.append([f"**{t.name}**", t.kind, t.manager, what, nodes, f"`{topo.endpoint_url(c, t)}`", public])
@@ -101,7 +101,7 @@ def architecture(c: Cluster) -> str:
     if c.gateway:
         lines.append(f"  clients --> {_id(c.gateway.node)}")
         for r in c.gateway.routes:
-            lines.append(f'  {_id(c.gateway.node)} -- "{r.path}" --> {_id(topo.tier_nodes(c.tier(r.tier))[0])}')
+            lines.append(f'  {_id(c.gateway.node)} -- "{r.path}" --> {_id(c.tier(r.tier).nodes[0])}')
     lines.append("```")
     return "\n".join(lines) + "\n"
 
@@ -135,7 +135,7 @@ def hardware(c: Cluster) -> str:
 def models(c: Cluster) -> str:
     rows = []
     for m in c.models:
-        where = [t.name for t in c.tiers if (m.id in t.models if isinstance(t, RouterTier) else m.id == t.model)]
+        where = [t.name for t in c.tiers if m.id in t.served_models]
         a = m.architecture
         size = f"{m.size_bytes:,} B ({gb(m.size_bytes)})" if m.size_bytes else f"≈ {m.approx_size_gb:g} GB"
         source = (f"[{m.source.repo}]({m.source.urls[0]})" + (f" ({len(m.source.files)} parts)"
@@ -151,7 +151,7 @@ def tier_flags(c: Cluster) -> str:
     out = []
     for t in c.tiers:
         out.append(f"## {t.name}\n\n{t.description}\n")
-        out.append(f"**llama-server** on {topo.tier_nodes(t)[0]} (`{fl.binary(c, c.engine.server_binary)}`):\n")
+        out.append(f"**llama-server** on {t.nodes[0]} (`{fl.binary(c, c.engine.server_binary)}`):\n")
         out.append(table(["flag", "value", "what it does", "why this value"],
                          [[f"`{f.flag}`", f"`{f.value}`" if f.value is not None else "", f.what, f.why]
                           for f in fl.server_flags(c, t)]))
@@ -274,7 +274,7 @@ def api(c: Cluster) -> str:
         out.append(table(["method", "URL", "what"], rows))
         if t.api_key:
             out.append("\nRequests need `Authorization: Bearer <key>`; without it the tier answers 401.\n")
-        models_ = t.models if isinstance(t, RouterTier) else [t.model]
+        models_ = t.served_models
         reasoning = [m for m in models_ if c.model(m).reasoning_content]
         if reasoning:
             out.append(f"\n{', '.join(reasoning)} returns its chain of thought in `choices[0].message."
@@ -319,15 +319,6 @@ def runbook_page(expansion: Expansion) -> str:
                 lines.append(f"# handler {name}, when a file above changed:\n{command}")
             out.append(f"**{host}**\n\n{code(chr(10).join(lines))}")
     return "\n".join(out)
-
-
-def runbook_command(runbook_id: str, tier: str | None) -> str:
-    if runbook_id.startswith("deploy-"):
-        return f"invoke deploy.{tier}" if tier in ("fast", "reasoning") else f"invoke deploy.tier --tier {tier}"
-    if runbook_id in ("stop", "restart"):
-        return f"invoke {runbook_id}.{tier}" if tier in ("fast", "reasoning") else \
-            f"invoke {runbook_id}.tier --tier {tier}"
-    return {"install": "invoke deploy.install", "models": "invoke models.fetch"}.get(runbook_id, f"invoke {runbook_id}")
 
 
 def slug(runbook_id: str, tier: str | None) -> str:

@@ -8,6 +8,7 @@ from functools import cache
 from pathlib import Path
 
 from ..loader import load_cluster
+from ..operations import operations
 from ..planner.capacity import TierPlan, plan_cluster
 from ..problems import InputError
 from ..render.artifacts import Artifact, render_artifacts
@@ -23,9 +24,10 @@ class RunbookDoc:
     runbook: str
     tier: str | None
     title: str
-    page: str  # path under docs/
+    page: str | None  # path under docs/; None when the runbook cannot run on this cluster
     markdown: str
     command: str
+    unavailable: str = ""  # why there is no page
 
 
 @dataclass(frozen=True)
@@ -51,23 +53,23 @@ def build_site(path: str) -> Site:
 @cache
 def _build_site(path: str, stamp: tuple) -> Site:
     c = load_cluster(path)
+    books = available()
+    # one page per operation this cluster offers (its tiers' managers decide which), plus status and logs
+    entries = [(op.runbook, op.tier, op.command) for op in operations(c) if op.steps is None]
+    entries += [("status", None, "invoke status"), ("logs", None, "invoke logs")]
     docs = []
-    for book in available().values():
-        rb = book.runbook
-        tiers = [t.name for t in c.tiers if t.kind in rb.kinds] if rb.scope == "tier" else [None]
-        for tier in tiers:
-            slug = pages.slug(rb.id, tier)
-            command = pages.runbook_command(rb.id, tier)
-            try:
-                expansion = expand(book, c, tier)
-                body = pages.runbook_page(expansion)
-                title = expansion.title
-            except InputError as exc:
-                title = f"{rb.id}{' ' + tier if tier else ''} (not available)"
-                body = f"# {title}\n\nThis runbook cannot be expanded for this cluster:\n\n" + \
-                       "\n".join(f"- {p.message}" for p in exc.problems) + "\n"
-            body = body.replace("\n", f"\n\nRun it with `{command}` (add `--dry` to print this plan).\n", 1)
-            docs.append(RunbookDoc(rb.id, tier, title, f"runbooks/{slug}.md", body, command))
+    for runbook, tier, command in entries:
+        slug = pages.slug(runbook, tier)
+        try:
+            expansion = expand(books[runbook], c, tier)
+        except InputError as exc:  # not possible for this cluster: no page; the index says why
+            reason = "; ".join(p.message for p in exc.problems)
+            docs.append(RunbookDoc(runbook, tier, f"{runbook}{' ' + tier if tier else ''}", None, "", command,
+                                   reason))
+            continue
+        body = pages.runbook_page(expansion)
+        body = body.replace("\n", f"\n\nRun it with `{command}` (add `--dry` to print this plan).\n", 1)
+        docs.append(RunbookDoc(runbook, tier, expansion.title, f"runbooks/{slug}.md", body, command))
     return Site(path, c, plan_cluster(c), render_artifacts(c), docs)
 
 

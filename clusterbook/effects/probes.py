@@ -154,4 +154,4 @@ def api_key(transport, c: Cluster, tier) -> str | None:
         return None
     if tier.api_key.env:
         return os.environ.get(tier.api_key.env)
-    return transport.run(topo.tier_nodes(tier)[0], f"cat {shlex.quote(tier.api_key.file)}").stdout.strip() or None
+    return transport.run(tier.nodes[0], f"cat {shlex.quote(tier.api_key.file)}").stdout.strip() or None

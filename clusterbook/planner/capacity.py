@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from .. import topology as topo
+from ..layersplit import CPU
 from ..schema import Cluster, RouterTier, RpcTier
 from .shape import Shape, from_declared
 
@@ -105,7 +106,7 @@ def rpc_device_plans(c: Cluster, tier: RpcTier, shape: Shape, ctx: int) -> list[
     offload = topo.offload_devices(c, tier)
     plans = []
     for dev in topo.tier_devices(c, tier):
-        idx = -1 if dev.name == "CPU" else offload.index(dev)
+        idx = CPU if dev.name == "CPU" else offload.index(dev)
         blocks = [i for i, d in enumerate(place.blocks) if d == idx]
         output = place.output == idx
         weights = sum(shape.block_bytes[i] for i in blocks) + (shape.output_bytes if output else 0)

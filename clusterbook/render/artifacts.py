@@ -12,6 +12,7 @@ import jinja2
 from .. import flags as fl
 from .. import topology as topo
 from ..schema import Cluster, RouterTier, RpcTier
+from ..templating import JINJA_OPTIONS
 from .escaping import LANGUAGE, Quoted, UnsafeValue, checked_target, guard
 
 Kind = Literal["unit", "env", "script", "config", "nginx", "nftables", "ini"]
@@ -38,10 +39,7 @@ class Artifact:
 @cache
 def _env(language: str) -> jinja2.Environment:
     return jinja2.Environment(loader=jinja2.PackageLoader("clusterbook.render", "templates"),
-                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
-                              keep_trailing_newline=True, autoescape=False, finalize=guard(language),
-                              # shell uses ${#ARRAY[@]}: keep Jinja's comment syntax out of its way
-                              comment_start_string="{#!", comment_end_string="!#}")
+                              keep_trailing_newline=True, finalize=guard(language), **JINJA_OPTIONS)
 
 
 def template(name: str, **context: object) -> str:
@@ -119,7 +117,7 @@ def _unit(c: Cluster, tier: RouterTier | RpcTier, node: str, name: str, role: st
 
 def _tier_files(c: Cluster, tier: RouterTier | RpcTier) -> list[Artifact]:
     names = topo.units(tier)
-    head = topo.tier_nodes(tier)[0]
+    head = tier.nodes[0]
     env = template("tier.env.j2", header=header(c), ld_library_path=ld_library_path(c), extra=[])
     files = [Artifact(n, env_file(c, tier), env, "env", about=f"{tier.name}: environment")
              for n in topo.candidate_nodes(c, tier)]
@@ -143,7 +141,7 @@ def _tier_files(c: Cluster, tier: RouterTier | RpcTier) -> list[Artifact]:
 
 
 def _nftables(c: Cluster, tier: RpcTier, worker: str) -> Artifact:
-    allowed = [topo.address(c, n, c.rpc_network) for n in topo.tier_nodes(tier) if c.rpc_network in c.node(n).addresses]
+    allowed = [topo.address(c, n, c.rpc_network) for n in tier.nodes if c.rpc_network in c.node(n).addresses]
     text = template("nftables-rpc.nft.j2", header=header(c), tier=tier, table=tier.name.replace("-", "_"),
                     allowed=sorted(set(allowed)))
     return Artifact(worker, f"/etc/nftables.d/llama-rpc-{tier.name}.nft", text, "nftables",
@@ -163,7 +161,7 @@ def _sbatch(c: Cluster, tier: RouterTier | RpcTier) -> Artifact:
         summary = f"{tier.model} on {tier.head} with RPC workers {', '.join(tier.workers)}"
     else:
         summary = f"router mode on {tier.node}"
-    head = topo.tier_nodes(tier)[0]
+    head = tier.nodes[0]
     candidates = topo.candidate_nodes(c, tier)
     floating = isinstance(tier, RouterTier) and candidates != [head]
     argv = server_exec(c, tier)
@@ -179,7 +177,7 @@ def _sbatch(c: Cluster, tier: RouterTier | RpcTier) -> Artifact:
                     count=len(steps), log_dir=c.storage.log_dir, endpoint_dir=c.storage.endpoint_dir,
                     http_addr=None if floating else topo.http_address(c, tier), addresses=addresses,
                     ld_library_path=ld_library_path(c))
-    controller = c.slurm.controller if c.slurm else next((n.name for n in c.nodes if "controller" in n.roles), head)
+    controller = c.slurm_controller or head
     return Artifact(controller, sbatch_path(c, tier), text, "script", 0o755, about=f"{tier.name}: SLURM job")
 
 
@@ -193,7 +191,7 @@ def selector_rows(c: Cluster) -> list[dict]:
 def model_endpoint(c: Cluster, model_id: str) -> dict:
     """The tier serving a model and its direct endpoint."""
     for tier in c.tiers:
-        served = tier.models if isinstance(tier, RouterTier) else [tier.model]
+        served = tier.served_models
         if model_id in served:
             return {"model": model_id, "tier": tier.name, "endpoint": topo.endpoint_url(c, tier)}
     raise KeyError(model_id)

@@ -50,10 +50,6 @@ def systemd_rpc_tier(cluster):
     return tiers[0]
 
 
-def served_models(tier):
-    return tier.models if isinstance(tier, RouterTier) else [tier.model]
-
-
 def until_answers(cluster, transport, tier, deadline_s: float) -> float:
     """Seconds until the tier answers a chat completion (polling), or fail after deadline_s."""
     started = time.monotonic()
@@ -61,7 +57,7 @@ def until_answers(cluster, transport, tier, deadline_s: float) -> float:
     last = ""
     while time.monotonic() - started < deadline_s:
         try:
-            probes.chat(url_of(cluster, transport, tier), served_models(tier)[0], key, max_tokens=4, timeout=30)
+            probes.chat(url_of(cluster, transport, tier), tier.served_models[0], key, max_tokens=4, timeout=30)
             return time.monotonic() - started
         except (httpx.HTTPError, ValueError, pytest.fail.Exception) as exc:
             last = str(exc)
@@ -132,8 +128,8 @@ def _lists_models(cluster, transport):
         headers = {"Authorization": f"Bearer {key}"} if key else {}
         data = httpx.get(url_of(cluster, transport, tier) + "/v1/models", headers=headers, timeout=10).json()
         ids = {m["id"] for m in data["data"]}
-        missing = set(served_models(tier)) - ids
-        assert not missing, f"tier {tier.name}: expected /v1/models to list {sorted(served_models(tier))}, " \
+        missing = set(tier.served_models) - ids
+        assert not missing, f"tier {tier.name}: expected /v1/models to list {sorted(tier.served_models)}, " \
                             f"it lists {sorted(ids)}"
 
 
@@ -143,7 +139,7 @@ def _every_model_answers(cluster, transport, measured):
         targets = cluster.targets_for(tier.name)
         limit = targets.api_response_s.target if targets and targets.api_response_s else None
         key = probes.api_key(transport, cluster, tier)
-        for model in served_models(tier):
+        for model in tier.served_models:
             started = time.monotonic()
             answer = probes.chat(url_of(cluster, transport, tier), model, key, max_tokens=8)
             seconds = time.monotonic() - started
@@ -161,7 +157,7 @@ def _needs_key(cluster, transport):
         pytest.skip("no tier has an API key configured")
     for tier in tiers:
         r = httpx.post(url_of(cluster, transport, tier) + "/v1/chat/completions", timeout=30, json={
-            "model": served_models(tier)[0], "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1})
+            "model": tier.served_models[0], "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1})
         assert r.status_code == 401, f"tier {tier.name}: expected 401 without the key, got {r.status_code}"
 
 
@@ -210,7 +206,7 @@ def _generate(cluster, transport, context, measured, tokens, runs):
         if not targets or not (targets.decode_tps or targets.ttft_s):
             continue
         key = probes.api_key(transport, cluster, tier)
-        url, model = url_of(cluster, transport, tier), served_models(tier)[0]
+        url, model = url_of(cluster, transport, tier), tier.served_models[0]
         probes.chat(url, model, key, max_tokens=4)  # warm up (loads a router-mode model)
         samples = [probes.timed_chat(url, model, key, tokens) for _ in range(runs)]
         decode = statistics.median(s.decode_tps for s in samples)
@@ -248,17 +244,17 @@ def _sample_gpus(cluster, transport, context):
     if not tiers:
         pytest.skip("no tier has GPU targets")
     for tier in tiers:
-        for node in topo.tier_nodes(tier):
+        for node in tier.nodes:
             if not cluster.node(node).gpus:
                 pytest.skip(f"no GPU on {node}")
     samples: dict[str, list[tuple[float, float]]] = {}
     for tier in tiers:
         key = probes.api_key(transport, cluster, tier)
         worker = threading.Thread(target=probes.timed_chat, args=(url_of(cluster, transport, tier),
-                                                                  served_models(tier)[0], key, 256))
+                                                                  tier.served_models[0], key, 256))
         worker.start()
         while worker.is_alive():
-            for node in topo.tier_nodes(tier):
+            for node in tier.nodes:
                 out = transport.run(node, "nvidia-smi --query-gpu=utilization.gpu,memory.used "
                                           "--format=csv,noheader,nounits").stdout
                 for i, line in enumerate(out.splitlines()):
@@ -318,7 +314,7 @@ def _restart_node(cluster, cluster_file, transport, context, measured):
 @then("every service of that node is active again")
 def _services_back(cluster, transport, context):
     node = context["node"]
-    units = [topo.units(t).head for t in cluster.tiers if topo.tier_nodes(t)[0] == node and t.manager == "systemd"]
+    units = [topo.units(t).head for t in cluster.tiers if t.nodes[0] == node and t.manager == "systemd"]
     units += [topo.units(t).worker for t in rpc_tiers(cluster, "systemd") if node in t.workers]
     deadline = time.monotonic() + 60
     states = []
@@ -413,8 +409,8 @@ def _gateway_paths(cluster, transport):
     for route in cluster.gateway.routes:
         tier = cluster.tier(route.tier)
         url = through_gateway(cluster, tier)
-        answer = probes.chat(url, served_models(tier)[0], probes.api_key(transport, cluster, tier), max_tokens=4)
-        assert answer["model"] == served_models(tier)[0], f"{url}: expected {served_models(tier)[0]}, got {answer}"
+        answer = probes.chat(url, tier.served_models[0], probes.api_key(transport, cluster, tier), max_tokens=4)
+        assert answer["model"] == tier.served_models[0], f"{url}: expected {tier.served_models[0]}, got {answer}"
 
 
 @when("a higher-priority job takes the node of the first single-node SLURM tier")
@@ -459,7 +455,7 @@ def _back_elsewhere(cluster, transport, context, measured):
     deadline = context["started"] + max(limit * 2, 300)
     while time.monotonic() < deadline:
         try:
-            probes.chat(url, served_models(tier)[0], probes.api_key(transport, cluster, tier), max_tokens=4, timeout=20)
+            probes.chat(url, tier.served_models[0], probes.api_key(transport, cluster, tier), max_tokens=4, timeout=20)
             break
         except httpx.HTTPError:
             time.sleep(2)
@@ -483,7 +479,7 @@ def _all_back(cluster, transport, context, measured):
         url, last = through_gateway(cluster, tier), ""
         while time.monotonic() - ended < limit:
             try:
-                probes.chat(url, served_models(tier)[0], probes.api_key(transport, cluster, tier), max_tokens=4,
+                probes.chat(url, tier.served_models[0], probes.api_key(transport, cluster, tier), max_tokens=4,
                             timeout=20)
                 break
             except httpx.HTTPError as exc:

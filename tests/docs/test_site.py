@@ -46,10 +46,14 @@ def ridge_site(tmp_path_factory):
 def test_strict_build_is_quick(beefcake2_site):
     site, seconds = beefcake2_site
     assert seconds < 10
-    for page in ("index.html", "architecture/index.html", "capacity/index.html", "runbooks/deploy-rpc-reasoning/"
-                 "index.html", "runbooks/deploy-slurm-reasoning/index.html",
+    for page in ("index.html", "architecture/index.html", "capacity/index.html",
+                 "runbooks/deploy-slurm-reasoning/index.html", "runbooks/stop-slurm-fast/index.html",
                  "files/vasp-02/etc/systemd/system/llama-rpc-reasoning.service"):
         assert (site / page).exists(), page
+    # beefcake2 runs its tiers under SLURM: no page for the systemd path, no page for what cannot run here
+    for page in ("runbooks/deploy-rpc-reasoning/index.html", "runbooks/restart-reasoning/index.html"):
+        assert not (site / page).exists(), page
+    assert not list(site.glob("runbooks/*not-available*")), "a 'not available' page was built"
 
 
 @needs_mermaid

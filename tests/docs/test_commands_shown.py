@@ -1,0 +1,48 @@
+"""Every `invoke …` command the site shows exists for that cluster, and every runbook task among them passes
+its --dry run (which contacts nothing)."""
+
+import html
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from clusterbook.loader import load_cluster
+from clusterbook.operations import operations
+
+from .test_site import ROOT, build, needs_mermaid
+
+INVOKE = re.compile(r"invoke ([a-z][a-z0-9_.-]*[a-z0-9])(?![<\w.])(?: --tier ([A-Za-z0-9_.-]+))?")
+# tasks that are not runbooks: they exist for every cluster
+PLAIN = {"check", "render", "plan", "reference", "status", "logs", "verify", "demo", "docs", "docs.build",
+         "docs.serve", "bench", "bench.run", "bench.rehearse", "bench.tune", "lab.up", "lab.down", "lab.status",
+         "lab.ssh", "lab.restart"}
+
+
+def commands_on(site) -> set[tuple[str, str | None]]:
+    found = set()
+    for page in site.rglob("*.html"):
+        text = html.unescape(re.sub(r"<[^>]+>", "", page.read_text(errors="replace")))
+        found |= {(m.group(1).rstrip("."), m.group(2)) for m in INVOKE.finditer(text)}
+    return found
+
+
+@needs_mermaid
+@pytest.mark.parametrize("cluster", ["cluster.yaml", "tests/clusters/ridge.yaml", "lab/cluster-slurm.yaml"])
+def test_every_command_on_the_site_exists_and_its_dry_run_passes(cluster, tmp_path):
+    proc = build(cluster, tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    ops = {op.task: op for op in operations(load_cluster(ROOT / cluster))}
+    shown = commands_on(tmp_path)
+    assert shown, "no invoke command found on the site"
+    unknown = sorted(task for task, _ in shown if task not in PLAIN and task not in ops
+                     and not task.endswith(".tier"))
+    assert not unknown, f"the site shows tasks that do not exist for {cluster}: {unknown}"
+    for task, tier in sorted(shown, key=lambda shown_task: (shown_task[0], shown_task[1] or "")):
+        if task in ops or task.endswith(".tier"):
+            argv = [task, "--dry", "--cluster", cluster] + (["--tier", tier] if tier else [])
+            run = subprocess.run([sys.executable, "-m", "invoke", *argv], cwd=ROOT, capture_output=True, text=True,
+                                 env={**os.environ, "COLUMNS": "200"}, timeout=120)
+            assert run.returncode == 0, f"invoke {' '.join(argv)}:\n{run.stdout[-1500:]}{run.stderr[-1500:]}"
