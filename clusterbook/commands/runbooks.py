@@ -21,7 +21,8 @@ def run_runbook(runbook_id: str, cluster_file: str, tier: str | None = None, dry
     """Expand a runbook for the cluster and run it over SSH (or print the plan with dry)."""
     import time as _time
 
-    from ..effects.executor import Executor, dry_run, recap, step_times
+    from ..effects.executor import Executor
+    from ..effects.reporters import ConsoleReporter, RunLog, dry_run, recap, step_times
     from ..effects.ssh import SshTransport
     from ..runbooks import available, expand
 
@@ -40,7 +41,7 @@ def run_runbook(runbook_id: str, cluster_file: str, tier: str | None = None, dry
     stamp = _time.strftime("%Y%m%dT%H%M%SZ", _time.gmtime())
     log = Path("runs") / f"{stamp}-{cluster.cluster.name}-{runbook_id}{'-' + tier if tier else ''}.jsonl"
     started = _time.monotonic()
-    report = Executor(SshTransport(cluster), log, state_dir).run(expansion)
+    report = Executor(SshTransport(cluster), state_dir, [ConsoleReporter(), RunLog(log)]).run(expansion)
     if not quiet_recap:
         console.print(recap(report))
         console.print(step_times(report))

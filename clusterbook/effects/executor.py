@@ -1,26 +1,22 @@
-"""Run an expanded runbook over SSH: hosts in parallel per step, idempotent uploads, handlers, recap, run log."""
+"""Run an expanded runbook through a transport: hosts in parallel per step, idempotent uploads, handlers.
+It prints nothing: it emits events (step started, host outcome, step finished) that reporters consume."""
 
 from __future__ import annotations
 
-import difflib
-import json
 import shlex
 import time
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from rich.markup import escape
-from rich.table import Table
-
-from ..console import console
 from ..runbooks import Command, ExpandedStep, Expansion, PutFile
-from .ssh import Result
+from .transport import UNREACHABLE, Result, Transport
 
 
 @dataclass
 class Outcome:
-    """What one action did on one host."""
+    """What one action did on one host (an event, and a line of the run log)."""
 
     step: str
     host: str
@@ -30,6 +26,42 @@ class Outcome:
     returncode: int = 0
     stderr_tail: str = ""
     stdout: str = ""
+
+
+@dataclass(frozen=True)
+class RunStarted:
+    """A runbook run begins."""
+
+    runbook: str
+    title: str
+
+
+@dataclass(frozen=True)
+class StepStarted:
+    """A step begins on its hosts."""
+
+    runbook: str
+    index: int
+    total: int
+    step: str
+    title: str
+    hosts: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class StepFinished:
+    """A step ended on every host (its outcomes were emitted before this)."""
+
+    runbook: str
+    index: int
+    total: int
+    step: str
+    title: str
+    seconds: float
+
+
+Event = RunStarted | StepStarted | Outcome | StepFinished
+Listener = Callable[[Event], None]
 
 
 @dataclass
@@ -46,32 +78,35 @@ class Report:
 
 
 class Executor:
-    """Runs expansions with a transport (SshTransport or anything with run(host, command, timeout, stdin))."""
+    """Runs expansions through a transport and tells its listeners what happens."""
 
-    def __init__(self, transport, log_path: Path, state_dir: Path):
+    def __init__(self, transport: Transport, state_dir: Path, listeners: Iterable[Listener] = (),
+                 sleep: Callable[[float], None] = time.sleep):
         self.transport = transport
-        self.log_path = log_path
         self.state_dir = state_dir  # last content uploaded per host/path: the base of --dry diffs
+        self.listeners = list(listeners)
+        self.sleep = sleep  # between retries (host-free tests pass a no-op)
+
+    def emit(self, event: Event) -> None:
+        for listener in self.listeners:
+            listener(event)
 
     def run(self, expansion: Expansion) -> Report:
         report = Report(expansion.runbook)
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        console.print(f"[bold]{expansion.title}[/]")
+        total = len(expansion.steps)
+        self.emit(RunStarted(expansion.runbook, expansion.title))
         for index, step in enumerate(expansion.steps, 1):
             started = time.monotonic()
             hosts = list(step.hosts)
-            with console.status(f"[{index}/{len(expansion.steps)}] {step.title} on {', '.join(hosts)} …"):
-                with ThreadPoolExecutor(max_workers=max(1, len(hosts))) as pool:
-                    results = list(pool.map(self._host, [step] * len(hosts), hosts))
+            self.emit(StepStarted(expansion.runbook, index, total, step.id, step.title, tuple(hosts)))
+            with ThreadPoolExecutor(max_workers=max(1, len(hosts))) as pool:
+                results = list(pool.map(self._host, [step] * len(hosts), hosts))
+            for outcome in (o for outcomes in results for o in outcomes):  # in host order, whatever finished first
+                report.outcomes.append(outcome)
+                self.emit(outcome)
             elapsed = time.monotonic() - started
             report.step_seconds[f"{expansion.runbook}:{step.id}"] = elapsed
-            console.print(f"[{index}/{len(expansion.steps)}] {step.title} [dim]({elapsed:.1f} s)[/]")
-            for outcomes in results:
-                for o in outcomes:
-                    report.outcomes.append(o)
-                    style = {"ok": "green", "changed": "yellow", "failed": "red"}[o.status]
-                    console.print(f"  [dim]{o.host:>10}[/] [{style}]{o.status:<7}[/] {escape(o.action)}", markup=True,
-                                  highlight=False, soft_wrap=True)
+            self.emit(StepFinished(expansion.runbook, index, total, step.id, step.title, elapsed))
             failed = [o for outcomes in results for o in outcomes if o.status == "failed"]
             if failed:
                 f = failed[0]
@@ -90,7 +125,6 @@ class Executor:
             else:
                 outcome = self._command(step, host, action)
             outcomes.append(outcome)
-            self._log(outcome)
             if outcome.status == "failed":
                 return outcomes
             if outcome.status == "changed":
@@ -99,10 +133,8 @@ class Executor:
             command = step.handlers[host][name]
             started = time.monotonic()
             result = self.transport.run(host, command, timeout=300)
-            outcome = Outcome(step.id, host, f"handler {name}: {command}", "changed" if result.ok else "failed",
-                              time.monotonic() - started, result.returncode, result.tail())
-            outcomes.append(outcome)
-            self._log(outcome)
+            outcomes.append(Outcome(step.id, host, f"handler {name}: {command}", "changed" if result.ok else "failed",
+                                    time.monotonic() - started, result.returncode, result.tail()))
             if not result.ok:
                 break
         return outcomes
@@ -116,11 +148,7 @@ class Executor:
         if current.stdout.split()[:1] == [put.sha256]:
             self._remember(host, put)
             return Outcome(step.id, host, put.describe(), "ok", time.monotonic() - started)
-        directory = shlex.quote(str(Path(put.path).parent))
-        target = shlex.quote(put.path)
-        command = (f"mkdir -p {directory} && cat > {target}.clusterbook && chmod {put.mode:o} {target}.clusterbook "
-                   f"&& mv {target}.clusterbook {target}")
-        result = self.transport.run(host, command, timeout=120, stdin=put.content.encode())
+        result = self.transport.put(host, put.path, put.content.encode(), put.mode)
         if result.ok:
             self._remember(host, put)
         return Outcome(step.id, host, put.describe(), "changed" if result.ok else "failed",
@@ -133,16 +161,16 @@ class Executor:
             check = self.transport.run(host, cmd.unless, timeout=cmd.timeout)
             if check.returncode == 0:
                 return Outcome(step.id, host, label, "ok", time.monotonic() - started)
-            if check.returncode == 255:  # ssh itself failed: the host is unreachable
+            if check.returncode == UNREACHABLE:  # ssh itself failed: the host is unreachable
                 return Outcome(step.id, host, label, "failed", time.monotonic() - started, 255, check.tail())
         result: Result | None = None
         for attempt in range(cmd.retries + 1):
             result = self.transport.run(host, cmd.command, timeout=cmd.timeout)
             good = result.ok and (cmd.until is None or cmd.until in result.stdout)
-            if good or result.returncode == 255:
+            if good or result.returncode == UNREACHABLE:
                 break
             if attempt < cmd.retries:
-                time.sleep(cmd.delay)
+                self.sleep(cmd.delay)
         good = result.ok and (cmd.until is None or cmd.until in result.stdout)
         status = "failed" if not good else ("changed" if cmd.changed_when == "always" else "ok")
         tail = result.tail() or (f"stdout: {result.stdout.strip()[-300:]}" if not good else "")
@@ -157,51 +185,3 @@ class Executor:
         path = self.state_dir / host / put.path.lstrip("/")
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(put.content)
-
-    def _log(self, outcome: Outcome) -> None:
-        with self.log_path.open("a") as log:
-            log.write(json.dumps({"time": time.time(), **asdict(outcome)}) + "\n")
-
-
-def recap(report: Report) -> Table:
-    """ok / changed / failed per host, and time per step."""
-    table = Table("host", "ok", "changed", "failed", title=f"recap: {report.runbook}")
-    for host in dict.fromkeys(o.host for o in report.outcomes):
-        failed = report.count(host, "failed")
-        table.add_row(host, str(report.count(host, "ok")), f"[yellow]{report.count(host, 'changed')}[/]",
-                      f"[red]{failed}[/]" if failed else "0")
-    return table
-
-
-def step_times(report: Report) -> Table:
-    table = Table("step", "seconds", title="time per step")
-    for step, seconds in report.step_seconds.items():
-        table.add_row(step, f"{seconds:.1f}")
-    return table
-
-
-def dry_run(expansion: Expansion, state_dir: Path) -> None:
-    """Print the plan: per step and host the exact commands and the files that would change. Connects to nothing."""
-    console.print(f"[bold]{expansion.title}[/] [dim](dry run: nothing is contacted)[/]")
-    for index, step in enumerate(expansion.steps, 1):
-        console.print(f"\n[bold][{index}/{len(expansion.steps)}] {step.title}[/]  [dim]({step.id})[/]")
-        for host, actions in step.hosts.items():
-            for action in actions:
-                if isinstance(action, PutFile):
-                    console.print(f"  [cyan]{host}[/] {escape(action.describe())}", highlight=False, soft_wrap=True)
-                    known = state_dir / host / action.path.lstrip("/")
-                    if known.exists():
-                        diff = list(difflib.unified_diff(known.read_text().splitlines(), action.content.splitlines(),
-                                                         f"{host}:{action.path} (last uploaded)",
-                                                         f"{host}:{action.path} (rendered)", lineterm=""))
-                        console.print("\n".join(f"      {line}" for line in diff) or "      (unchanged)",
-                                      markup=False, highlight=False, soft_wrap=True)
-                    else:
-                        console.print("      (content on the host not known here: uploaded if it differs)",
-                                      style="dim")
-                else:
-                    console.print(f"  [cyan]{host}[/] $ {escape(action.describe())}", highlight=False,
-                                  soft_wrap=True)
-            for name, command in step.handlers.get(host, {}).items():
-                console.print(f"  [cyan]{host}[/] [dim]handler {name} (if notified):[/] {escape(command)}",
-                              soft_wrap=True)

@@ -4,31 +4,13 @@ from __future__ import annotations
 
 import os
 import subprocess
-from dataclasses import dataclass
 from pathlib import Path
 
 from ..schema import Cluster
 from ..topology import ssh_route
+from .transport import Result, ShellTransport
 
 CONTROL_DIR = Path(os.environ.get("XDG_RUNTIME_DIR", "/tmp")) / "clusterbook-ssh"
-
-
-@dataclass(frozen=True)
-class Result:
-    """What a remote command did."""
-
-    host: str
-    command: str
-    returncode: int
-    stdout: str
-    stderr: str
-
-    @property
-    def ok(self) -> bool:
-        return self.returncode == 0
-
-    def tail(self, lines: int = 10) -> str:
-        return "\n".join(self.stderr.strip().splitlines()[-lines:])
 
 
 def ssh_config_text(c: Cluster, base_dir: Path) -> str:
@@ -77,8 +59,8 @@ def ssh_argv(c: Cluster, node: str, remote: str | None = None, base_dir: Path = 
     return argv + ([remote] if remote is not None else [])
 
 
-class SshTransport:
-    """Runs shell commands on the cluster's nodes."""
+class SshTransport(ShellTransport):
+    """Runs shell commands on the cluster's nodes through the system OpenSSH client."""
 
     def __init__(self, cluster: Cluster, base_dir: Path = Path(".")):
         self.cluster = cluster

@@ -34,7 +34,7 @@ def test_dry_run_of_production_contacts_nothing(tmp_path):
 
 def test_dry_run_shows_a_diff_when_the_last_upload_is_known(tmp_path):
     from clusterbook.console import console
-    from clusterbook.effects.executor import dry_run
+    from clusterbook.effects.reporters import dry_run
     from clusterbook.loader import load_cluster
     from clusterbook.runbooks import available, expand
 

@@ -1,0 +1,102 @@
+"""What a runbook run looks like to people and to the record: the console reporter, the JSON-lines run log,
+the recap tables, and the dry-run plan."""
+
+from __future__ import annotations
+
+import difflib
+import json
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+from rich.markup import escape
+from rich.status import Status
+from rich.table import Table
+
+from ..console import console
+from ..runbooks import Expansion, PutFile
+from .executor import Event, Outcome, Report, RunStarted, StepFinished, StepStarted
+
+STYLE = {"ok": "green", "changed": "yellow", "failed": "red"}
+
+
+class ConsoleReporter:
+    """Prints a run as it goes: a spinner while a step runs, then the step's time and each host's outcomes."""
+
+    def __init__(self) -> None:
+        self.status: Status | None = None
+        self.pending: list[Outcome] = []
+
+    def __call__(self, event: Event) -> None:
+        if isinstance(event, RunStarted):
+            console.print(f"[bold]{escape(event.title)}[/]")
+        elif isinstance(event, StepStarted):
+            self.status = console.status(f"[{event.index}/{event.total}] {event.title} on {', '.join(event.hosts)} …")
+            self.status.start()
+        elif isinstance(event, Outcome):
+            self.pending.append(event)
+        elif isinstance(event, StepFinished):
+            if self.status:
+                self.status.stop()
+            console.print(f"[{event.index}/{event.total}] {event.title} [dim]({event.seconds:.1f} s)[/]")
+            for o in self.pending:
+                console.print(f"  [dim]{o.host:>10}[/] [{STYLE[o.status]}]{o.status:<7}[/] {escape(o.action)}",
+                              markup=True, highlight=False, soft_wrap=True)
+            self.pending = []
+
+
+class RunLog:
+    """Appends every outcome to a JSON-lines file (runs/<time>-<cluster>-<runbook>.jsonl)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+
+    def __call__(self, event: Event) -> None:
+        if isinstance(event, Outcome):
+            with self.path.open("a") as log:
+                log.write(json.dumps({"time": time.time(), **asdict(event)}) + "\n")
+
+
+def recap(report: Report) -> Table:
+    """ok / changed / failed per host, and time per step."""
+    table = Table("host", "ok", "changed", "failed", title=f"recap: {report.runbook}")
+    for host in dict.fromkeys(o.host for o in report.outcomes):
+        failed = report.count(host, "failed")
+        table.add_row(host, str(report.count(host, "ok")), f"[yellow]{report.count(host, 'changed')}[/]",
+                      f"[red]{failed}[/]" if failed else "0")
+    return table
+
+
+def step_times(report: Report) -> Table:
+    table = Table("step", "seconds", title="time per step")
+    for step, seconds in report.step_seconds.items():
+        table.add_row(step, f"{seconds:.1f}")
+    return table
+
+
+def dry_run(expansion: Expansion, state_dir: Path) -> None:
+    """Print the plan: per step and host the exact commands and the files that would change. Connects to nothing."""
+    console.print(f"[bold]{expansion.title}[/] [dim](dry run: nothing is contacted)[/]")
+    for index, step in enumerate(expansion.steps, 1):
+        console.print(f"\n[bold][{index}/{len(expansion.steps)}] {step.title}[/]  [dim]({step.id})[/]")
+        for host, actions in step.hosts.items():
+            for action in actions:
+                if isinstance(action, PutFile):
+                    console.print(f"  [cyan]{host}[/] {escape(action.describe())}", highlight=False, soft_wrap=True)
+                    known = state_dir / host / action.path.lstrip("/")
+                    if known.exists():
+                        diff = list(difflib.unified_diff(known.read_text().splitlines(), action.content.splitlines(),
+                                                         f"{host}:{action.path} (last uploaded)",
+                                                         f"{host}:{action.path} (rendered)", lineterm=""))
+                        console.print("\n".join(f"      {line}" for line in diff) or "      (unchanged)",
+                                      markup=False, highlight=False, soft_wrap=True)
+                    else:
+                        console.print("      (content on the host not known here: uploaded if it differs)",
+                                      style="dim")
+                else:
+                    console.print(f"  [cyan]{host}[/] $ {escape(action.describe())}", highlight=False,
+                                  soft_wrap=True)
+            for name, command in step.handlers.get(host, {}).items():
+                console.print(f"  [cyan]{host}[/] [dim]handler {name} (if notified):[/] {escape(command)}",
+                              soft_wrap=True)
