@@ -5,7 +5,7 @@ import sys
 from invoke import Collection, task
 
 from clusterbook import commands
-from clusterbook.console import exits_cleanly
+from clusterbook.effects.console import exits_cleanly
 
 CLUSTER_HELP = "cluster file (default: cluster.yaml)"
 

@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from clusterbook.commands.cluster import checked_cluster  # noqa: E402
-from clusterbook.problems import InputError  # noqa: E402
+from clusterbook.model.problems import InputError  # noqa: E402
 
 
 def alias_bomb() -> str:

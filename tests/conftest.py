@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from clusterbook.loader import load_cluster
+from clusterbook.model.loader import load_cluster
 
 ROOT = Path(__file__).resolve().parent.parent
 CLUSTERS = {

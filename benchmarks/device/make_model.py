@@ -7,7 +7,7 @@ import gguf
 import numpy as np
 import torch
 
-from clusterbook.lab.models import tensor_layout
+from clusterbook.effects.lab.models import tensor_layout
 
 LAYERS, EMBD, HEADS, KV_HEADS, FF, VOCAB, CTX = 32, 4096, 32, 8, 14336, 128256, 8192
 

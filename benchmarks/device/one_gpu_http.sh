@@ -10,7 +10,7 @@ pid=$!
 until curl -sf -o /dev/null http://127.0.0.1:18090/health; do sleep 0.5; done
 python3 - <<'PY' | tee "$OUT/one-gpu-http.txt"
 import statistics
-from clusterbook.benchmark import PROMPTS, _decode_only
+from clusterbook.effects.benchmark import PROMPTS, _decode_only
 _decode_only("http://127.0.0.1:18090", "m", None, "warm up", 8)
 for name, prompt in PROMPTS.items():
     runs = [_decode_only("http://127.0.0.1:18090", "m", None, prompt, 128) for _ in range(3)]

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import httpx
 
-from clusterbook.benchmark import PROMPTS
+from clusterbook.effects.benchmark import PROMPTS
 from clusterbook.effects.probes import chat
-from clusterbook.loader import load_cluster
-from clusterbook.rehearsal import Rehearsal
+from clusterbook.effects.rehearsal import Rehearsal
+from clusterbook.model.loader import load_cluster
 
 VARIANTS = {"default": {}, "top_k=1": {"top_k": 1}, "samplers=[top_k],top_k=1": {"samplers": ["top_k"], "top_k": 1}}
 

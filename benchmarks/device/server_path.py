@@ -18,11 +18,11 @@ from pathlib import Path
 
 import httpx
 
-from clusterbook import flags as fl
-from clusterbook.benchmark import PROMPTS
+from clusterbook.effects.benchmark import PROMPTS
 from clusterbook.effects.probes import chat
-from clusterbook.loader import load_cluster
-from clusterbook.rehearsal import head_argv
+from clusterbook.effects.rehearsal import head_argv
+from clusterbook.model.loader import load_cluster
+from clusterbook.pure import flags as fl
 
 
 def replace(argv: list[str], flag: str, value: str) -> list[str]:

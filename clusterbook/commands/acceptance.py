@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..console import Failed, console
-from ..loader import load_cluster
-from .lab import LAB_CLUSTER, lab_up
-from .runbooks import run_runbook, tier_runbook
-from .site import docs
+from clusterbook.commands.lab import LAB_CLUSTER, lab_up
+from clusterbook.commands.runbooks import run_runbook, tier_runbook
+from clusterbook.commands.site import docs
+from clusterbook.effects.console import Failed, console
+from clusterbook.model.loader import load_cluster
 
 FEATURES = Path("tests/features")
 

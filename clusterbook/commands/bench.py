@@ -6,15 +6,15 @@ from pathlib import Path
 
 from rich.table import Table
 
-from ..console import Failed, console
-from ..loader import load_cluster
-from ..planner.capacity import GIB
+from clusterbook.effects.console import Failed, console
+from clusterbook.model.loader import load_cluster
+from clusterbook.pure.planner.capacity import GIB
 
 
 def _write_bench(report, card: str, extra: dict | None = None, extra_markdown: str = "") -> None:
     import json
 
-    from ..benchmark import markdown
+    from clusterbook.effects.benchmark import markdown
     reports = Path("reports")
     reports.mkdir(exist_ok=True)
     (reports / "bench.json").write_text(json.dumps({**report.to_json(), "card": card, **(extra or {})}, indent=2))
@@ -35,7 +35,7 @@ def _card() -> str:
 
 
 def _bench_tier(cluster, tier_name: str | None):
-    from ..schema import RpcTier
+    from clusterbook.model.schema import RpcTier
     tiers = [t for t in cluster.tiers if tier_name in (None, t.name)]
     if not tiers:
         raise Failed(f"unknown tier '{tier_name}' (tiers: {', '.join(t.name for t in cluster.tiers)})")
@@ -45,11 +45,11 @@ def _bench_tier(cluster, tier_name: str | None):
 
 def bench(cluster_file: str, tier_name: str | None, quick: bool) -> None:
     """Measure a live tier over its HTTP API, beside the planner's bound."""
-    from .. import topology as topo
-    from ..benchmark import run_bench
-    from ..effects.probes import api_key
-    from ..effects.ssh import SshTransport
-    from ..planner.capacity import plan_tier
+    from clusterbook.effects.benchmark import run_bench
+    from clusterbook.effects.probes import api_key
+    from clusterbook.effects.ssh import SshTransport
+    from clusterbook.pure import topology as topo
+    from clusterbook.pure.planner.capacity import plan_tier
 
     cluster = load_cluster(cluster_file)
     tier = _bench_tier(cluster, tier_name)
@@ -67,13 +67,13 @@ def rehearse(cluster_file: str, tier_name: str | None, install_dir: str | None, 
              quick: bool) -> None:
     """Run the tier's rendered command lines on this machine (one RPC worker per GPU, head on GPU 0), bench it,
     and measure what the split costs against the model on the head's first device alone."""
-    from .. import topology as topo
-    from ..benchmark import baseline_decode_samples, decode_samples, run_bench
-    from ..planner.capacity import plan_tier
-    from ..planner.shape import shape_of
-    from ..rehearsal import Rehearsal, gpu_assignment, head_first_gpu, localize
-    from ..splitcost import SplitCost, engine_decode, fits_one_device, served_decode
-    from ..splitcost import markdown as split_markdown
+    from clusterbook.effects.benchmark import baseline_decode_samples, decode_samples, run_bench
+    from clusterbook.effects.rehearsal import Rehearsal, gpu_assignment, head_first_gpu, localize
+    from clusterbook.effects.splitcost import SplitCost, engine_decode, fits_one_device, served_decode
+    from clusterbook.effects.splitcost import markdown as split_markdown
+    from clusterbook.pure import topology as topo
+    from clusterbook.pure.planner.capacity import plan_tier
+    from clusterbook.pure.planner.shape import shape_of
 
     cluster = localize(load_cluster(cluster_file), install_dir, models_dir)
     tier = _bench_tier(cluster, tier_name)
@@ -115,8 +115,8 @@ def _record_gpu_memory(cluster, tier, shape) -> None:
     import shutil
     import subprocess
 
-    from ..planner.capacity import plan_tier
-    from ..rehearsal import gpu_assignment
+    from clusterbook.effects.rehearsal import gpu_assignment
+    from clusterbook.pure.planner.capacity import plan_tier
     if not shutil.which("nvidia-smi"):
         return
     out = subprocess.run(["nvidia-smi", "--query-gpu=index,memory.used", "--format=csv,noheader,nounits"],
@@ -137,9 +137,9 @@ def _record_gpu_memory(cluster, tier, shape) -> None:
 
 def parallel_sweep(cluster, tier, parallels: tuple[int, ...]) -> list[dict]:
     """The live server with each parallel slot count, as many clients as slots: aggregate throughput."""
-    from .. import topology as topo
-    from ..benchmark import concurrency_point
-    from ..rehearsal import Rehearsal
+    from clusterbook.effects.benchmark import concurrency_point
+    from clusterbook.effects.rehearsal import Rehearsal
+    from clusterbook.pure import topology as topo
 
     points = []
     for n in parallels:
@@ -156,10 +156,10 @@ def tune(cluster_file: str, tier_name: str | None, install_dir: str | None, mode
     """Try the settings grid with llama-bench over the tier's RPC workers; print the best and the change to make."""
     import json
 
-    from ..benchmark import PARALLEL_GAIN
-    from ..rehearsal import Rehearsal, gpu_assignment, localize
-    from ..tuning import change_to_make
-    from ..tuning import tune as run_tune
+    from clusterbook.effects.benchmark import PARALLEL_GAIN
+    from clusterbook.effects.rehearsal import Rehearsal, gpu_assignment, localize
+    from clusterbook.effects.tuning import change_to_make
+    from clusterbook.effects.tuning import tune as run_tune
 
     cluster = localize(load_cluster(cluster_file), install_dir, models_dir)
     tier = _bench_tier(cluster, tier_name)

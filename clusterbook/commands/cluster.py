@@ -6,14 +6,14 @@ from pathlib import Path
 
 from rich.table import Table
 
-from ..console import Failed, console
-from ..effects.files import write_tree
-from ..effects.validators import MissingTools, validate
-from ..loader import load_cluster, load_cluster_document
-from ..planner.capacity import GIB, plan_cluster, plan_json
-from ..planner.findings import plan_findings
-from ..problems import InputError
-from ..render.artifacts import render_artifacts
+from clusterbook.effects.console import Failed, console
+from clusterbook.effects.files import write_tree
+from clusterbook.effects.validators import MissingTools, validate
+from clusterbook.model.loader import load_cluster, load_cluster_document
+from clusterbook.model.problems import InputError
+from clusterbook.pure.planner.capacity import GIB, plan_cluster, plan_json
+from clusterbook.pure.planner.findings import plan_findings
+from clusterbook.pure.render.artifacts import render_artifacts
 
 
 def render(cluster_file: str, out_dir: str) -> None:
@@ -58,7 +58,7 @@ def check(cluster_file: str) -> None:
 
 def write_reference(readme: str) -> None:
     """Regenerate the cluster file reference between the README's markers."""
-    from ..reference import reference_markdown, splice
+    from clusterbook.pure.reference import reference_markdown, splice
     path = Path(readme)
     path.write_text(splice(path.read_text(), reference_markdown()))
     console.print(f"[green]updated[/] the cluster file reference in {readme}")

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from ..console import Failed, console
-from ..loader import load_cluster
-from .runbooks import run_runbook
+from clusterbook.commands.runbooks import run_runbook
+from clusterbook.effects.console import Failed, console
+from clusterbook.model.loader import load_cluster
 
 LAB_CLUSTER = "lab/cluster.yaml"
 
 
 def _lab(cluster_file: str):
-    from ..lab.lab import Lab
+    from clusterbook.effects.lab.lab import Lab
     return Lab(load_cluster(cluster_file))
 
 
@@ -60,7 +60,7 @@ def lab_restart(cluster_file: str, node: str) -> None:
 
 def ssh_command(cluster_file: str, node: str) -> list[str]:
     """The ssh argv for an interactive session on a node of the cluster file."""
-    from ..effects.ssh import ssh_argv
+    from clusterbook.effects.ssh import ssh_argv
     cluster = load_cluster(cluster_file)
     if node not in [n.name for n in cluster.nodes]:
         raise Failed(f"unknown node '{node}' (nodes: {', '.join(n.name for n in cluster.nodes)})")

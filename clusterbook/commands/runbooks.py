@@ -6,8 +6,8 @@ from pathlib import Path
 
 from rich.table import Table
 
-from ..console import Failed, console
-from ..loader import load_cluster
+from clusterbook.effects.console import Failed, console
+from clusterbook.model.loader import load_cluster
 
 
 def default_cluster() -> str:
@@ -21,10 +21,10 @@ def run_runbook(runbook_id: str, cluster_file: str, tier: str | None = None, dry
     """Expand a runbook for the cluster and run it over SSH (or print the plan with dry)."""
     import time as _time
 
-    from ..effects.executor import Executor
-    from ..effects.reporters import ConsoleReporter, RunLog, dry_run, recap, step_times
-    from ..effects.ssh import SshTransport
-    from ..runbooks import available, expand
+    from clusterbook.effects.executor import Executor
+    from clusterbook.effects.reporters import ConsoleReporter, RunLog, dry_run, recap, step_times
+    from clusterbook.effects.ssh import SshTransport
+    from clusterbook.pure.runbooks import available, expand
 
     cluster = load_cluster(cluster_file)
     books = available()
@@ -64,8 +64,8 @@ def cluster_for_tasks(argv: list[str]) -> str:
 def task_operations(cluster_file: str) -> list:
     """The runbook tasks of a cluster file; when it cannot be loaded, the cluster-wide ones only (running any
     task then reports the file's problems)."""
-    from ..operations import Operation, operations
-    from ..problems import InputError
+    from clusterbook.model.problems import InputError
+    from clusterbook.pure.operations import Operation, operations
     try:
         return operations(load_cluster(cluster_file))
     except InputError:
@@ -76,8 +76,8 @@ def task_operations(cluster_file: str) -> list:
 
 def tier_runbook(cluster_file: str, tier: str, action: str) -> str:
     """The runbook id for an action on a tier, by its manager (operations.tier_runbook)."""
-    from ..operations import tier_runbook as runbook_of
-    from ..operations import unavailable_reason
+    from clusterbook.pure.operations import tier_runbook as runbook_of
+    from clusterbook.pure.operations import unavailable_reason
     cluster = load_cluster(cluster_file)
     names = [t.name for t in cluster.tiers]
     if tier not in names:

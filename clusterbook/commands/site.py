@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..console import Failed, console
-from ..loader import load_cluster
+from clusterbook.effects.console import Failed, console
+from clusterbook.model.loader import load_cluster
 
 MERMAID = Path("docs/assets/vendor/mermaid.min.js")
 

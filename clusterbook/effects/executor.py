@@ -10,8 +10,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..runbooks import Command, ExpandedStep, Expansion, PutFile
-from .transport import UNREACHABLE, Result, Transport
+from clusterbook.effects.transport import UNREACHABLE, Result, Transport
+from clusterbook.pure.runbooks import Command, ExpandedStep, Expansion, PutFile
 
 
 @dataclass

@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..problems import Refused
-from ..render.artifacts import Artifact
+from clusterbook.model.problems import Refused
+from clusterbook.pure.render.artifacts import Artifact
 
 
 class OutsideFolder(Refused):

@@ -6,10 +6,10 @@ import re
 import shlex
 from dataclasses import dataclass, field
 
-from .. import topology as topo
-from ..flags import server_argv
-from ..render.artifacts import ld_library_path
-from ..schema import Cluster, RpcTier
+from clusterbook.model.schema import Cluster, RpcTier
+from clusterbook.pure import topology as topo
+from clusterbook.pure.flags import server_argv
+from clusterbook.pure.render.artifacts import ld_library_path
 
 MIB = 2**20
 BUFFER = re.compile(r"(load_tensors|llama_kv_cache|sched_reserve):\s+(\S+?)(?:\[([\d.:]+)\])?\s+"

@@ -13,9 +13,9 @@ from rich.markup import escape
 from rich.status import Status
 from rich.table import Table
 
-from ..console import console
-from ..runbooks import Expansion, PutFile
-from .executor import Event, Outcome, Report, RunStarted, StepFinished, StepStarted
+from clusterbook.effects.console import console
+from clusterbook.effects.executor import Event, Outcome, Report, RunStarted, StepFinished, StepStarted
+from clusterbook.pure.runbooks import Expansion, PutFile
 
 STYLE = {"ok": "green", "changed": "yellow", "failed": "red"}
 

@@ -6,9 +6,9 @@ import os
 import subprocess
 from pathlib import Path
 
-from ..schema import Cluster
-from ..topology import ssh_route
-from .transport import Result, ShellTransport
+from clusterbook.effects.transport import Result, ShellTransport
+from clusterbook.model.schema import Cluster
+from clusterbook.pure.topology import ssh_route
 
 CONTROL_DIR = Path(os.environ.get("XDG_RUNTIME_DIR", "/tmp")) / "clusterbook-ssh"
 

@@ -10,8 +10,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..render.artifacts import Artifact
-from .files import artifact_path, write_tree
+from clusterbook.effects.files import artifact_path, write_tree
+from clusterbook.pure.render.artifacts import Artifact
 
 TOOLS = {  # executable -> Debian package that provides it
     "systemd-analyze": "systemd",

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from clusterbook.effects.ssh import SshTransport
-from clusterbook.loader import load_cluster
+from clusterbook.model.loader import load_cluster
 
 from .steps import *  # noqa: F403  the shared step definitions
 
@@ -18,7 +18,7 @@ RESULTS: dict[str, dict] = {}
 def is_lab(path: str) -> bool:
     """The cluster file describes a running lab: every node is a lab machine of this host (whatever the file's
     path: a test's modified copy of lab/cluster.yaml is the same lab)."""
-    from clusterbook.lab.machines import Machine
+    from clusterbook.effects.lab.machines import Machine
     cluster = load_cluster(path)
     return all(Machine(cluster.cluster.name, node.name).running for node in cluster.nodes)
 

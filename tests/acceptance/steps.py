@@ -8,11 +8,11 @@ import httpx
 import pytest
 from pytest_bdd import given, parsers, then, when
 
-from clusterbook import topology as topo
 from clusterbook.effects import probes
-from clusterbook.planner.capacity import plan_tier
-from clusterbook.render.artifacts import selector_nodes, selector_rows
-from clusterbook.schema import RouterTier, RpcTier
+from clusterbook.model.schema import RouterTier, RpcTier
+from clusterbook.pure import topology as topo
+from clusterbook.pure.planner.capacity import plan_tier
+from clusterbook.pure.render.artifacts import selector_nodes, selector_rows
 
 
 def rpc_tiers(cluster, manager=None):
@@ -293,7 +293,7 @@ def _restart_node(cluster, cluster_file, transport, context, measured):
     node = tier.workers[-1]
     context.update(tier=tier, node=node)
     if is_lab(cluster_file):
-        from clusterbook.lab.lab import Lab
+        from clusterbook.effects.lab.lab import Lab
         power_off, boot = Lab(cluster, ROOT).restart(node)
     else:
         started = time.monotonic()

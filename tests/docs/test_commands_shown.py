@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from clusterbook.loader import load_cluster
-from clusterbook.operations import operations
+from clusterbook.model.loader import load_cluster
+from clusterbook.pure.operations import operations
 
 from .test_site import ROOT, build, needs_mermaid
 

@@ -84,8 +84,8 @@ def test_shell_with_jinja_syntax_survives(ridge_site):
 
 @needs_mermaid
 def test_runbook_page_equals_the_dry_run(beefcake2_site):
-    from clusterbook.loader import load_cluster
-    from clusterbook.runbooks import available, expand
+    from clusterbook.model.loader import load_cluster
+    from clusterbook.pure.runbooks import available, expand
 
     page = (beefcake2_site[0] / "runbooks/deploy-slurm-reasoning/index.html").read_text()
     plain = re.sub(r"<[^>]+>", "", page).replace("&amp;", "&").replace("&gt;", ">").replace("&lt;", "<") \
@@ -107,8 +107,8 @@ def test_nothing_loads_from_outside(beefcake2_site):
     """No page loads a script, style, font or image from outside; URLs in text are the cluster's own."""
     from urllib.parse import urlparse
 
-    from clusterbook.loader import load_cluster
-    from clusterbook.render.artifacts import upstream_name
+    from clusterbook.model.loader import load_cluster
+    from clusterbook.pure.render.artifacts import upstream_name
 
     c = load_cluster(ROOT / "cluster.yaml")
     own = {a for n in c.nodes for a in n.addresses.values()} | set(c.gateway.listen) | {c.gateway.tailscale_name}

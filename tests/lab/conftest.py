@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from clusterbook.effects.ssh import SshTransport
-from clusterbook.loader import load_cluster
+from clusterbook.model.loader import load_cluster
 
 ROOT = Path(__file__).resolve().parents[2]
 LAB = ROOT / "lab/cluster.yaml"

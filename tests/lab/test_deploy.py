@@ -85,8 +85,8 @@ def test_changing_one_flag_restarts_the_head_only(tmp_path, ssh):
 
 
 def test_unreachable_node_fails_fast_naming_node_and_step_then_converges(lab_cluster, ssh):
-    from clusterbook.lab import machines
-    from clusterbook.lab.lab import Lab
+    from clusterbook.effects.lab import machines
+    from clusterbook.effects.lab.lab import Lab
 
     lab = Lab(lab_cluster, ROOT)
     ssh.close("lab3")

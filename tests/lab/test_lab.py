@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from clusterbook.effects.lab import network
 from clusterbook.effects.ssh import SshTransport
-from clusterbook.lab import network
-from clusterbook.loader import load_cluster
+from clusterbook.model.loader import load_cluster
 
 ROOT = Path(__file__).resolve().parents[2]
 LAB = ROOT / "lab/cluster.yaml"
@@ -84,8 +84,8 @@ def test_lab_lifecycle(cluster):
 
 
 def test_lab_refuses_without_root_with_apt_hint(monkeypatch):
-    from clusterbook.console import Failed
-    from clusterbook.lab import lab
+    from clusterbook.effects.console import Failed
+    from clusterbook.effects.lab import lab
 
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
     with pytest.raises(Failed, match="needs root"):

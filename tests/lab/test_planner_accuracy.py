@@ -2,10 +2,10 @@
 
 import pytest
 
+from clusterbook.effects.lab.lab import Lab
 from clusterbook.effects.probes import load_report
-from clusterbook.lab.lab import Lab
-from clusterbook.planner.capacity import plan_tier
-from clusterbook.planner.shape import from_gguf
+from clusterbook.pure.planner.capacity import plan_tier
+from clusterbook.pure.planner.shape import from_gguf
 
 from .conftest import NEEDS_LAB, ROOT, invoke
 

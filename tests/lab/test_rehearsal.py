@@ -8,9 +8,9 @@ import sys
 
 import pytest
 
-from clusterbook.lab.lab import LAB_MODELS
-from clusterbook.lab.llama_build import ensure_build
-from clusterbook.lab.models import write_model
+from clusterbook.effects.lab.lab import LAB_MODELS
+from clusterbook.effects.lab.llama_build import ensure_build
+from clusterbook.effects.lab.models import write_model
 
 from .conftest import ROOT
 

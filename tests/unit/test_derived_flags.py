@@ -2,10 +2,11 @@
 
 import pytest
 
-from clusterbook import flags, topology
-from clusterbook.layersplit import place_layers
-from clusterbook.render.artifacts import render_artifacts
-from clusterbook.schema import Engine
+from clusterbook.model.hosts import resolve_hosts
+from clusterbook.model.schema import Engine
+from clusterbook.pure import flags, topology
+from clusterbook.pure.layersplit import place_layers
+from clusterbook.pure.render.artifacts import render_artifacts
 
 
 @pytest.mark.parametrize("build, binary", [(7760, "rpc-server"), (9823, "rpc-server"), (9824, "ggml-rpc-server"),
@@ -67,7 +68,7 @@ def test_full_offload_layer_placement(n_layer, shares, expected_blocks, output):
 
 @pytest.mark.parametrize("build, cpu_blocks, output_on_cpu", [(11434, 4, False), (7760, 4, True)])
 def test_partial_offload_depends_on_build(build, cpu_blocks, output_on_cpu):
-    from clusterbook.layersplit import CPU, cpu_head_ngl
+    from clusterbook.pure.layersplit import CPU, cpu_head_ngl
     ngl = cpu_head_ngl(12, 4, build)
     place = place_layers(12, ngl, [1, 1], build)
     assert place.blocks_on(CPU) == cpu_blocks
@@ -87,9 +88,9 @@ def test_ssh_route_uses_each_nodes_own_jump_host(beefcake2, ridge):
                                              ("gateway", ["slurm-ctl"]), ("controller", ["slurm-ctl"]),
                                              ("local", []), ("vasp-03", ["vasp-03"])])
 def test_host_selectors(beefcake2, selector, hosts):
-    assert topology.resolve_hosts(beefcake2, selector) == hosts
+    assert resolve_hosts(beefcake2, selector) == hosts
 
 
 def test_unknown_selector_explains(beefcake2):
     with pytest.raises(ValueError, match="unknown host selector 'nowhere'"):
-        topology.resolve_hosts(beefcake2, "nowhere")
+        resolve_hosts(beefcake2, "nowhere")

@@ -33,10 +33,10 @@ def test_dry_run_of_production_contacts_nothing(tmp_path):
 
 
 def test_dry_run_shows_a_diff_when_the_last_upload_is_known(tmp_path):
-    from clusterbook.console import console
+    from clusterbook.effects.console import console
     from clusterbook.effects.reporters import dry_run
-    from clusterbook.loader import load_cluster
-    from clusterbook.runbooks import available, expand
+    from clusterbook.model.loader import load_cluster
+    from clusterbook.pure.runbooks import available, expand
 
     cluster = load_cluster(ROOT / "cluster.yaml")
     expansion = expand(available()["deploy-rpc"], cluster, "reasoning", steps=["head"])

@@ -12,8 +12,8 @@ import pytest
 import yaml
 
 from clusterbook.effects.executor import Executor, Outcome, RunStarted, StepFinished, StepStarted
-from clusterbook.loader import load_cluster
-from clusterbook.runbooks import Command, PutFile, available, expand
+from clusterbook.model.loader import load_cluster
+from clusterbook.pure.runbooks import Command, PutFile, available, expand
 
 from .fakehosts import FakeHosts, Rule
 

@@ -9,14 +9,14 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from clusterbook.crosscheck import check_cluster
 from clusterbook.effects.files import OutsideFolder, inside
-from clusterbook.loader import validate_document
-from clusterbook.problems import InputError, Refused
-from clusterbook.render.artifacts import Artifact, render_artifacts
-from clusterbook.render.escaping import UnsafeValue, guard
-from clusterbook.schema import Cluster
-from clusterbook.yamlsource import parse_yaml
+from clusterbook.model.crosscheck import check_cluster
+from clusterbook.model.loader import validate_document
+from clusterbook.model.problems import InputError, Refused
+from clusterbook.model.schema import Cluster
+from clusterbook.model.yamlsource import parse_yaml
+from clusterbook.pure.render.artifacts import Artifact, render_artifacts
+from clusterbook.pure.render.escaping import UnsafeValue, guard
 
 ROOT = Path(__file__).resolve().parents[2]
 CLUSTERS = {name: yaml.safe_load((ROOT / path).read_text())

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from clusterbook.commands.cluster import checked_cluster
-from clusterbook.loader import load_cluster
-from clusterbook.problems import InputError
+from clusterbook.model.loader import load_cluster
+from clusterbook.model.problems import InputError
 
 ROOT = Path(__file__).resolve().parents[2]
 INVALID = sorted((ROOT / "tests/invalid").glob("*.yaml"))

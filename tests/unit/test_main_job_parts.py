@@ -7,8 +7,8 @@ import time
 import pytest
 
 from clusterbook.commands.acceptance import matching, scenarios
-from clusterbook.lab.machines import _state
-from clusterbook.lab.progress import debootstrap_progress, ninja_progress
+from clusterbook.effects.lab.machines import _state
+from clusterbook.effects.lab.progress import debootstrap_progress, ninja_progress
 
 
 def test_a_zombie_is_not_a_running_process():

@@ -6,7 +6,7 @@ import subprocess
 import pytest
 
 from clusterbook.effects.files import write_tree
-from clusterbook.render.artifacts import render_artifacts, selector_rows
+from clusterbook.pure.render.artifacts import render_artifacts, selector_rows
 
 
 @pytest.fixture

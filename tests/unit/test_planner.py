@@ -6,10 +6,17 @@ from pathlib import Path
 
 import pytest
 
-from clusterbook.lab.models import TinyModel, write_model
-from clusterbook.planner.capacity import GIB, compute_bytes, kv_bytes_per_layer, plan_cluster, plan_tier, row_size
-from clusterbook.planner.findings import evaluate_claim, plan_findings
-from clusterbook.planner.shape import from_declared, from_gguf
+from clusterbook.effects.lab.models import TinyModel, write_model
+from clusterbook.pure.planner.capacity import (
+    GIB,
+    compute_bytes,
+    kv_bytes_per_layer,
+    plan_cluster,
+    plan_tier,
+    row_size,
+)
+from clusterbook.pure.planner.findings import evaluate_claim, plan_findings
+from clusterbook.pure.planner.shape import from_declared, from_gguf
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -2,8 +2,8 @@
 
 from pathlib import Path
 
-from clusterbook.reference import END, START, reference_markdown
-from clusterbook.schema import Cluster
+from clusterbook.model.schema import Cluster
+from clusterbook.pure.reference import END, START, reference_markdown
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 

@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 
 from clusterbook.effects.files import write_tree
-from clusterbook.loader import load_cluster
-from clusterbook.render.artifacts import render_artifacts
+from clusterbook.model.loader import load_cluster
+from clusterbook.pure.render.artifacts import render_artifacts
 
 from ..conftest import CLUSTERS
 

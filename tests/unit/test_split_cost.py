@@ -2,12 +2,12 @@
 
 import pytest
 
-from clusterbook import flags as fl
-from clusterbook.planner.capacity import plan_tier
-from clusterbook.rehearsal import head_argv, one_device_argv
-from clusterbook.render.artifacts import server_exec
-from clusterbook.splitcost import SplitCost, fits_one_device, markdown
-from clusterbook.tuning import llama_bench_argv
+from clusterbook.effects.rehearsal import head_argv, one_device_argv
+from clusterbook.effects.splitcost import SplitCost, fits_one_device, markdown
+from clusterbook.effects.tuning import llama_bench_argv
+from clusterbook.pure import flags as fl
+from clusterbook.pure.planner.capacity import plan_tier
+from clusterbook.pure.render.artifacts import server_exec
 
 
 def test_one_device_argv_drops_exactly_the_rpc_workers_and_the_split(beefcake2):

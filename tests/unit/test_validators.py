@@ -5,7 +5,7 @@ import shutil
 import pytest
 
 from clusterbook.effects.validators import TOOLS, validate
-from clusterbook.render.artifacts import Artifact, render_artifacts
+from clusterbook.pure.render.artifacts import Artifact, render_artifacts
 
 pytestmark = [pytest.mark.tools,
               pytest.mark.skipif(any(shutil.which(t) is None for t in TOOLS),

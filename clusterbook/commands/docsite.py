@@ -1,0 +1,79 @@
+"""Everything one docs build needs, computed once from the cluster file: plans, files, runbook expansions."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+from clusterbook.model.loader import load_cluster
+from clusterbook.model.problems import InputError
+from clusterbook.model.schema import Cluster
+from clusterbook.pure import docpages as pages
+from clusterbook.pure.operations import operations
+from clusterbook.pure.planner.capacity import TierPlan, plan_cluster
+from clusterbook.pure.render.artifacts import Artifact, render_artifacts
+from clusterbook.pure.runbooks import available, expand
+
+REPORTS = Path("reports")
+
+
+@dataclass(frozen=True)
+class RunbookDoc:
+    runbook: str
+    tier: str | None
+    title: str
+    page: str | None  # path under docs/; None when the runbook cannot run on this cluster
+    markdown: str
+    command: str
+    unavailable: str = ""  # why there is no page
+
+
+@dataclass(frozen=True)
+class Site:
+    cluster_file: str
+    cluster: Cluster
+    plans: dict[str, TierPlan]
+    artifacts: list[Artifact]
+    runbooks: list[RunbookDoc]
+
+
+def cluster_file() -> str:
+    return os.environ.get("CLUSTERBOOK_CLUSTER", "cluster.yaml")
+
+
+def build_site(path: str) -> Site:
+    """The site for a cluster file, recomputed when the file or a runbook changes (docs.serve reloads)."""
+    from clusterbook.pure.runbooks import RUNBOOK_DIR
+    stamp = tuple(p.stat().st_mtime_ns for p in [Path(path), *sorted(RUNBOOK_DIR.glob("*.yaml"))])
+    return _build_site(path, stamp)
+
+
+@cache
+def _build_site(path: str, stamp: tuple) -> Site:
+    c = load_cluster(path)
+    books = available()
+    # one page per operation this cluster offers (its tiers' managers decide which), plus status and logs
+    entries = [(op.runbook, op.tier, op.command) for op in operations(c) if op.steps is None]
+    entries += [("status", None, "invoke status"), ("logs", None, "invoke logs")]
+    docs = []
+    for runbook, tier, command in entries:
+        slug = pages.slug(runbook, tier)
+        try:
+            expansion = expand(books[runbook], c, tier)
+        except InputError as exc:  # not possible for this cluster: no page; the index says why
+            reason = "; ".join(p.message for p in exc.problems)
+            docs.append(RunbookDoc(runbook, tier, f"{runbook}{' ' + tier if tier else ''}", None, "", command,
+                                   reason))
+            continue
+        body = pages.runbook_page(expansion)
+        body = body.replace("\n", f"\n\nRun it with `{command}` (add `--dry` to print this plan).\n", 1)
+        docs.append(RunbookDoc(runbook, tier, expansion.title, f"runbooks/{slug}.md", body, command))
+    return Site(path, c, plan_cluster(c), render_artifacts(c), docs)
+
+
+def latest_report(name: str) -> str | None:
+    """The newest report of a kind (verify, bench) as Markdown, if one was written."""
+    path = REPORTS / f"{name}-summary.md"
+    return path.read_text() if path.exists() else None

@@ -1,0 +1,40 @@
+"""Terminal output: one rich console, and the translation of clusterbook errors into exit statuses."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable
+from typing import TypeVar
+
+from rich.console import Console
+
+from clusterbook.model.problems import InputError, Refused
+
+console = Console(highlight=False)
+errors = Console(stderr=True, highlight=False)
+F = TypeVar("F", bound=Callable)
+
+
+class Failed(Exception):
+    """A command ran and found something wrong (exit status 1); the message says what."""
+
+
+def exits_cleanly(fn: F) -> F:
+    """Run a command; bad input exits 2 and failures exit 1, each with a message and no traceback."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except InputError as exc:
+            for problem in exc.problems:
+                errors.print(str(problem), markup=False, soft_wrap=True)
+            errors.print(f"{len(exc.problems)} problem(s); nothing was changed.", style="bold red")
+            sys.exit(2)
+        except Refused as exc:
+            errors.print(f"{exc}; nothing was written.", style="bold red", markup=False, soft_wrap=True)
+            sys.exit(2)
+        except Failed as exc:
+            errors.print(str(exc), style="bold red", markup=False, soft_wrap=True)
+            sys.exit(1)
+    return wrapper  # type: ignore[return-value]

@@ -1,0 +1,368 @@
+"""Cross-field rules of the cluster file: references resolve, names and addresses are unique, ports don't clash."""
+
+from __future__ import annotations
+
+import ipaddress
+from collections import Counter
+
+from clusterbook.model.hosts import resolve_hosts
+from clusterbook.model.problems import Path
+from clusterbook.model.quantization import SIZE_TOLERANCE, weights_bytes
+from clusterbook.model.schema import (
+    LATEST_KNOWN_BUILD,
+    QUANTIZED_CACHE_TYPES,
+    ROUTER_MODE_BUILD,
+    Cluster,
+    RouterTier,
+    RpcTier,
+)
+from clusterbook.model.templating import template_error
+
+Finding = tuple[Path, str]
+FLASH_ATTN_MIN_CC = 8.0
+
+
+def check_cluster(c: Cluster) -> list[Finding]:
+    """Every cross-field problem of a schema-valid cluster, as (path, message)."""
+    findings: list[Finding] = []
+    for rule in (_networks, _nodes, _hostnames, _jumps, _engine, _models, _tiers, _contexts, _ports, _router, _gateway,
+                 _targets, _unique_ids, _slurm):
+        findings.extend(rule(c))
+    return findings
+
+
+def _duplicates(values: list) -> set:
+    return {v for v, n in Counter(values).items() if n > 1}
+
+
+def _networks(c: Cluster) -> list[Finding]:
+    out: list[Finding] = []
+    roles = Counter(net.role for net in c.networks.values())
+    if roles["management"] != 1:
+        out.append((("networks",), f"exactly one network must have role management (found {roles['management']})"))
+    if roles["fabric"] > 1:
+        out.append((("networks",), f"at most one network may have role fabric (found {roles['fabric']})"))
+    marked = [name for name, net in c.networks.items() if net.carries_rpc]
+    if len(marked) > 1:
+        out.append((("networks", marked[1], "carries_rpc"), f"only one network can carry RPC (also {marked[0]})"))
+    fabric = [name for name, net in c.networks.items() if net.role == "fabric"]
+    if fabric and marked and marked[0] != fabric[0]:
+        out.append((("networks", marked[0], "carries_rpc"),
+                    f"a fabric network exists ({fabric[0]}): RPC workers must listen on it, because llama.cpp RPC "
+                    "has no authentication and must stay off the management network"))
+    return out
+
+
+def _nodes(c: Cluster) -> list[Finding]:
+    out: list[Finding] = []
+    names = [n.name for n in c.nodes]
+    for dup in _duplicates(names):
+        second = [i for i, n in enumerate(names) if n == dup][1]
+        out.append((("nodes", second, "name"), f"node name '{dup}' is used twice; names must be unique"))
+    seen: dict[str, str] = {}
+    mgmt = c.management_network if any(n.role == "management" for n in c.networks.values()) else None
+    for i, node in enumerate(c.nodes):
+        for net, addr in node.addresses.items():
+            path = ("nodes", i, "addresses", net)
+            if net not in c.networks:
+                out.append((path, f"unknown network '{net}' (networks: {', '.join(c.networks)})"))
+                continue
+            subnet = ipaddress.ip_network(c.networks[net].subnet)
+            if ipaddress.ip_address(addr) not in subnet:
+                out.append((path, f"{addr} is outside {net}'s subnet {c.networks[net].subnet}"))
+            elif subnet.num_addresses > 2 and ipaddress.ip_address(addr) in (subnet.network_address,
+                                                                              subnet.broadcast_address):
+                what = "network" if ipaddress.ip_address(addr) == subnet.network_address else "broadcast"
+                out.append((path, f"{addr} is the {what} address of {net}'s subnet {subnet}, not a host address"))
+            if addr in seen:
+                out.append((path, f"address {addr} is already used by {seen[addr]}"))
+            seen[addr] = f"{node.name} ({net})"
+        if mgmt and mgmt not in node.addresses:
+            out.append((("nodes", i, "addresses"), f"every node needs an address on the management network '{mgmt}'"))
+        if node.jump and node.jump not in c.access.jump_hosts:
+            out.append((("nodes", i, "jump"),
+                        f"unknown jump host '{node.jump}' "
+                        f"(access.jump_hosts: {', '.join(c.access.jump_hosts) or 'none'})"))
+    return out
+
+
+def _hostnames(c: Cluster) -> list[Finding]:
+    out: list[Finding] = []
+    hostnames = [n.hostname.lower().rstrip(".") for n in c.nodes]
+    for dup in _duplicates(hostnames):
+        first, second = [i for i, h in enumerate(hostnames) if h == dup][:2]
+        out.append((("nodes", second, "hostname"),
+                    f"host name '{dup}' is already used by node {c.nodes[first].name}; host names must be unique"))
+    return out
+
+
+def _engine(c: Cluster) -> list[Finding]:
+    out: list[Finding] = []
+    if c.engine.build > LATEST_KNOWN_BUILD:
+        out.append((("engine", "build"),
+                    f"build {c.engine.build} does not exist yet: the newest llama.cpp build clusterbook knows is "
+                    f"b{LATEST_KNOWN_BUILD} (a typo? flag spellings depend on the build number)"))
+    for i, tier in enumerate(c.tiers):
+        if isinstance(tier, RouterTier) and c.engine.build < ROUTER_MODE_BUILD:
+            out.append((("tiers", i, "kind"), f"router mode needs llama.cpp build {ROUTER_MODE_BUILD} or newer; "
+                                              f"engine.build is {c.engine.build}"))
+    return out
+
+
+def _models(c: Cluster) -> list[Finding]:
+    """A declared size must be possible for the declared parameters and quantization."""
+    out: list[Finding] = []
+    for i, m in enumerate(c.models):
+        expected = weights_bytes(m.params_b, m.quantization) if m.params_b else None
+        if expected is None:
+            continue
+        field = "size_bytes" if m.size_bytes is not None else "approx_size_gb"
+        if abs(m.bytes - expected) > SIZE_TOLERANCE * expected:
+            out.append((("models", i, field),
+                        f"{m.bytes / 1e9:,.1f} GB is impossible for {m.params_b:g}B parameters at {m.quantization}: "
+                        f"expected about {expected / 1e9:,.1f} GB (parameters x bits per weight, "
+                        f"±{SIZE_TOLERANCE:.0%})"))
+    return out
+
+
+def _contexts(c: Cluster) -> list[Finding]:
+    """A tier's context may not exceed what its models were trained for."""
+    out: list[Finding] = []
+    models = {m.id: m for m in c.models}
+    for i, tier in enumerate(c.tiers):
+        served = tier.served_models
+        for mid in served:
+            if mid in models and tier.ctx_size > models[mid].architecture.context:
+                out.append((("tiers", i, "ctx_size"),
+                            f"{tier.ctx_size} tokens is more than model {mid} was trained for "
+                            f"({models[mid].architecture.context})"))
+    return out
+
+
+def _jumps(c: Cluster) -> list[Finding]:
+    out: list[Finding] = []
+    for name, host in c.access.jump_hosts.items():
+        seen, cur = {name}, host
+        while cur.via:
+            if cur.via not in c.access.jump_hosts:
+                out.append((("access", "jump_hosts", name, "via"), f"unknown jump host '{cur.via}'"))
+                break
+            if cur.via in seen:
+                out.append((("access", "jump_hosts", name, "via"), f"jump hosts form a loop through '{cur.via}'"))
+                break
+            seen.add(cur.via)
+            cur = c.access.jump_hosts[cur.via]
+    return out
+
+
+def _tiers(c: Cluster) -> list[Finding]:
+    out: list[Finding] = []
+    nodes = {n.name: n for n in c.nodes}
+    models = {m.id for m in c.models}
+    names = [t.name for t in c.tiers]
+    for dup in _duplicates(names):
+        second = [i for i, n in enumerate(names) if n == dup][1]
+        out.append((("tiers", second, "name"), f"tier name '{dup}' is used twice"))
+    rpc_net = c.rpc_network if any(n.role == "management" for n in c.networks.values()) else None
+    for i, tier in enumerate(c.tiers):
+        base = ("tiers", i)
+        listen = tier.listen_network or (c.management_network if rpc_net else None)
+        if tier.listen_network and tier.listen_network not in c.networks:
+            out.append((base + ("listen_network",), f"unknown network '{tier.listen_network}' "
+                                                    f"(networks: {', '.join(c.networks)})"))
+        for field, name in _tier_node_refs(tier):
+            if name not in nodes:
+                out.append((base + field, f"unknown node '{name}' (nodes: {', '.join(nodes)})"))
+            elif listen in c.networks and field[0] in ("node", "head") and listen not in nodes[name].addresses:
+                out.append((base + field, f"node '{name}' has no address on network '{listen}'"))
+        if isinstance(tier, RouterTier):
+            for j, mid in enumerate(tier.models):
+                if mid not in models:
+                    out.append((base + ("models", j), f"unknown model '{mid}' (models: {', '.join(sorted(models))})"))
+        else:
+            out.extend(_rpc_tier(c, tier, base, nodes, models, rpc_net))
+    return out
+
+
+def _tier_node_refs(tier: RouterTier | RpcTier) -> list[tuple[Path, str]]:
+    if isinstance(tier, RouterTier):
+        return [(("node",), tier.node)]
+    return [(("head",), tier.head)] + [(("workers", j), w) for j, w in enumerate(tier.workers)]
+
+
+def _rpc_tier(c: Cluster, tier: RpcTier, base: Path, nodes: dict, models: set, rpc_net: str | None) -> list[Finding]:
+    out: list[Finding] = []
+    if tier.model not in models:
+        out.append((base + ("model",), f"unknown model '{tier.model}' (models: {', '.join(sorted(models))})"))
+    if tier.head in tier.workers:
+        out.append((base + ("workers", tier.workers.index(tier.head)),
+                    f"'{tier.head}' is the head of this tier; a head cannot also be one of its RPC workers"))
+    for dup in _duplicates(tier.workers):
+        out.append((base + ("workers",), f"worker '{dup}' is listed twice"))
+    for j, w in enumerate(tier.workers):
+        if w in nodes and rpc_net and rpc_net not in nodes[w].addresses:
+            out.append((base + ("workers", j), f"worker '{w}' has no address on the RPC network '{rpc_net}'"))
+    members = [tier.head] + tier.workers
+    for name in tier.tensor_split:
+        if name not in members:
+            out.append((base + ("tensor_split", name), f"'{name}' is not a node of this tier ({', '.join(members)})"))
+    for name in members:
+        if name not in tier.tensor_split:
+            out.append((base + ("tensor_split",), f"missing an entry for '{name}': give one positive share per device"))
+            continue
+        if name not in nodes:
+            continue
+        share = tier.tensor_split[name]
+        devices = max(1, len(nodes[name].gpu_devices))
+        shares = share if isinstance(share, list) else [share]
+        if len(shares) != devices:
+            out.append((base + ("tensor_split", name),
+                        f"'{name}' has {devices} device(s) but {len(shares)} share(s): give one share per GPU"))
+        if any(s <= 0 for s in shares):
+            out.append((base + ("tensor_split", name), "shares must be positive (a zero share leaves a node idle)"))
+    if tier.cache_type_v in QUANTIZED_CACHE_TYPES and tier.flash_attn == "off":
+        out.append((base + ("cache_type_v",),
+                    f"a quantized V cache ({tier.cache_type_v}) needs flash attention, which is off; "
+                    "use cache_type_v: f16 or turn flash_attn on"))
+    if tier.flash_attn != "off":
+        for name in members:
+            for gpu in nodes[name].gpu_devices if name in nodes else []:
+                if gpu.cc < FLASH_ATTN_MIN_CC:
+                    out.append((base + ("flash_attn",),
+                                f"flash attention is refused on {name}'s {gpu.model} (compute capability "
+                                f"{gpu.compute_capability} < {FLASH_ATTN_MIN_CC}): seed 004 saw llama-server crash "
+                                "with --flash-attn on V100 (SM70); set flash_attn: off"))
+                    break
+    if tier.numa_bind and tier.head in nodes:
+        gpus = nodes[tier.head].gpu_devices
+        if not gpus or gpus[0].numa_node is None:
+            out.append((base + ("numa_bind",),
+                        f"numa_bind needs the NUMA node of {tier.head}'s GPU (gpus[].numa_node)"))
+    return out
+
+
+def _ports(c: Cluster) -> list[Finding]:
+    """No two services may listen on the same port of one node."""
+    used: dict[tuple[str, int], str] = {}
+    out: list[Finding] = []
+
+    def claim(node: str, port: int, what: str, path: Path) -> None:
+        if (node, port) in used:
+            out.append((path, f"port {port} on {node} is already used by {used[(node, port)]}"))
+        else:
+            used[(node, port)] = what
+
+    for i, tier in enumerate(c.tiers):
+        if isinstance(tier, RouterTier):
+            claim(tier.node, tier.port, f"tier {tier.name}", ("tiers", i, "port"))
+        else:
+            claim(tier.head, tier.port, f"tier {tier.name} (head)", ("tiers", i, "port"))
+            for w in tier.workers:
+                claim(w, tier.rpc_port, f"tier {tier.name} (RPC worker)", ("tiers", i, "rpc_port"))
+    if c.gateway:
+        for j, route in enumerate(c.gateway.routes):
+            claim(c.gateway.node, route.port, f"gateway route {route.path}", ("gateway", "routes", j, "port"))
+        if c.gateway.path_port:
+            claim(c.gateway.node, c.gateway.path_port, "the gateway's path port", ("gateway", "path_port"))
+    return out
+
+
+def _router(c: Cluster) -> list[Finding]:
+    if not c.router:
+        return []
+    out: list[Finding] = []
+    models = {m.id for m in c.models}
+    served = {m for t in c.tiers for m in t.served_models}
+    tasks: dict[str, int] = {}
+    for i, rule in enumerate(c.router.rules):
+        if rule.model not in models:
+            out.append((("router", "rules", i, "model"), f"unknown model '{rule.model}'"))
+        elif rule.model not in served:
+            out.append((("router", "rules", i, "model"), f"model '{rule.model}' is not served by any tier"))
+        for j, task in enumerate(rule.tasks):
+            if task in tasks:
+                out.append((("router", "rules", i, "tasks", j),
+                            f"task '{task}' is already routed by rule {tasks[task]}; a task maps to one model"))
+            tasks[task] = i
+    if c.router.default_model and c.router.default_model not in served:
+        out.append((("router", "default_model"), f"model '{c.router.default_model}' is not served by any tier"))
+    if c.router.node and c.router.node not in {n.name for n in c.nodes}:
+        out.append((("router", "node"), f"unknown node '{c.router.node}'"))
+    return out
+
+
+def _gateway(c: Cluster) -> list[Finding]:
+    if not c.gateway:
+        return []
+    out: list[Finding] = []
+    if c.gateway.node not in {n.name for n in c.nodes}:
+        out.append((("gateway", "node"), f"unknown node '{c.gateway.node}'"))
+    tiers = {t.name for t in c.tiers}
+    paths = [r.path for r in c.gateway.routes]
+    for j, route in enumerate(c.gateway.routes):
+        if route.tier not in tiers:
+            out.append((("gateway", "routes", j, "tier"), f"unknown tier '{route.tier}' (tiers: {', '.join(tiers)})"))
+        if paths.index(route.path) != j:
+            out.append((("gateway", "routes", j, "path"), f"path {route.path} is routed twice"))
+    for j, addr in enumerate(c.gateway.listen):
+        try:
+            ipaddress.ip_address(addr)
+        except ValueError:
+            out.append((("gateway", "listen", j), f"not an IP address: {addr!r}"))
+    return out
+
+
+def _targets(c: Cluster) -> list[Finding]:
+    out: list[Finding] = []
+    tiers = {t.name for t in c.tiers}
+    seen: set[str] = set()
+    for i, t in enumerate(c.targets):
+        if t.tier not in tiers:
+            out.append((("targets", i, "tier"), f"unknown tier '{t.tier}'"))
+        if t.tier in seen:
+            out.append((("targets", i, "tier"), f"tier '{t.tier}' already has targets"))
+        seen.add(t.tier)
+    for i, trouble in enumerate(c.troubleshooting):
+        if trouble.tier and trouble.tier not in tiers:
+            out.append((("troubleshooting", i, "tier"), f"unknown tier '{trouble.tier}'"))
+        for j, step in enumerate(trouble.fix):
+            try:
+                resolve_hosts(c, step.hosts)
+            except ValueError as exc:
+                out.append((("troubleshooting", i, "fix", j, "hosts"), str(exc)))
+            if error := template_error(step.run):
+                out.append((("troubleshooting", i, "fix", j, "run"), error))
+    return out
+
+
+def _unique_ids(c: Cluster) -> list[Finding]:
+    out: list[Finding] = []
+    for section, items, key in (("models", c.models, "id"), ("decisions", c.decisions, "id"),
+                                ("troubleshooting", c.troubleshooting, "id")):
+        ids = [getattr(item, key) for item in items]
+        for dup in _duplicates(ids):
+            out.append(((section, [i for i, v in enumerate(ids) if v == dup][1], key), f"{key} '{dup}' is used twice"))
+    return out
+
+
+def _slurm(c: Cluster) -> list[Finding]:
+    out: list[Finding] = []
+    nodes = {n.name for n in c.nodes}
+    uses_slurm = [i for i, t in enumerate(c.tiers) if t.manager == "slurm"]
+    if uses_slurm and c.slurm_controller is None:
+        out.append((("tiers", uses_slurm[0], "manager"),
+                    "a SLURM tier needs a node with role controller (where sbatch runs) or a slurm section"))
+    if not c.slurm:
+        return out
+    if c.slurm.controller not in nodes:
+        out.append((("slurm", "controller"), f"unknown node '{c.slurm.controller}'"))
+    partitions = {p.name for p in c.slurm.partitions}
+    for i, part in enumerate(c.slurm.partitions):
+        for j, node in enumerate(part.nodes):
+            if node not in nodes:
+                out.append((("slurm", "partitions", i, "nodes", j), f"unknown node '{node}'"))
+    for i, tier in enumerate(c.tiers):
+        if tier.slurm and tier.slurm.partition not in partitions:
+            out.append((("tiers", i, "slurm", "partition"),
+                        f"unknown partition '{tier.slurm.partition}' (partitions: {', '.join(sorted(partitions))})"))
+    return out

@@ -1,0 +1,58 @@
+"""Which nodes a host selector names (runbook steps, troubleshooting fixes), and the nodes that may run a tier
+or get the model selector: derived facts of the cluster, defined once here."""
+
+from __future__ import annotations
+
+from clusterbook.model.schema import Cluster, RouterTier, RpcTier
+
+
+def candidate_nodes(c: Cluster, tier: RouterTier | RpcTier) -> list[str]:
+    """Nodes that may run the tier: its own nodes, or for a router tier under SLURM every node of its partition."""
+    if isinstance(tier, RouterTier) and tier.manager == "slurm" and c.slurm and tier.slurm:
+        part = next((p for p in c.slurm.partitions if p.name == tier.slurm.partition), None)
+        if part:
+            return list(part.nodes)
+    return tier.nodes
+
+
+def router_nodes(c: Cluster) -> list[str]:
+    """Nodes that get the model selector: router.node, else the head of every tier."""
+    if not c.router:
+        return []
+    if c.router.node:
+        return [c.router.node]
+    return sorted({t.nodes[0] for t in c.tiers})
+
+
+def resolve_hosts(c: Cluster, selector: str) -> list[str]:
+    """Node names for a selector: local, all, tiers, a node, a role, gateway, or TIER.head / .workers / .nodes."""
+    if selector == "local":
+        return []
+    names = [n.name for n in c.nodes]
+    if selector in names:
+        return [selector]
+    if selector in ("compute", "gateway", "controller"):
+        if selector == "gateway" and c.gateway:
+            return [c.gateway.node]
+        return [n.name for n in c.nodes if selector in n.roles]
+    if selector == "all":
+        return names
+    if selector == "slurm":  # the controller and every partition node of a clusterbook-managed SLURM
+        if not c.slurm:
+            return []
+        used = {c.slurm.controller} | {n for p in c.slurm.partitions for n in p.nodes}
+        return [n for n in names if n in used]
+    if selector == "router":  # nodes that get the model selector script
+        return router_nodes(c)
+    if selector == "tiers":  # every node that runs (or may run) a tier, in node order
+        used = {n for t in c.tiers for n in candidate_nodes(c, t)}
+        return [n for n in names if n in used]
+    tier_name, _, part = selector.partition(".")
+    tiers = {t.name: t for t in c.tiers}
+    if tier_name in tiers and part in ("head", "workers", "nodes", "", "candidates"):
+        tier = tiers[tier_name]
+        members = tier.nodes
+        return {"head": members[:1], "workers": members[1:], "nodes": members, "": members,
+                "candidates": candidate_nodes(c, tier)}[part]
+    raise ValueError(f"unknown host selector '{selector}': use local, all, a node ({', '.join(names)}), "
+                     "a role (compute, gateway, controller) or TIER.head / TIER.workers / TIER.nodes")

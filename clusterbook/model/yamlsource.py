@@ -1,0 +1,196 @@
+"""YAML loading that remembers the line of every node, so problems can name file, line and field."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path as FsPath
+from typing import Any
+
+import yaml
+
+from clusterbook.model.problems import InputError, Path, Problem
+
+# libyaml's C parser when PyYAML was built with it (fast, and it keeps line marks)
+Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+@dataclass
+class YamlDocument:
+    """Parsed YAML data plus the line (1-based) where each path starts."""
+
+    file: str
+    data: Any
+    lines: dict[Path, int] = field(default_factory=dict)
+    plain: dict[Path, str] = field(default_factory=dict)  # unquoted scalars as written, for type-trap hints
+
+    def line_of(self, path: Path) -> int | None:
+        """The line of the deepest prefix of `path` that exists in the document."""
+        for end in range(len(path), -1, -1):
+            line = self.lines.get(tuple(path[:end]))
+            if line is not None:
+                return line
+        return None
+
+    def label_of(self, path: Path) -> str:
+        """Readable path: list items that have a `name` or `id` are shown by it, e.g. nodes[vasp-02].gpus[0]."""
+        text, node = "", self.data
+        for part in path:
+            if isinstance(part, int):
+                key = part
+                if isinstance(node, list) and 0 <= part < len(node) and isinstance(node[part], dict):
+                    key = node[part].get("name", node[part].get("id", part))
+                text += f"[{key}]"
+                node = node[part] if isinstance(node, list) and 0 <= part < len(node) else None
+            else:
+                text += f".{part}" if text else str(part)
+                node = node.get(part) if isinstance(node, dict) else None
+        return text
+
+    def problem(self, path: Path, message: str) -> Problem:
+        """A Problem located in this document."""
+        return Problem(path=tuple(path), message=message, line=self.line_of(path), file=self.file,
+                       label=self.label_of(path))
+
+
+MAX_DEPTH = 64  # nesting levels; a cluster file needs about 8
+MAX_ALIAS_VALUES = 100_000  # values that aliases may add once expanded (a cluster file needs a few hundred)
+MAX_BYTES = 32 * 2**20
+
+
+def load_yaml(path: str | FsPath) -> YamlDocument:
+    """Read a YAML file; syntax errors, bad encodings, bombs and duplicate keys become InputError with a line."""
+    path = FsPath(path)
+    try:
+        with path.open("rb") as f:
+            raw = f.read(MAX_BYTES + 1)
+    except OSError as exc:
+        raise InputError([Problem((), f"cannot read file: {exc.strerror}", file=str(path))]) from None
+    if len(raw) > MAX_BYTES:
+        raise InputError([Problem((), f"file is larger than {MAX_BYTES // 2**20} MiB; a cluster file is a few "
+                                      "hundred lines", line=1, file=str(path))])
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[:exc.start].count(b"\n") + 1
+        column = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise InputError([Problem((), f"not UTF-8 text: byte 0x{raw[exc.start]:02x} at column {column}; save the "
+                                      "file as UTF-8", line=line, file=str(path))]) from None
+    return parse_yaml(text, str(path))
+
+
+def parse_yaml(text: str, file: str) -> YamlDocument:
+    """Parse YAML text (see load_yaml)."""
+    if not text.strip() or all(not ln.strip() or ln.lstrip().startswith("#") for ln in text.splitlines()):
+        raise InputError([Problem((), "the file is empty: expected a mapping of sections (cluster, access, "
+                                      "networks, nodes, …)", line=1, file=file)])
+    try:
+        _check_shape(text, file)
+        root = yaml.compose(text, Loader=Loader)
+    except yaml.YAMLError as exc:
+        raise InputError([_syntax_problem(exc, file, text)]) from None
+    doc = YamlDocument(file=file, data=None)
+    problems: list[Problem] = []
+    doc.data = _build(root, (), doc, problems, file) if root is not None else {}
+    if problems:  # relabel now that the data exists, so list items show their names
+        raise InputError([Problem(p.path, p.message, p.line, file, doc.label_of(p.path)) for p in problems])
+    return doc
+
+
+def _syntax_problem(exc: yaml.YAMLError, file: str, text: str) -> Problem:
+    """A YAML error at the line where the mistake is: a quote left open is reported where it opens, not where
+    the parser noticed (often many lines below, at the next quote)."""
+    mark = getattr(exc, "problem_mark", None)
+    reason = getattr(exc, "problem", None) or str(exc)
+    opened = _runaway_quote(text, mark.line if mark else None)
+    if opened is not None and mark is not None:
+        return Problem((), f"YAML syntax error: a quoted value opens here and runs to line {mark.line + 1}, where "
+                           f"the parser stops ({reason}): is its closing quote missing?", line=opened + 1, file=file)
+    return Problem((), f"YAML syntax error: {reason}", line=mark.line + 1 if mark else None, file=file)
+
+
+def _runaway_quote(text: str, error_line: int | None) -> int | None:
+    """The line (0-based) of a quoted scalar that spans lines and ends at or before the error, if any."""
+    if error_line is None:
+        return None
+    opened = None
+    try:
+        for token in yaml.scan(text, Loader=Loader):
+            if token.start_mark.line > error_line:
+                break
+            if isinstance(token, yaml.ScalarToken) and token.style in ("'", '"') \
+                    and token.end_mark.line > token.start_mark.line:
+                opened = token.start_mark.line
+    except yaml.YAMLError as exc:
+        # the scanner itself may stop inside the quote: then its context mark is where the quote opens
+        context_mark = getattr(exc, "context_mark", None)
+        if context_mark is not None and "quoted scalar" in (getattr(exc, "context", None) or ""):
+            return context_mark.line
+    return opened
+
+
+def _check_shape(text: str, file: str) -> None:
+    """Refuse deep nesting and alias bombs from the event stream, before anything is built (linear time):
+    aliases may add at most MAX_ALIAS_VALUES values once expanded; the file's size bounds the rest."""
+    sizes: dict[str, int] = {}  # anchor -> values it expands to
+    stack: list[list] = []  # open collections: [anchor, values so far]
+    added = 0  # values that aliases add
+
+    for event in yaml.parse(text, Loader=Loader):
+        count = 0
+        if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+            stack.append([event.anchor, 1])
+            if len(stack) > MAX_DEPTH:
+                raise InputError([Problem((), f"nesting deeper than {MAX_DEPTH} levels; refused",
+                                          line=event.start_mark.line + 1, file=file)])
+            continue
+        if isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+            anchor, count = stack.pop()
+            if anchor:
+                sizes[anchor] = count
+        elif isinstance(event, yaml.ScalarEvent):
+            count = 1
+            if event.anchor:
+                sizes[event.anchor] = 1
+        elif isinstance(event, yaml.AliasEvent):
+            count = sizes.get(event.anchor, 1)
+            added += count
+            if added > MAX_ALIAS_VALUES:
+                raise InputError([Problem((), f"aliases expand to more than {MAX_ALIAS_VALUES:,} values (an alias "
+                                              "bomb?); refused", line=event.start_mark.line + 1, file=file)])
+        if stack:
+            stack[-1][1] += count
+
+
+def _build(node: yaml.Node, path: Path, doc: YamlDocument, problems: list[Problem], file: str) -> Any:
+    doc.lines[path] = node.start_mark.line + 1
+    if isinstance(node, yaml.MappingNode):
+        result: dict[Any, Any] = {}
+        for key_node, value_node in node.value:
+            key = _scalar(key_node)
+            if not isinstance(key, (str, int)) or isinstance(key, bool):
+                raw = getattr(key_node, "value", "?")
+                problems.append(Problem(path + (str(raw),), f"key '{raw}' is read by YAML as {key!r}, not a name; "
+                                        f"quote it (\"{raw}\")", line=key_node.start_mark.line + 1, file=file))
+                continue
+            if key in result:
+                first = doc.lines[path + (key,)]
+                problems.append(Problem(path + (key,), f"duplicate key '{key}' (first at line {first})",
+                                        line=key_node.start_mark.line + 1, file=file))
+                continue
+            result[key] = _build(value_node, path + (key,), doc, problems, file)
+            doc.lines[path + (key,)] = key_node.start_mark.line + 1
+        return result
+    if isinstance(node, yaml.SequenceNode):
+        return [_build(item, path + (i,), doc, problems, file) for i, item in enumerate(node.value)]
+    if isinstance(node, yaml.ScalarNode) and not node.style:  # plain (None in PyYAML, '' in libyaml)
+        doc.plain[path] = node.value
+    return _scalar(node)
+
+
+_CONSTRUCTOR = yaml.constructor.SafeConstructor()
+
+
+def _scalar(node: yaml.Node) -> Any:
+    value = _CONSTRUCTOR.construct_object(node, deep=True)
+    _CONSTRUCTOR.constructed_objects.clear()
+    return value

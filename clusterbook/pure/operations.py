@@ -1,0 +1,108 @@
+"""What an operator can run against a cluster: each operation's invoke task, its runbook and what it does,
+derived once from the cluster's tiers and their managers (tasks.py, the docs and the tests all read this)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from clusterbook.model.schema import Cluster, RouterTier, RpcTier
+
+
+@dataclass(frozen=True)
+class Operation:
+    """One runbook task: `invoke <collection>.<name>` runs `runbook` (for `tier`, limited to `steps`)."""
+
+    collection: str
+    name: str
+    runbook: str
+    doc: str
+    tier: str | None = None
+    steps: tuple[str, ...] | None = None
+
+    @property
+    def task(self) -> str:
+        return f"{self.collection}.{self.name}"
+
+    @property
+    def command(self) -> str:
+        return f"invoke {self.task}"
+
+
+def tier_runbook(tier: RouterTier | RpcTier, action: str) -> str | None:
+    """The runbook of an action on a tier, by its manager and kind; None where the manager has no such action."""
+    if tier.manager == "slurm":
+        return {"deploy": "deploy-slurm", "stop": "stop-slurm"}.get(action)
+    return {"deploy": f"deploy-{tier.kind}", "stop": "stop", "restart": "restart"}.get(action)
+
+
+def unavailable_reason(tier: RouterTier | RpcTier, action: str) -> str:
+    """Why an action has no runbook for a tier (shown where the step would be)."""
+    if tier.manager == "slurm" and action == "restart":
+        return (f"tier {tier.name} runs as a SLURM job: stop.{tier.name} then deploy.{tier.name} submits it again "
+                "(or scontrol requeue on the controller)")
+    return f"no {action} for tier {tier.name} ({tier.manager})"
+
+
+def tier_operations(c: Cluster) -> list[Operation]:
+    """deploy.<tier>, stop.<tier>, restart.<tier> (where the manager has it), and deploy.<tier>-workers for an
+    RPC tier under systemd."""
+    ops: list[Operation] = []
+    for t in c.tiers:
+        how = ("a SLURM job: submitted unless the current script already runs" if t.manager == "slurm"
+               else "RPC workers, then the head" if isinstance(t, RpcTier) else "router mode, models on demand")
+        ops.append(Operation("deploy", t.name, tier_runbook(t, "deploy"),
+                             f"Deploy the {t.name} tier ({how}); wait for /health 200.", t.name))
+        if isinstance(t, RpcTier) and t.manager == "systemd":
+            ops.append(Operation("deploy", f"{t.name}-workers", "deploy-rpc",
+                                 f"Deploy only the {t.name} tier's RPC workers.", t.name,
+                                 ("env", "workers", "workers-listening")))
+        stopping = "cancel its SLURM job" if t.manager == "slurm" else "head first, then disable the units"
+        ops.append(Operation("stop", t.name, tier_runbook(t, "stop"), f"Stop the {t.name} tier ({stopping}).",
+                             t.name))
+        if tier_runbook(t, "restart"):
+            ops.append(Operation("restart", t.name, "restart",
+                                 f"Restart the {t.name} tier (workers, then head); wait for health.", t.name))
+    return ops
+
+
+def cluster_operations(c: Cluster) -> list[Operation]:
+    """The runbook tasks that are not per tier; deploy.slurm only where clusterbook configures SLURM."""
+    ops = [Operation("deploy", "install", "install",
+                     "Distribute the llama.cpp release to every tier node and check its version.")] \
+        if c.engine.release_url else []
+    ops += [Operation("models", "fetch", "models",
+                     "Fetch the models each node serves: resumable, parts joined, size and sha256 checked."),
+           Operation("deploy", "router", "router", "Install the model selector script (task -> model -> endpoint).")]
+    if c.gateway:
+        ops.append(Operation("deploy", "gateway", "gateway",
+                             "nginx on the gateway node, and the endpoint updater for SLURM tiers."))
+    if c.slurm:
+        ops.append(Operation("deploy", "slurm", "slurm",
+                             "slurm.conf, munge, slurmctld and slurmd (SLURM that clusterbook configures)."))
+    return ops
+
+
+def operations(c: Cluster) -> list[Operation]:
+    return cluster_operations(c) + tier_operations(c)
+
+
+def find(c: Cluster, runbook: str, tier: str | None) -> Operation | None:
+    """The operation that runs a runbook (for a tier), if any: how the docs name the command of a runbook page."""
+    return next((op for op in operations(c) if op.runbook == runbook and op.tier == tier and op.steps is None),
+                None)
+
+
+def cluster_command(c: Cluster, task: str) -> str:
+    """`invoke <task>` for a cluster-wide operation, or why this cluster has none (for the docs)."""
+    if any(op.task == task for op in cluster_operations(c)):
+        return f"`invoke {task}`"
+    if task == "deploy.install":
+        return ("not from clusterbook here: engine.release_url is not set, so the llama.cpp build is copied to "
+                f"every node's {c.engine.install_dir} by hand")
+    return f"not on this cluster ({task})"
+
+
+def tier_command(c: Cluster, action: str, tier: str) -> str:
+    """`invoke <action>.<tier>`, or why the tier has no such action (for the docs)."""
+    op = next((o for o in tier_operations(c) if o.collection == action and o.name == tier), None)
+    return f"`{op.command}`" if op else unavailable_reason(c.tier(tier), action)

@@ -1,0 +1,241 @@
+"""Per-device memory (weights, KV cache, compute buffers, overhead), the largest context, and the decode bound."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from clusterbook.model.schema import Cluster, RouterTier, RpcTier
+from clusterbook.pure import topology as topo
+from clusterbook.pure.layersplit import CPU
+from clusterbook.pure.planner.shape import Shape, from_declared
+
+GIB = 2**30
+KV_PAD = 256  # llama.cpp pads the KV cache to a multiple of 256 cells
+# llama.cpp row sizes: bytes per block of 32 elements (or per element for float types)
+ROW_BYTES = {"f32": (4, 1), "f16": (2, 1), "bf16": (2, 1), "q8_0": (34, 32), "q4_0": (18, 32), "q4_1": (20, 32),
+             "iq4_nl": (18, 32), "q5_0": (22, 32), "q5_1": (24, 32)}
+
+
+def row_size(cache_type: str, elements: int) -> int:
+    size, block = ROW_BYTES[cache_type]
+    return elements * size // block
+
+
+def kv_cells(ctx: int) -> int:
+    return -(-ctx // KV_PAD) * KV_PAD
+
+
+def kv_bytes_per_layer(shape: Shape, ctx: int, type_k: str, type_v: str) -> int:
+    elements = shape.kv_heads * shape.head_dim * kv_cells(ctx)
+    return row_size(type_k, elements) + row_size(type_v, elements)
+
+
+def compute_bytes(shape: Shape, ctx: int, ubatch: int, flash_attn: bool, output: bool) -> int:
+    """Largest graph buffer of one device: attention or FFN of a block (buffers are reused), plus logits."""
+    n_kv = kv_cells(ctx)
+    activations = ubatch * shape.embedding * 4 * 4
+    if flash_attn:
+        attention = ubatch * n_kv * 2 + activations  # F16 mask; scores stay in the kernel
+    else:
+        attention = ubatch * n_kv * shape.heads * 4 + ubatch * n_kv * 4 + activations  # F32 KQ and mask
+    ffn = ubatch * shape.feed_forward * 4 * 3 + activations
+    logits = ubatch * (shape.vocab + shape.embedding) * 4 if output else 0
+    return max(attention, ffn) + logits
+
+
+@dataclass(frozen=True)
+class DevicePlan:
+    """Memory and traffic of one device of a tier."""
+
+    device: str
+    node: str
+    gpu: str | None
+    blocks: int
+    output: bool
+    weights: int
+    kv: int
+    compute: int
+    overhead: int
+    capacity: int | None  # usable bytes (after headroom); None for a host CPU (RAM is not planned here)
+    bandwidth_gbs: float | None
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.kv + self.compute + self.overhead
+
+    @property
+    def headroom(self) -> int | None:
+        return None if self.capacity is None else self.capacity - self.total
+
+    @property
+    def fits(self) -> bool:
+        return self.capacity is None or self.total <= self.capacity
+
+
+@dataclass(frozen=True)
+class TierPlan:
+    """The plan of one tier at its configured context."""
+
+    tier: str
+    model: str
+    ctx: int
+    shape_source: str
+    devices: list[DevicePlan]
+    max_ctx: int | None
+    decode_bound_tps: float | None
+    decode_bound_full_ctx_tps: float | None
+    prompt_estimate_tps: float | None
+    rpc_devices: int
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def fits(self) -> bool:
+        return all(d.fits for d in self.devices)
+
+
+def _capacity(c: Cluster, memory_bytes: int | None) -> int | None:
+    if memory_bytes is None:
+        return None
+    return int(memory_bytes * (1 - c.planner.headroom_pct / 100))
+
+
+def rpc_device_plans(c: Cluster, tier: RpcTier, shape: Shape, ctx: int) -> list[DevicePlan]:
+    kv_layer = kv_bytes_per_layer(shape, ctx, tier.cache_type_k, tier.cache_type_v)
+    flash = tier.flash_attn == "on"
+    place = topo.placement(c, tier)
+    offload = topo.offload_devices(c, tier)
+    plans = []
+    for dev in topo.tier_devices(c, tier):
+        idx = CPU if dev.name == "CPU" else offload.index(dev)
+        blocks = [i for i, d in enumerate(place.blocks) if d == idx]
+        output = place.output == idx
+        weights = sum(shape.block_bytes[i] for i in blocks) + (shape.output_bytes if output else 0)
+        if dev.name == "CPU":
+            weights += shape.embed_bytes  # llama.cpp keeps the token embedding on the host CPU
+        overhead = c.planner.device_overhead_mib * 2**20 if dev.gpu else 0
+        node = c.node(dev.node)
+        plans.append(DevicePlan(
+            dev.name, dev.node, dev.gpu.model if dev.gpu else None, len(blocks), output, weights,
+            kv_layer * len(blocks), compute_bytes(shape, ctx, tier.ubatch_size, flash, output) if blocks or output
+            else 0, overhead, _capacity(c, dev.memory_bytes),
+            dev.gpu.bandwidth_gbs if dev.gpu else node.cpu_bandwidth_gbs))
+    return plans
+
+
+def decode_seconds(c: Cluster, devices: list[DevicePlan], shape: Shape, rpc_devices: int,
+                   extra_read: dict[str, int] | None = None) -> float | None:
+    """Seconds per token: every device reads its weights once, plus one hop per RPC device."""
+    seconds = 0.0
+    for d in devices:
+        read = d.weights + (extra_read or {}).get(d.device, 0)
+        if read == 0:
+            continue
+        if not d.bandwidth_gbs:
+            return None
+        seconds += read / (d.bandwidth_gbs * 1e9)
+    fabric = c.networks[c.rpc_network].bandwidth_gbps * 1e9 / 8
+    hop = c.planner.rpc_hop_ms / 1000 + 2 * shape.embedding * 4 / fabric
+    return seconds + rpc_devices * hop
+
+
+def prompt_tps(c: Cluster, devices: list[DevicePlan], shape: Shape) -> float | None:
+    """Compute-bound prompt processing: 2 FLOPs per weight per token, device after device."""
+    params = shape.total_bytes
+    seconds = 0.0
+    for d in devices:
+        if not d.weights:
+            continue
+        node = c.node(d.node)
+        gpu = next((g for g in node.gpu_devices if g.model == d.gpu), None)
+        flops = gpu.tflops * 1e12 if gpu and gpu.tflops else (node.cpu_gflops * 1e9 if node.cpu_gflops and not gpu
+                                                              else None)
+        if not flops:
+            return None
+        weights_params = d.weights / shape.total_bytes * params  # params in proportion to bytes
+        seconds += 2 * weights_params / flops
+    return 1 / seconds if seconds else None
+
+
+def plan_rpc_tier(c: Cluster, tier: RpcTier, shape: Shape | None = None) -> TierPlan:
+    model = c.model(tier.model)
+    shape = shape or from_declared(model)
+    devices = rpc_device_plans(c, tier, shape, tier.ctx_size)
+    rpc = sum(1 for d in topo.tier_devices(c, tier) if d.endpoint)
+    bound = decode_seconds(c, devices, shape, rpc)
+    full = decode_seconds(c, devices, shape, rpc, {d.device: d.kv for d in devices})
+    return TierPlan(tier.name, model.id, tier.ctx_size, shape.source, devices,
+                    largest_context(c, tier, shape), 1 / bound if bound else None, 1 / full if full else None,
+                    prompt_tps(c, devices, shape), rpc)
+
+
+def largest_context(c: Cluster, tier: RpcTier, shape: Shape) -> int | None:
+    """Largest context (a multiple of 256, up to the trained context) at which every device fits."""
+    def fits(ctx: int) -> bool:
+        return all(d.fits for d in rpc_device_plans(c, tier, shape, ctx))
+    lo, hi = 0, shape.context // KV_PAD
+    if not fits(KV_PAD):
+        return None
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if fits(mid * KV_PAD):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo * KV_PAD
+
+
+def plan_router_tier(c: Cluster, tier: RouterTier, shapes: dict[str, Shape] | None = None) -> TierPlan:
+    """The worst case: the models_max largest models resident at once, spread over the node's GPUs."""
+    shapes = shapes or {}
+    node = c.node(tier.node)
+    models = sorted((c.model(m) for m in tier.models), key=lambda m: m.bytes, reverse=True)
+    resident = models[: tier.models_max or len(models)]
+    weights = kv = compute = 0
+    for m in resident:
+        s = shapes.get(m.id) or from_declared(m)
+        weights += s.total_bytes - s.embed_bytes
+        kv += kv_bytes_per_layer(s, tier.ctx_size, "f16", "f16") * s.layers
+        compute += compute_bytes(s, tier.ctx_size, 512, False, True)
+    gpus = node.gpu_devices
+    devices = []
+    for i, gpu in enumerate(gpus or [None]):
+        share = 1 / max(1, len(gpus))
+        devices.append(DevicePlan(
+            f"CUDA{i}" if gpu else "CPU", node.name, gpu.model if gpu else None, 0, False, int(weights * share),
+            int(kv * share), int(compute * share), c.planner.device_overhead_mib * 2**20 * len(resident) if gpu else 0,
+            _capacity(c, gpu.memory_mib * 2**20 if gpu else None),
+            gpu.bandwidth_gbs if gpu else node.cpu_bandwidth_gbs))
+    biggest = from_declared(models[0]) if models[0].id not in shapes else shapes[models[0].id]
+    single = [replace(devices[0], weights=biggest.total_bytes - biggest.embed_bytes)]
+    bound = decode_seconds(c, single, biggest, 0)
+    notes = [f"worst case: {len(resident)} model(s) resident ({', '.join(m.id for m in resident)})"]
+    return TierPlan(tier.name, models[0].id, tier.ctx_size, "declared", devices, None,
+                    1 / bound if bound else None, None, None, 0, notes)
+
+
+def plan_tier(c: Cluster, tier: RouterTier | RpcTier, shape: Shape | None = None) -> TierPlan:
+    if isinstance(tier, RpcTier):
+        return plan_rpc_tier(c, tier, shape)
+    return plan_router_tier(c, tier)
+
+
+def plan_cluster(c: Cluster, models_dir=None) -> dict[str, TierPlan]:
+    """Plans of every tier; RPC tiers read the GGUF header when the model file is in models_dir."""
+    from clusterbook.pure.planner.shape import shape_of
+
+    plans = {}
+    for tier in c.tiers:
+        shape = shape_of(c.model(tier.model), models_dir) if isinstance(tier, RpcTier) else None
+        plans[tier.name] = plan_tier(c, tier, shape)
+    return plans
+
+
+def plan_json(plan: TierPlan) -> dict:
+    """A plan as plain data, with the derived totals."""
+    from dataclasses import asdict
+
+    data = asdict(plan)
+    data["fits"] = plan.fits
+    for d, dev in zip(data["devices"], plan.devices):
+        d.update(total=dev.total, headroom=dev.headroom, fits=dev.fits)
+    return data

@@ -1,0 +1,101 @@
+"""Checks that need the plan: tiers that don't fit, targets above the bound, SLURM memory, refuted claims."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from clusterbook.model.problems import Path
+from clusterbook.model.quantization import weights_bytes
+from clusterbook.model.schema import Claim, Cluster, RpcTier
+from clusterbook.pure.planner.capacity import GIB, TierPlan, plan_tier
+from clusterbook.pure.planner.shape import from_declared
+
+
+@dataclass(frozen=True)
+class ClaimVerdict:
+    """A seed's claim next to the computed figure."""
+
+    claim: Claim
+    computed: float | None
+    refuted: bool | None  # None: cannot be computed
+
+    @property
+    def unit(self) -> str:
+        return {"weights_gb": "GB", "decode_tps": "tok/s", "context": "tokens"}[self.claim.metric]
+
+
+def evaluate_claim(c: Cluster, claim: Claim, plans: dict[str, TierPlan]) -> ClaimVerdict:
+    if claim.metric == "weights_gb":
+        if claim.model:
+            computed = c.model(claim.model).bytes / 1e9
+        else:
+            size = weights_bytes(claim.params_b or 0, claim.quantization or "")
+            computed = size / 1e9 if size else None
+        return ClaimVerdict(claim, computed, None if computed is None else claim.claimed < 0.9 * computed)
+    tier = c.tier(claim.tier) if claim.tier else None
+    if not isinstance(tier, RpcTier) or not claim.model:
+        return ClaimVerdict(claim, None, None)
+    plan = plans.get(f"{tier.name}:{claim.model}") or plan_tier(c, tier.model_copy(update={"model": claim.model}),
+                                                                 from_declared(c.model(claim.model)))
+    if claim.metric == "context":
+        fits = plan.max_ctx or 0
+        return ClaimVerdict(claim, fits, claim.claimed > fits)
+    bound = plan.decode_bound_tps
+    return ClaimVerdict(claim, bound, None if bound is None else claim.claimed > bound)
+
+
+def plan_findings(c: Cluster, plans: dict[str, TierPlan]) -> list[tuple[Path, str]]:
+    """Problems found with the plan, as (path, message), for `invoke check`."""
+    out: list[tuple[Path, str]] = []
+    for i, tier in enumerate(c.tiers):
+        plan = plans[tier.name]
+        for d in plan.devices:
+            if not d.fits:
+                where = f"{d.device} on {d.node}" + (f" ({d.gpu})" if d.gpu else "")
+                hint = f"; the largest context that fits is {plan.max_ctx}" if plan.max_ctx else ""
+                out.append((("tiers", i, "ctx_size"),
+                            f"tier {tier.name} does not fit {where}: needs {d.total / GIB:.1f} GiB of "
+                            f"{d.capacity / GIB:.1f} GiB usable, short by {-d.headroom / GIB:.1f} GiB{hint}"))
+        if tier.slurm:
+            need = _slurm_need(plan)
+            mem = _parse_mem(tier.slurm.mem)
+            margin = c.planner.slurm_mem_margin_pct / 100
+            if mem < need * (1 + margin):
+                out.append((("tiers", i, "slurm", "mem"),
+                            f"--mem={tier.slurm.mem} leaves less than {margin:.0%} over weights + KV cache + "
+                            f"buffers ({need / GIB:.1f} GiB; give at least {_mem_text(need * (1 + margin))}; "
+                            "seed 004's "
+                            "workers were SIGKILLed at 64G)"))
+    for i, targets in enumerate(c.targets):
+        plan = plans.get(targets.tier)
+        if plan and targets.decode_tps and plan.decode_bound_tps is not None \
+                and targets.decode_tps.target > plan.decode_bound_tps:
+            out.append((("targets", i, "decode_tps", "target"),
+                        f"{targets.decode_tps.target:g} tok/s is above the decode bound of "
+                        f"{plan.decode_bound_tps:.1f} tok/s for {plan.model} on tier {targets.tier}'s hardware"))
+    for i, decision in enumerate(c.decisions):
+        for j, claim in enumerate(decision.claims):
+            verdict = evaluate_claim(c, claim, plans)
+            if verdict.refuted is False:
+                out.append((("decisions", i, "claims", j),
+                            f"the claim ({claim.claimed:g} {verdict.unit}) is consistent with the computed "
+                            f"{verdict.computed:,.1f} {verdict.unit}: the decision no longer refutes it"))
+            elif verdict.refuted is None:
+                out.append((("decisions", i, "claims", j), "the planner cannot compute this claim: give a model "
+                                                           "in the file, or params_b and a known quantization"))
+    return out
+
+
+def _slurm_need(plan: TierPlan) -> int:
+    """Host memory a job needs per node in the worst case: the model file in page cache plus buffers."""
+    return sum(d.weights for d in plan.devices) + sum(d.kv + d.compute for d in plan.devices)
+
+
+def _mem_text(size: float) -> str:
+    """A --mem value at or above size: whole GiB, or whole MiB below 1 GiB."""
+    return f"{math.ceil(size / GIB)}G" if size >= GIB else f"{math.ceil(size / 2**20)}M"
+
+
+def _parse_mem(text: str) -> int:
+    return int(text[:-1]) * {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}[text[-1]]

@@ -1,0 +1,245 @@
+"""Runbook expansion: runbook + cluster (+ tier) -> ordered steps of concrete commands and files per host. Pure."""
+
+from __future__ import annotations
+
+import hashlib
+import posixpath
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import jinja2
+
+from clusterbook.model.hosts import candidate_nodes, resolve_hosts
+from clusterbook.model.loader import validate_document
+from clusterbook.model.problems import InputError
+from clusterbook.model.runbook_schema import Run, Runbook, Upload, WaitHttp, WaitPort
+from clusterbook.model.schema import Cluster, RouterTier, RpcTier
+from clusterbook.model.templating import render_string
+from clusterbook.model.yamlsource import YamlDocument, load_yaml
+from clusterbook.pure import flags as fl
+from clusterbook.pure import topology as topo
+from clusterbook.pure.render.artifacts import Artifact, env_file, ld_library_path, render_artifacts
+from clusterbook.pure.render.escaping import checked_target
+
+RUNBOOK_DIR = Path(__file__).resolve().parents[2] / "runbooks"
+
+
+@dataclass(frozen=True)
+class RunbookFile:
+    """A validated runbook and the YAML it came from (to locate template errors)."""
+
+    runbook: Runbook
+    doc: YamlDocument
+
+
+def load_runbook(path: str | Path) -> RunbookFile:
+    doc = load_yaml(path)
+    return RunbookFile(validate_document(doc, Runbook), doc)
+
+
+def available(directory: Path = RUNBOOK_DIR) -> dict[str, RunbookFile]:
+    """Every runbook in the directory, by id."""
+    books = [load_runbook(p) for p in sorted(directory.glob("*.yaml"))]
+    return {b.runbook.id: b for b in books}
+
+
+@dataclass(frozen=True)
+class PutFile:
+    """Upload: the rendered content of one file for one host."""
+
+    path: str
+    content: str
+    mode: int
+    notify: tuple[str, ...] = ()
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.content.encode()).hexdigest()
+
+    def __post_init__(self) -> None:
+        checked_target(self.path)  # uploads land where the cluster file said, never above it
+
+    def describe(self) -> str:
+        return f"put {self.path} (mode {self.mode:o}, sha256 {self.sha256[:12]})"
+
+
+@dataclass(frozen=True)
+class Command:
+    """Run: a concrete shell command, with its idempotence and retry rules."""
+
+    command: str
+    unless: str | None = None
+    until: str | None = None
+    changed_when: str = "always"
+    timeout: int = 120
+    retries: int = 0
+    delay: float = 2
+    notify: tuple[str, ...] = ()
+    name: str | None = None
+
+    @property
+    def label(self) -> str:
+        first = self.command.splitlines()[0]
+        return self.name or (first + (" …" if "\n" in self.command else ""))
+
+    def describe(self) -> str:
+        text = self.command
+        if self.unless:
+            text += f"   # unless: {self.unless}"
+        if self.until:
+            text += f"   # until stdout has {self.until!r}, {self.retries + 1} tries"
+        return text
+
+
+Concrete = PutFile | Command
+
+
+@dataclass(frozen=True)
+class ExpandedStep:
+    id: str
+    title: str
+    explain: str
+    hosts: dict[str, list[Concrete]]
+    handlers: dict[str, dict[str, str]] = field(default_factory=dict)  # host -> handler name -> command
+
+
+@dataclass(frozen=True)
+class Expansion:
+    runbook: str
+    title: str
+    explain: str
+    tier: str | None
+    steps: list[ExpandedStep]
+
+
+def models_for_host(c: Cluster, host: str, tier: RouterTier | RpcTier | None = None) -> list:
+    """Models a node must hold: the RPC head's model, the router node's models (workers get tensors over RPC)."""
+    wanted = []
+    for t in ([tier] if tier else c.tiers):
+        if isinstance(t, RpcTier) and t.head == host:
+            wanted.append(t.model)
+        elif isinstance(t, RouterTier) and host in candidate_nodes(c, t):
+            wanted += t.models
+    return [c.model(m) for m in dict.fromkeys(wanted)]
+
+
+def template_context(c: Cluster, tier: RouterTier | RpcTier | None, host: str | None) -> dict:
+    ctx: dict = {"cluster": c, "engine": c.engine, "storage": c.storage, "tier": tier, "host": host,
+                 "node": c.node(host) if host else None, "q": shlex.quote,
+                 "bin": {"server": fl.binary(c, c.engine.server_binary),
+                         "rpc": fl.binary(c, c.engine.rpc_worker_binary),
+                         "bench": fl.binary(c, c.engine.bench_binary)},
+                 "release": {"url": c.engine.release_url,
+                             "prefix": posixpath.dirname(c.engine.install_dir.rstrip("/"))},
+                 "ld_library_path": ld_library_path(c),
+                 "units_of": topo.units,
+                 "endpoint_of": lambda t: topo.endpoint_url(c, t)}
+    if tier is not None:
+        from clusterbook.pure.render.artifacts import sbatch_path
+        ctx.update(units=topo.units(tier), endpoint=topo.endpoint_url(c, tier), sbatch_path=sbatch_path(c, tier),
+                   http_address=topo.http_address(c, tier), env_file=env_file(c, tier),
+                   rpc_endpoints=topo.rpc_endpoints(c, tier) if isinstance(tier, RpcTier) else [],
+                   rpc_addresses=[a.split(":")[0] for a in topo.rpc_endpoints(c, tier)]
+                   if isinstance(tier, RpcTier) else [])
+    return ctx
+
+
+def expand(book: RunbookFile, c: Cluster, tier_name: str | None = None, only: list[str] | None = None,
+           steps: list[str] | None = None, artifacts: list[Artifact] | None = None) -> Expansion:
+    """The concrete plan: per step, per host, the exact files and commands. Template errors name their line."""
+    rb, doc = book.runbook, book.doc
+    tier = _tier(c, rb, tier_name)
+    artifacts = artifacts if artifacts is not None else render_artifacts(c)
+    files = {(a.node, a.path): a for a in artifacts}
+    problems = []
+    expanded = []
+
+    def tpl(text: str, path: tuple, **ctx) -> str:
+        try:
+            return render_string(text, **ctx)
+        except (jinja2.TemplateError, KeyError, ValueError, AttributeError) as exc:
+            problems.append(doc.problem(path, f"template error: {exc}"))
+            return ""
+
+    base = template_context(c, tier, None)
+    title = tpl(rb.title, ("title",), **base)
+    explain = tpl(rb.explain, ("explain",), **base)
+    for i, step in enumerate(rb.steps):
+        if steps and step.id not in steps:
+            continue
+        if step.when and tpl("{{ 'yes' if (" + step.when + ") else 'no' }}", ("steps", i, "when"), **base) != "yes":
+            continue
+        selector = tpl(step.hosts, ("steps", i, "hosts"), **base)
+        try:
+            hosts = resolve_hosts(c, selector)
+        except ValueError as exc:
+            problems.append(doc.problem(("steps", i, "hosts"), str(exc)))
+            continue
+        hosts = [h for h in hosts if not only or h in only]
+        per_host: dict[str, list[Concrete]] = {}
+        handlers: dict[str, dict[str, str]] = {}
+        for host in hosts:
+            ctx = template_context(c, tier, host)
+            if step.for_each == "model":
+                loops = [{"model": m} for m in models_for_host(c, host, tier)]
+            elif step.for_each == "systemd_tier":
+                loops = [{"each": t} for t in c.tiers if t.manager == "systemd"]
+            else:
+                loops = [{}]
+            actions: list[Concrete] = []
+            for extra in loops:
+                for j, action in enumerate(step.actions):
+                    path = ("steps", i, "actions", j)
+                    def render(t, p, ctx=ctx, extra=extra):
+                        return tpl(t, p, **ctx, **extra)
+                    concrete = _concrete(action, path, files, host, render, problems,
+                                         doc)
+                    if concrete is not None:
+                        actions.append(concrete)
+            per_host[host] = actions
+            notified = {n for a in actions for n in a.notify}
+            handlers[host] = {n: tpl(rb.handlers[n].run, ("handlers", n, "run"), **ctx) for n in sorted(notified)}
+        expanded.append(ExpandedStep(step.id, tpl(step.title, ("steps", i, "title"), **base),
+                                     tpl(step.explain, ("steps", i, "explain"), **base), per_host, handlers))
+    if problems:
+        raise InputError(problems)
+    return Expansion(rb.id, title, explain, tier.name if tier else None, expanded)
+
+
+def _tier(c: Cluster, rb: Runbook, tier_name: str | None) -> RouterTier | RpcTier | None:
+    if rb.scope == "cluster":
+        return None
+    names = [t.name for t in c.tiers if t.kind in rb.kinds]
+    if tier_name not in names:
+        from clusterbook.model.problems import Problem
+        raise InputError([Problem((), f"runbook {rb.id} needs a tier of kind {' or '.join(rb.kinds)}: "
+                                      f"{', '.join(names) or 'none in this cluster'}")])
+    return c.tier(tier_name)
+
+
+def _concrete(action, path, files, host, tpl, problems, doc) -> Concrete | None:
+    notify = tuple(action.notify)
+    common = {"timeout": action.timeout, "retries": action.retries, "delay": action.delay, "notify": notify}
+    if isinstance(action, Upload):
+        target = tpl(action.upload, path + ("upload",))
+        artifact = files.get((host, target))
+        if artifact is None:
+            problems.append(doc.problem(path + ("upload",), f"nothing is rendered for {host}:{target}"))
+            return None
+        return PutFile(target, artifact.text, artifact.mode, notify)
+    if isinstance(action, Run):
+        return Command(tpl(action.run, path + ("run",)).strip(),
+                       tpl(action.unless, path + ("unless",)).strip() if action.unless else None,
+                       action.until, action.changed_when, **common,
+                       name=tpl(action.name, path + ("name",)) if action.name else None)
+    tries = max(action.retries, int(action.timeout / max(action.delay, 0.5)))
+    if isinstance(action, WaitPort):
+        port = tpl(action.wait_port, path + ("wait_port",))
+        return Command(f"ss -Hltn 'sport = :{port}' | grep -q LISTEN && echo listening", until="listening",
+                       changed_when="never", timeout=10, retries=tries, delay=action.delay, notify=notify)
+    if isinstance(action, WaitHttp):
+        url = tpl(action.wait_http, path + ("wait_http",))
+        return Command(f"curl -s -o /dev/null -m 5 -w '%{{http_code}}' {shlex.quote(url)}", until=str(action.status),
+                       changed_when="never", timeout=10, retries=tries, delay=action.delay, notify=notify)
+    return None

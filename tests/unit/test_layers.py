@@ -1,0 +1,45 @@
+"""The package's folders are its layers, and no module imports from a layer above its own (in-function imports
+included): model < pure < effects < commands < adapters."""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+LAYERS = ["model", "pure", "effects", "commands", "adapters"]
+
+
+def layer_of(module: str) -> int:
+    parts = module.split(".")
+    assert parts[0] == "clusterbook" and len(parts) > 1 and parts[1] in LAYERS, f"{module} is in no layer folder"
+    return LAYERS.index(parts[1])
+
+
+def imports_of(path: Path) -> list[tuple[int, str]]:
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("clusterbook"):
+            found.append((node.lineno, node.module))
+        elif isinstance(node, ast.ImportFrom) and node.level:
+            found.append((node.lineno, "relative"))
+        elif isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names if a.name.startswith("clusterbook")]
+    return found
+
+
+MODULES = sorted(p for p in (ROOT / "clusterbook").rglob("*.py") if p.parent != ROOT / "clusterbook")
+
+
+def test_every_module_is_in_a_layer_folder():
+    loose = [p.name for p in (ROOT / "clusterbook").glob("*.py") if p.name != "__init__.py"]
+    assert not loose, f"modules outside the layer folders: {loose}"
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(ROOT / "clusterbook")))
+def test_no_import_from_a_higher_layer(path):
+    own = layer_of(".".join(path.relative_to(ROOT).with_suffix("").parts))
+    for line, module in imports_of(path):
+        assert module != "relative", f"{path.name}:{line}: use absolute imports, so the layer is visible"
+        assert layer_of(module) <= own, \
+            f"{path.name}:{line} ({LAYERS[own]}) imports {module} ({LAYERS[layer_of(module)]})"
