@@ -21,6 +21,8 @@ def on_files(files, config):
     for r in (r for r in site.runbooks if r.page):
         # generated pages hold shell: keep Jinja (mkdocs-macros) away from them
         files.append(File.generated(config, r.page, content="---\nrender_macros: false\n---\n\n" + r.markdown))
+    for name, svg in site.pictures.items():
+        files.append(File.generated(config, name, content=svg))
     for a in site.artifacts:
         files.append(File.generated(config, f"files/{a.node}{a.path}", content=a.text))
     return files

@@ -13,6 +13,7 @@ from clusterbook.model.loader import load_cluster, load_cluster_document
 from clusterbook.model.problems import InputError
 from clusterbook.pure.planner.capacity import GIB, plan_cluster, plan_json
 from clusterbook.pure.planner.findings import plan_findings
+from clusterbook.pure.planner.residency import exclusion_text, plan_residency, residency_json
 from clusterbook.pure.render.artifacts import render_artifacts
 
 
@@ -73,8 +74,9 @@ def plan(cluster_file: str, tier: str | None, as_json: bool, models_dir: str | N
     if tier and tier not in plans:
         raise Failed(f"unknown tier '{tier}' (tiers: {', '.join(plans)})")
     chosen = [plans[tier]] if tier else list(plans.values())
+    cplan = plan_residency(cluster, plans)
     if as_json:
-        print(json.dumps([plan_json(p) for p in chosen], indent=2))
+        print(json.dumps({"tiers": [plan_json(p) for p in chosen], "cluster": residency_json(cplan)}, indent=2))
         return
     for p in chosen:
         table = Table("device", "node", "blocks", "weights", "KV cache", "compute", "overhead", "total", "usable",
@@ -95,3 +97,21 @@ def plan(cluster_file: str, tier: str | None, as_json: bool, models_dir: str | N
         if p.prompt_estimate_tps:
             facts.append(f"prompt estimate: {p.prompt_estimate_tps:,.0f} tok/s")
         console.print("  " + " · ".join(facts + p.notes))
+    if not tier:
+        _print_residency(cplan)
+
+
+def _print_residency(cplan) -> None:
+    """The whole cluster: which tiers run at the same time, and every device's worst load."""
+    table = Table("node", "device", "resident at once", "total", "usable", "headroom",
+                  title="the whole cluster: what is resident at the same time (worst case)")
+    for load in cplan.loads:
+        head = f"{load.headroom / GIB:.2f} GiB"
+        table.add_row(load.slot.node, load.slot.device + (f" ({load.slot.model})" if load.slot.model else ""),
+                      ", ".join(f"{s.tier} {s.what} {s.total / GIB:.2f}" for s in load.shares),
+                      f"{load.total / GIB:.2f} GiB", f"{load.slot.capacity / GIB:.2f} GiB",
+                      head if load.fits else f"[red]{head}[/]")
+    console.print(table)
+    console.print("  run at the same time: " + "; ".join(" + ".join(g) for g in cplan.groups))
+    for sentence in exclusion_text(cplan):
+        console.print(f"  [yellow]{sentence}[/]")

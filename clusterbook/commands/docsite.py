@@ -11,8 +11,10 @@ from clusterbook.model.loader import load_cluster
 from clusterbook.model.problems import InputError
 from clusterbook.model.schema import Cluster
 from clusterbook.pure import docpages as pages
+from clusterbook.pure.charts import node_pictures
 from clusterbook.pure.operations import operations
 from clusterbook.pure.planner.capacity import TierPlan, plan_cluster
+from clusterbook.pure.planner.residency import plan_residency
 from clusterbook.pure.render.artifacts import Artifact, render_artifacts
 from clusterbook.pure.runbooks import available, expand
 
@@ -37,6 +39,7 @@ class Site:
     plans: dict[str, TierPlan]
     artifacts: list[Artifact]
     runbooks: list[RunbookDoc]
+    pictures: dict[str, str]  # generated file name -> SVG text
 
 
 def cluster_file() -> str:
@@ -70,7 +73,9 @@ def _build_site(path: str, stamp: tuple) -> Site:
         body = pages.runbook_page(expansion)
         body = body.replace("\n", f"\n\nRun it with `{command}` (add `--dry` to print this plan).\n", 1)
         docs.append(RunbookDoc(runbook, tier, expansion.title, f"runbooks/{slug}.md", body, command))
-    return Site(path, c, plan_cluster(c), render_artifacts(c), docs)
+    plans = plan_cluster(c)
+    pictures = {f"capacity-{node}.svg": svg for node, svg in node_pictures(plan_residency(c, plans)).items()}
+    return Site(path, c, plans, render_artifacts(c), docs, pictures)
 
 
 def latest_report(name: str) -> str | None:

@@ -11,6 +11,7 @@ from clusterbook.pure import flags as fl
 from clusterbook.pure import topology as topo
 from clusterbook.pure.planner.capacity import GIB, TierPlan, plan_cluster
 from clusterbook.pure.planner.findings import evaluate_claim
+from clusterbook.pure.planner.residency import exclusion_text, plan_residency
 from clusterbook.pure.render.artifacts import Artifact, selector_rows
 from clusterbook.pure.runbooks import Expansion, PutFile
 
@@ -47,14 +48,17 @@ def tier_summary(c: Cluster) -> str:
     rows = []
     for t in c.tiers:
         nodes = ", ".join(t.nodes)
-        what = ", ".join(t.models) if isinstance(t, RouterTier) else t.model
+        what = ", ".join(t.served_models)
         public = topo.gateway_url(c, t.name) or "–"
         rows.append([f"**{t.name}**", t.kind, t.manager, what, nodes, f"`{topo.endpoint_url(c, t)}`", public])
-    return table(["tier", "kind", "run by", "models", "nodes", "endpoint", "through the gateway"], rows)
+    out = table(["tier", "kind", "run by", "models", "nodes", "endpoint", "through the gateway"], rows)
+    for sentence in exclusion_text(plan_residency(c, plan_cluster(c))):
+        out += f'\n!!! warning "Not at the same time"\n    {sentence} See the [capacity plan](capacity.md).\n'
+    return out
 
 
 def curl_example(c: Cluster, tier: RouterTier | RpcTier) -> str:
-    model = tier.models[0] if isinstance(tier, RouterTier) else tier.model
+    model = tier.served_models[0]
     url = topo.gateway_url(c, tier.name) or topo.endpoint_url(c, tier)
     auth = ""
     if tier.api_key:
@@ -189,6 +193,7 @@ def capacity(c: Cluster, plans: dict[str, TierPlan] | None = None) -> str:
             facts.append(f"Prompt processing estimate: {p.prompt_estimate_tps:,.0f} tok/s.")
         facts += p.notes
         out.append("\n" + " ".join(facts) + "\n")
+    out.append(whole_cluster(c, plans))
     out.append("## Seed claims, computed\n")
     rows = []
     for d in c.decisions:
@@ -199,6 +204,28 @@ def capacity(c: Cluster, plans: dict[str, TierPlan] | None = None) -> str:
                          "impossible" if v.refuted else "possible", f"[{d.id}](decisions.md#{d.id.lower()})"])
     out.append(table(["source", "claim", "claimed", "computed", "verdict", "decision"], rows) if rows else "None.\n")
     return "\n".join(out)
+
+
+def whole_cluster(c: Cluster, plans: dict[str, TierPlan]) -> str:
+    """What runs at the same time, each node's picture, and the worst load of every device."""
+    cplan = plan_residency(c, plans)
+    out = ["## The whole cluster\n"]
+    for sentence in exclusion_text(cplan):
+        out.append(f'!!! warning "Tiers that exclude each other"\n    {sentence}\n')
+    names = [t.name for t in c.tiers]
+    rows = [[a] + ["–" if a == b else ("yes" if any({a, b} <= set(g) for g in cplan.groups) else "**no**")
+                   for b in names] for a in names]
+    out.append("Which tiers can run at the same time (systemd tiers always do; SLURM decides for its jobs "
+               "from their GPU and memory requests):\n")
+    out.append(table(["tier", *names], rows))
+    for node in dict.fromkeys(x.slot.node for x in cplan.loads):
+        out.append(f"\n### {node}\n\n![What {node} holds at once](capacity-{node}.svg)\n")
+        out.append(table(["device", "resident at once", "total", "usable", "headroom"],
+                         [[x.slot.device + (f" ({x.slot.model})" if x.slot.model else ""),
+                           "<br>".join(f"{s.tier} ({s.what}): {gib(s.total)}" for s in x.shares),
+                           gib(x.total), gib(x.slot.capacity), gib(x.headroom)]
+                          for x in cplan.loads if x.slot.node == node]))
+    return "\n".join(out) + "\n"
 
 
 def router(c: Cluster) -> str:

@@ -11,7 +11,8 @@ from pytest_bdd import given, parsers, then, when
 from clusterbook.effects import probes
 from clusterbook.model.schema import RouterTier, RpcTier
 from clusterbook.pure import topology as topo
-from clusterbook.pure.planner.capacity import plan_tier
+from clusterbook.pure.planner.capacity import plan_cluster, plan_tier
+from clusterbook.pure.planner.residency import plan_residency
 from clusterbook.pure.render.artifacts import selector_nodes, selector_rows
 
 
@@ -382,10 +383,19 @@ def job_state(cluster, transport, tier) -> str:
     return out or "none"
 
 
-@then("every SLURM tier has a running job whose registered endpoint answers /health")
+@then("every SLURM tier has a running job whose registered endpoint answers /health, unless the plan says it "
+      "waits for a running tier")
 def _slurm_running(cluster, transport, measured):
+    states = {tier.name: job_state(cluster, transport, tier) for tier in slurm_tiers(cluster)}
+    excluded = {frozenset((e.first, e.second)) for e in plan_residency(cluster, plan_cluster(cluster)).exclusions}
     for tier in slurm_tiers(cluster):
-        state = job_state(cluster, transport, tier)
+        state = states[tier.name]
+        blockers = [t for t, s in states.items() if s.startswith("RUNNING") and frozenset((t, tier.name)) in excluded]
+        if blockers and not state.startswith("RUNNING"):  # the plan's exclusion, as the decision log says
+            assert state.startswith("PENDING"), f"job {topo.units(tier).job}: expected PENDING behind " \
+                                                f"{', '.join(blockers)}, found {state}"
+            measured(f"{tier.name} job", f"waits for {', '.join(blockers)} (planned exclusion)")
+            continue
         assert state.startswith("RUNNING"), f"job {topo.units(tier).job}: expected RUNNING, found {state}"
         record = registered(cluster, transport, tier)
         assert record and record["tier"] == tier.name, f"tier {tier.name}: expected an endpoint record, found {record}"

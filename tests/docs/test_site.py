@@ -141,3 +141,26 @@ def test_docs_hold_no_hand_typed_values():
         assert not re.search(r":\d{2,5}\b", text), f"{page}: a port"
         for name in names:
             assert not re.search(rf"(?<![\w.-]){re.escape(name)}(?![\w.-])", text), f"{page}: {name}"
+
+
+@needs_mermaid
+def test_the_capacity_page_shows_the_whole_cluster(beefcake2_site):
+    site = beefcake2_site[0]
+    sentence = "fast and reasoning cannot run at the same time: both need vasp-02"
+    for page in ("index.html", "capacity/index.html"):
+        assert sentence in (site / page).read_text(), page
+    capacity = (site / "capacity/index.html").read_text()
+    for node in ("vasp-01", "vasp-02", "vasp-03"):
+        svg = site / f"capacity-{node}.svg"
+        assert f'capacity-{node}.svg"' in capacity and svg.exists(), node
+        text = svg.read_text()
+        assert "<svg" in text and "<image" not in text and "@import" not in text  # nothing loaded from outside
+    picture = (site / "capacity-vasp-02.svg").read_text()
+    assert "fast (router mode)" in picture and "reasoning (RPC worker)" in picture  # one or the other
+
+
+@needs_mermaid
+def test_troubleshooting_follows_the_manager(beefcake2_site):
+    page = (beefcake2_site[0] / "troubleshooting/index.html").read_text()
+    assert "systemctl" not in page  # beefcake2's tiers are SLURM jobs: no unit to restart
+    assert "squeue -n llama-reasoning" in page and "scontrol requeue" in page

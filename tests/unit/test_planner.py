@@ -145,5 +145,7 @@ def test_plan_json_is_complete(tmp_path):
                           capture_output=True, text=True)
     import json
     data = json.loads(proc.stdout)
-    assert data[0]["tier"] == "reasoning" and data[0]["fits"] is True
-    assert {"weights", "kv", "compute", "overhead", "total", "headroom"} <= set(data[0]["devices"][0])
+    assert data["tiers"][0]["tier"] == "reasoning" and data["tiers"][0]["fits"] is True
+    assert {"weights", "kv", "compute", "overhead", "total", "headroom"} <= set(data["tiers"][0]["devices"][0])
+    assert data["cluster"]["exclusions"] == [{"tiers": ["fast", "reasoning"], "reason": "both need vasp-02's GPU "
+                                              "(its only GPU; --gres=gpu:1 and gpu:1): one waits in the queue"}]

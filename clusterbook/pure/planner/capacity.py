@@ -6,7 +6,7 @@ from dataclasses import dataclass, field, replace
 
 from clusterbook.model.schema import Cluster, RouterTier, RpcTier
 from clusterbook.pure import topology as topo
-from clusterbook.pure.layersplit import CPU
+from clusterbook.pure.layersplit import CPU, place_layers
 from clusterbook.pure.planner.shape import Shape, from_declared
 
 GIB = 2**30
@@ -185,27 +185,37 @@ def largest_context(c: Cluster, tier: RpcTier, shape: Shape) -> int | None:
 
 
 def plan_router_tier(c: Cluster, tier: RouterTier, shapes: dict[str, Shape] | None = None) -> TierPlan:
-    """The worst case: the models_max largest models resident at once, spread over the node's GPUs."""
+    """The worst case: the models_max largest models resident at once, each split by layers over the node's GPUs
+    as llama.cpp does by default (equal shares for equal GPUs; the output layer on the last one)."""
     shapes = shapes or {}
     node = c.node(tier.node)
     models = sorted((c.model(m) for m in tier.models), key=lambda m: m.bytes, reverse=True)
     resident = models[: tier.models_max or len(models)]
-    weights = kv = compute = 0
+    gpus = node.gpu_devices
+    count = max(1, len(gpus))
+    parts = [{"blocks": 0, "output": False, "weights": 0, "kv": 0, "compute": 0} for _ in range(count)]
     for m in resident:
         s = shapes.get(m.id) or from_declared(m)
-        weights += s.total_bytes - s.embed_bytes
-        kv += kv_bytes_per_layer(s, tier.ctx_size, "f16", "f16") * s.layers
-        compute += compute_bytes(s, tier.ctx_size, 512, False, True)
-    gpus = node.gpu_devices
+        place = place_layers(s.layers, topo.FULL_OFFLOAD, [1.0] * count, c.engine.build)
+        kv_layer = kv_bytes_per_layer(s, tier.ctx_size, "f16", "f16")
+        for i, part in enumerate(parts):
+            device = i if gpus else CPU
+            blocks = [b for b, d in enumerate(place.blocks) if d == device]
+            output = place.output == device
+            part["blocks"] += len(blocks)
+            part["output"] = part["output"] or output
+            part["weights"] += sum(s.block_bytes[b] for b in blocks) + (s.output_bytes if output else 0)
+            part["kv"] += kv_layer * len(blocks)
+            part["compute"] += compute_bytes(s, tier.ctx_size, 512, False, output) if blocks or output else 0
     devices = []
-    for i, gpu in enumerate(gpus or [None]):
-        share = 1 / max(1, len(gpus))
+    for i, (gpu, part) in enumerate(zip(gpus or [None], parts)):
         devices.append(DevicePlan(
-            f"CUDA{i}" if gpu else "CPU", node.name, gpu.model if gpu else None, 0, False, int(weights * share),
-            int(kv * share), int(compute * share), c.planner.device_overhead_mib * 2**20 * len(resident) if gpu else 0,
+            f"CUDA{i}" if gpu else "CPU", node.name, gpu.model if gpu else None, part["blocks"], part["output"],
+            part["weights"], part["kv"], part["compute"],
+            c.planner.device_overhead_mib * 2**20 * len(resident) if gpu else 0,
             _capacity(c, gpu.memory_mib * 2**20 if gpu else None),
             gpu.bandwidth_gbs if gpu else node.cpu_bandwidth_gbs))
-    biggest = from_declared(models[0]) if models[0].id not in shapes else shapes[models[0].id]
+    biggest = shapes.get(models[0].id) or from_declared(models[0])
     single = [replace(devices[0], weights=biggest.total_bytes - biggest.embed_bytes)]
     bound = decode_seconds(c, single, biggest, 0)
     notes = [f"worst case: {len(resident)} model(s) resident ({', '.join(m.id for m in resident)})"]

@@ -9,6 +9,7 @@ from clusterbook.model.problems import Path
 from clusterbook.model.quantization import weights_bytes
 from clusterbook.model.schema import Claim, Cluster, RpcTier
 from clusterbook.pure.planner.capacity import GIB, TierPlan, plan_tier
+from clusterbook.pure.planner.residency import plan_residency, ram_findings, residency_findings
 from clusterbook.pure.planner.shape import from_declared
 
 
@@ -67,6 +68,8 @@ def plan_findings(c: Cluster, plans: dict[str, TierPlan]) -> list[tuple[Path, st
                             f"buffers ({need / GIB:.1f} GiB; give at least {_mem_text(need * (1 + margin))}; "
                             "seed 004's "
                             "workers were SIGKILLed at 64G)"))
+    cplan = plan_residency(c, plans)
+    out += residency_findings(c, cplan) + ram_findings(c, cplan)
     for i, targets in enumerate(c.targets):
         plan = plans.get(targets.tier)
         if plan and targets.decode_tps and plan.decode_bound_tps is not None \
