@@ -95,12 +95,12 @@ RUN_HELP = {"cluster": "cluster file (default: $CLUSTERBOOK_CLUSTER or cluster.y
 
 
 def _operation_task(op):
-    """An invoke task for one operation of the cluster file (clusterbook/operations.py)."""
+    """An invoke task for one operation of the cluster file (clusterbook/pure/operations.py)."""
     @task(name=op.name, help=RUN_HELP)
     @exits_cleanly
     def run(c, cluster=None, dry=False, only=None):
         commands.run_runbook(op.runbook, cluster or commands.default_cluster(), op.tier, dry, only,
-                             ",".join(op.steps) if op.steps else None)
+                             ",".join(op.steps) if op.steps else None, variables=dict(op.variables))
     run.__doc__ = op.doc
     return run
 
@@ -109,8 +109,7 @@ def _any_tier_task(action, doc):
     @task(name="tier", help={**RUN_HELP, "tier": "tier name from the cluster file"})
     @exits_cleanly
     def run(c, tier, cluster=None, dry=False, only=None):
-        cluster = cluster or commands.default_cluster()
-        commands.run_runbook(commands.tier_runbook(cluster, tier, action), cluster, tier, dry, only)
+        commands.run_operation(cluster or commands.default_cluster(), action, tier, dry, only)
     run.__doc__ = doc
     return run
 
@@ -127,48 +126,20 @@ for _collection in collections.values():
     ns.add_collection(_collection)
 
 
-@task(name="status", help={"cluster": LAB_HELP})
+@task(name="status", help={"cluster": RUN_HELP["cluster"], "only": RUN_HELP["only"], "dry": RUN_HELP["dry"]})
 @exits_cleanly
-def lab_status(c, cluster=commands.LAB_CLUSTER):
-    """Show every lab node: container running, reachable over SSH, system state and addresses."""
-    commands.lab_status(cluster)
-
-
-@task(name="restart", help={"node": "node name", "cluster": LAB_HELP})
-@exits_cleanly
-def lab_restart(c, node, cluster=commands.LAB_CLUSTER):
-    """Power a lab node off and boot it again; wait until SSH answers."""
-    commands.lab_restart(cluster, node)
-
-
-@task(name="ssh", help={"node": "node name", "cluster": LAB_HELP})
-@exits_cleanly
-def lab_ssh(c, node, cluster=commands.LAB_CLUSTER):
-    """Open a shell on a lab node (host key checked against the lab's known_hosts)."""
-    c.run(" ".join(commands.ssh_command(cluster, node)), pty=True)
-
-
-lab = Collection("lab", lab_up, lab_down, lab_status, lab_restart, lab_ssh)
-ns.add_collection(lab)
-
-
-RUN_HELP = {"cluster": "cluster file (default: $CLUSTERBOOK_CLUSTER or cluster.yaml)",
-            "dry": "print the plan (commands and files per step and host) and contact nothing",
-            "only": "only these nodes (comma-separated)"}
-
-
-@task(name="status", help={"cluster": RUN_HELP["cluster"], "only": RUN_HELP["only"]})
-@exits_cleanly
-def status_task(c, cluster=None, only=None):
+def status_task(c, cluster=None, only=None, dry=False):
     """Table of node, unit, active state, port listening, model loaded and GPU memory (where nvidia-smi exists)."""
-    commands.status(cluster or commands.default_cluster(), only)
+    commands.status(cluster or commands.default_cluster(), only, dry)
 
 
-@task(name="logs", help={"cluster": RUN_HELP["cluster"], "only": RUN_HELP["only"]})
+@task(name="logs", help={"cluster": RUN_HELP["cluster"], "only": RUN_HELP["only"], "tier": "only this tier",
+                         "dry": RUN_HELP["dry"]})
 @exits_cleanly
-def logs_task(c, cluster=None, only=None):
-    """The last journal lines of every tier unit on every node."""
-    commands.logs(cluster or commands.default_cluster(), only)
+def logs_task(c, cluster=None, only=None, tier=None, dry=False):
+    """The last log lines of every tier: each unit's journal (systemd tiers); the job's state and reason, its
+    steps' end state, its log file and OOM kills (SLURM tiers)."""
+    commands.logs(cluster or commands.default_cluster(), only, tier, dry)
 
 
 ns.add_task(status_task)

@@ -2,11 +2,11 @@
 
 from mkdocs.structure.files import File
 
-from clusterbook.commands.docsite import build_site, cluster_file
+from clusterbook.commands.docsite import current_site
 
 
 def on_config(config):
-    site = build_site(cluster_file())
+    site = current_site()
     config["site_name"] = f"{site.cluster.cluster.name} · clusterbook"
     if site.cluster.cluster.docs_url:
         config["site_url"] = site.cluster.cluster.docs_url
@@ -17,7 +17,7 @@ def on_config(config):
 
 
 def on_files(files, config):
-    site = build_site(cluster_file())
+    site = current_site()
     for r in (r for r in site.runbooks if r.page):
         # generated pages hold shell: keep Jinja (mkdocs-macros) away from them
         files.append(File.generated(config, r.page, content="---\nrender_macros: false\n---\n\n" + r.markdown))

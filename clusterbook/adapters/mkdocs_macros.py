@@ -1,12 +1,12 @@
-"""mkdocs-macros entry: the cluster (from $CLUSTERBOOK_CLUSTER, default cluster.yaml) and one macro per section."""
+"""mkdocs-macros entry: the site the docs command computed (or $CLUSTERBOOK_CLUSTER's) and one macro per section."""
 
-from clusterbook.commands.docsite import build_site, cluster_file, latest_report
+from clusterbook.commands.docsite import current_site, latest_report
 from clusterbook.pure import docpages as pages
 from clusterbook.pure.operations import cluster_command, tier_command
 
 
 def define_env(env):
-    site = build_site(cluster_file())
+    site = current_site()
     c = site.cluster
     env.variables["cluster"] = c
     env.variables["site_cluster_file"] = site.cluster_file

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from clusterbook.commands.lab import LAB_CLUSTER, lab_up
-from clusterbook.commands.runbooks import run_runbook, tier_runbook
+from clusterbook.commands.runbooks import run_operation, run_runbook
 from clusterbook.commands.site import docs
 from clusterbook.effects.console import Failed, console
 from clusterbook.model.loader import load_cluster
@@ -83,7 +83,7 @@ def demo(cluster_file: str = LAB_CLUSTER) -> None:
         run_runbook(runbook, cluster_file)
     cluster = load_cluster(cluster_file)
     for tier in cluster.tiers:
-        run_runbook(tier_runbook(cluster_file, tier.name, "deploy"), cluster_file, tier.name)
+        run_operation(cluster_file, "deploy", tier.name)
     try:  # a failed scenario still gets its docs: the results page is where the operator reads it
         verify(cluster_file, disruptive=True, only=None)
         failure = None

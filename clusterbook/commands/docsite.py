@@ -42,8 +42,23 @@ class Site:
     pictures: dict[str, str]  # generated file name -> SVG text
 
 
+_current: Site | None = None  # the site an in-process build was handed (invoke docs); None under docs.serve
+
+
 def cluster_file() -> str:
     return os.environ.get("CLUSTERBOOK_CLUSTER", "cluster.yaml")
+
+
+def current_site() -> Site:
+    """The site the MkDocs hooks and macros render: the one `invoke docs` computed once in this process, or, under
+    `mkdocs serve`, the cluster file of $CLUSTERBOOK_CLUSTER (recomputed when it or a runbook changes)."""
+    return _current if _current is not None else build_site(cluster_file())
+
+
+def handing(site: Site | None) -> None:
+    """Give the hooks and macros of the next in-process build this site (None: back to $CLUSTERBOOK_CLUSTER)."""
+    global _current
+    _current = site
 
 
 def build_site(path: str) -> Site:
@@ -58,13 +73,14 @@ def _build_site(path: str, stamp: tuple) -> Site:
     c = load_cluster(path)
     books = available()
     # one page per operation this cluster offers (its tiers' managers decide which), plus status and logs
-    entries = [(op.runbook, op.tier, op.command) for op in operations(c) if op.steps is None]
-    entries += [("status", None, "invoke status"), ("logs", None, "invoke logs")]
+    entries = [(op.runbook, op.tier, op.command, dict(op.variables),
+                pages.slug(f"{op.collection}-slurm" if op.variables else op.runbook, op.tier))
+               for op in operations(c) if op.steps is None]
+    entries += [("status", None, "invoke status", {}, "status"), ("logs", None, "invoke logs", {}, "logs")]
     docs = []
-    for runbook, tier, command in entries:
-        slug = pages.slug(runbook, tier)
+    for runbook, tier, command, variables, slug in entries:
         try:
-            expansion = expand(books[runbook], c, tier)
+            expansion = expand(books[runbook], c, tier, variables=variables)
         except InputError as exc:  # not possible for this cluster: no page; the index says why
             reason = "; ".join(p.message for p in exc.problems)
             docs.append(RunbookDoc(runbook, tier, f"{runbook}{' ' + tier if tier else ''}", None, "", command,

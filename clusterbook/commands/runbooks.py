@@ -17,7 +17,8 @@ def default_cluster() -> str:
 
 
 def run_runbook(runbook_id: str, cluster_file: str, tier: str | None = None, dry: bool = False,
-                only: str | None = None, steps: str | None = None, quiet_recap: bool = False):
+                only: str | None = None, steps: str | None = None, quiet_recap: bool = False,
+                variables: dict | None = None):
     """Expand a runbook for the cluster and run it over SSH (or print the plan with dry)."""
     import time as _time
 
@@ -33,7 +34,8 @@ def run_runbook(runbook_id: str, cluster_file: str, tier: str | None = None, dry
         unknown = [n for n in only_nodes if n not in {x.name for x in cluster.nodes}]
         if unknown:
             raise Failed(f"--only: unknown node(s) {', '.join(unknown)}")
-    expansion = expand(books[runbook_id], cluster, tier, only_nodes, steps.split(",") if steps else None)
+    expansion = expand(books[runbook_id], cluster, tier, only_nodes, steps.split(",") if steps else None,
+                       variables=variables)
     state_dir = Path(".clusterbook") / cluster.cluster.name / "deployed"
     if dry:
         dry_run(expansion, state_dir)
@@ -74,23 +76,24 @@ def task_operations(cluster_file: str) -> list:
                [Operation("models", "fetch", "models", "Fetch the models each node serves.")]
 
 
-def tier_runbook(cluster_file: str, tier: str, action: str) -> str:
-    """The runbook id for an action on a tier, by its manager (operations.tier_runbook)."""
-    from clusterbook.pure.operations import tier_runbook as runbook_of
-    from clusterbook.pure.operations import unavailable_reason
+def run_operation(cluster_file: str, action: str, tier: str, dry: bool = False, only: str | None = None) -> None:
+    """Run deploy/stop/restart of a tier named on the command line, by its manager (pure/operations.py)."""
+    from clusterbook.pure.operations import tier_operations, unavailable_reason
     cluster = load_cluster(cluster_file)
     names = [t.name for t in cluster.tiers]
     if tier not in names:
         raise Failed(f"unknown tier '{tier}' in {cluster_file} (tiers: {', '.join(names)})")
-    runbook = runbook_of(cluster.tier(tier), action)
-    if runbook is None:
+    op = next((o for o in tier_operations(cluster) if o.collection == action and o.name == tier), None)
+    if op is None:
         raise Failed(unavailable_reason(cluster.tier(tier), action))
-    return runbook
+    run_runbook(op.runbook, cluster_file, tier, dry, only, variables=dict(op.variables))
 
 
-def status(cluster_file: str, only: str | None = None) -> None:
+def status(cluster_file: str, only: str | None = None, dry: bool = False) -> None:
     """A table of node, unit, active state, port listening, models, GPU memory."""
-    report = run_runbook("status", cluster_file, only=only, quiet_recap=True)
+    report = run_runbook("status", cluster_file, dry=dry, only=only, quiet_recap=True)
+    if report is None:  # dry run: the plan was printed
+        return
     table = Table("node", "unit", "active", "port", "listening", "models", "GPU memory (MiB used/total)",
                   title="status")
     for o in report.outcomes:
@@ -114,8 +117,16 @@ def status(cluster_file: str, only: str | None = None) -> None:
         console.print(table)
 
 
-def logs(cluster_file: str, only: str | None = None) -> None:
-    report = run_runbook("logs", cluster_file, only=only, quiet_recap=True)
+def logs(cluster_file: str, only: str | None = None, tier: str | None = None, dry: bool = False) -> None:
+    """The last log lines of every tier (or one): journald for systemd tiers; job state, end state, job log and
+    OOM kills for SLURM tiers."""
+    names = [t.name for t in load_cluster(cluster_file).tiers]
+    if tier and tier not in names:
+        raise Failed(f"unknown tier '{tier}' (tiers: {', '.join(names)})")
+    report = run_runbook("logs", cluster_file, dry=dry, only=only, quiet_recap=True,
+                         variables={"tiers_shown": [tier] if tier else names})
+    if report is None:  # dry run: the plan was printed
+        return
     for o in report.outcomes:
         console.rule(o.host)
         console.print(o.stdout, markup=False, highlight=False)

@@ -249,6 +249,10 @@ class SlurmJob(Strict):
     grace_seconds: int = Field(30, ge=1, description="preemption grace time: SIGTERM to SIGKILL")
     requeue: bool = Field(True, description="requeue when preempted")
     gres: Gres | None = Field("gpu:1", description="generic resources per node (--gres)")
+    keeper_interval_s: int = Field(60, ge=10, le=3600,
+                                   description="how often the keeper on the controller looks for the job and "
+                                               "resubmits it when none is pending or running (a failed or "
+                                               "cancelled job; SLURM requeues a preempted one itself)")
 
 
 class SystemdService(Strict):

@@ -18,6 +18,7 @@ class Operation:
     doc: str
     tier: str | None = None
     steps: tuple[str, ...] | None = None
+    variables: tuple[tuple[str, object], ...] = ()  # template variables of the runbook (restart: True)
 
     @property
     def task(self) -> str:
@@ -30,16 +31,13 @@ class Operation:
 
 def tier_runbook(tier: RouterTier | RpcTier, action: str) -> str | None:
     """The runbook of an action on a tier, by its manager and kind; None where the manager has no such action."""
-    if tier.manager == "slurm":
-        return {"deploy": "deploy-slurm", "stop": "stop-slurm"}.get(action)
+    if tier.manager == "slurm":  # (a restart is deploy-slurm with restart: true, see tier_operations)
+        return {"deploy": "deploy-slurm", "stop": "stop-slurm", "restart": "deploy-slurm"}.get(action)
     return {"deploy": f"deploy-{tier.kind}", "stop": "stop", "restart": "restart"}.get(action)
 
 
 def unavailable_reason(tier: RouterTier | RpcTier, action: str) -> str:
     """Why an action has no runbook for a tier (shown where the step would be)."""
-    if tier.manager == "slurm" and action == "restart":
-        return (f"tier {tier.name} runs as a SLURM job: stop.{tier.name} then deploy.{tier.name} submits it again "
-                "(or scontrol requeue on the controller)")
     return f"no {action} for tier {tier.name} ({tier.manager})"
 
 
@@ -59,9 +57,14 @@ def tier_operations(c: Cluster) -> list[Operation]:
         stopping = "cancel its SLURM job" if t.manager == "slurm" else "head first, then disable the units"
         ops.append(Operation("stop", t.name, tier_runbook(t, "stop"), f"Stop the {t.name} tier ({stopping}).",
                              t.name))
-        if tier_runbook(t, "restart"):
+        if t.manager == "slurm":
+            ops.append(Operation("restart", t.name, "deploy-slurm",
+                                 f"Restart the {t.name} tier: cancel its SLURM job and submit it again; wait until "
+                                 "its endpoint answers.", t.name, variables=(("restart", True),)))
+        else:
             ops.append(Operation("restart", t.name, "restart",
-                                 f"Restart the {t.name} tier (workers, then head); wait for health.", t.name))
+                                 f"Restart the {t.name} tier" + (" (workers, then head)" if isinstance(t, RpcTier)
+                                                                 else "") + "; wait for health.", t.name))
     return ops
 
 
@@ -88,8 +91,8 @@ def operations(c: Cluster) -> list[Operation]:
 
 def find(c: Cluster, runbook: str, tier: str | None) -> Operation | None:
     """The operation that runs a runbook (for a tier), if any: how the docs name the command of a runbook page."""
-    return next((op for op in operations(c) if op.runbook == runbook and op.tier == tier and op.steps is None),
-                None)
+    return next((op for op in operations(c) if op.runbook == runbook and op.tier == tier and op.steps is None
+                 and not op.variables), None)
 
 
 def cluster_command(c: Cluster, task: str) -> str:

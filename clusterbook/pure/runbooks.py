@@ -124,8 +124,13 @@ def models_for_host(c: Cluster, host: str, tier: RouterTier | RpcTier | None = N
     return [c.model(m) for m in dict.fromkeys(wanted)]
 
 
-def template_context(c: Cluster, tier: RouterTier | RpcTier | None, host: str | None) -> dict:
-    ctx: dict = {"cluster": c, "engine": c.engine, "storage": c.storage, "tier": tier, "host": host,
+def template_context(c: Cluster, tier: RouterTier | RpcTier | None, host: str | None,
+                     variables: dict | None = None) -> dict:
+    """What a runbook template sees; `variables` are an operation's own: restart (a SLURM restart submits the job
+    again), tiers_shown (the tiers logs and status report on; default all)."""
+    ctx: dict = {"restart": False, "tiers_shown": [t.name for t in c.tiers], **(variables or {}),
+                 "cluster": c, "engine": c.engine, "storage": c.storage,
+                 "tier": tier, "host": host,
                  "node": c.node(host) if host else None, "q": shlex.quote,
                  "bin": {"server": fl.binary(c, c.engine.server_binary),
                          "rpc": fl.binary(c, c.engine.rpc_worker_binary),
@@ -136,8 +141,9 @@ def template_context(c: Cluster, tier: RouterTier | RpcTier | None, host: str | 
                  "units_of": topo.units,
                  "endpoint_of": lambda t: topo.endpoint_url(c, t)}
     if tier is not None:
-        from clusterbook.pure.render.artifacts import sbatch_path
+        from clusterbook.pure.render.artifacts import keeper_marker_dir, sbatch_path
         ctx.update(units=topo.units(tier), endpoint=topo.endpoint_url(c, tier), sbatch_path=sbatch_path(c, tier),
+                   keeper_dir=keeper_marker_dir(c),
                    http_address=topo.http_address(c, tier), env_file=env_file(c, tier),
                    rpc_endpoints=topo.rpc_endpoints(c, tier) if isinstance(tier, RpcTier) else [],
                    rpc_addresses=[a.split(":")[0] for a in topo.rpc_endpoints(c, tier)]
@@ -146,7 +152,8 @@ def template_context(c: Cluster, tier: RouterTier | RpcTier | None, host: str | 
 
 
 def expand(book: RunbookFile, c: Cluster, tier_name: str | None = None, only: list[str] | None = None,
-           steps: list[str] | None = None, artifacts: list[Artifact] | None = None) -> Expansion:
+           steps: list[str] | None = None, artifacts: list[Artifact] | None = None,
+           variables: dict | None = None) -> Expansion:
     """The concrete plan: per step, per host, the exact files and commands. Template errors name their line."""
     rb, doc = book.runbook, book.doc
     tier = _tier(c, rb, tier_name)
@@ -162,7 +169,7 @@ def expand(book: RunbookFile, c: Cluster, tier_name: str | None = None, only: li
             problems.append(doc.problem(path, f"template error: {exc}"))
             return ""
 
-    base = template_context(c, tier, None)
+    base = template_context(c, tier, None, variables)
     title = tpl(rb.title, ("title",), **base)
     explain = tpl(rb.explain, ("explain",), **base)
     for i, step in enumerate(rb.steps):
@@ -180,7 +187,7 @@ def expand(book: RunbookFile, c: Cluster, tier_name: str | None = None, only: li
         per_host: dict[str, list[Concrete]] = {}
         handlers: dict[str, dict[str, str]] = {}
         for host in hosts:
-            ctx = template_context(c, tier, host)
+            ctx = template_context(c, tier, host, variables)
             if step.for_each == "model":
                 loops = [{"model": m} for m in models_for_host(c, host, tier)]
             elif step.for_each == "systemd_tier":

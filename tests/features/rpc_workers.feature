@@ -10,3 +10,4 @@ Feature: RPC workers
   Scenario: The RPC port cannot be reached on a node's other addresses
     Given the cluster file
     Then from each tier head, the RPC port of every worker is closed on the worker's other addresses
+    And every worker's firewall table is loaded and drops the RPC port for addresses outside the tier

@@ -16,3 +16,17 @@ Feature: SLURM tiers and the gateway
     Then the tier's job is requeued and its endpoint leaves the gateway
     And the tier answers through the gateway again within its recovery target, on another node
     And when the higher-priority job ends, every SLURM tier answers through the gateway again on its own
+
+  @disruptive
+  Scenario: A cancelled SLURM job is submitted again by the keeper
+    Given the cluster file
+    When the job of every SLURM tier is cancelled with scancel
+    Then every SLURM tier's job is pending or running again within two keeper intervals
+    And every SLURM tier answers through the gateway again within its recovery target
+
+  @disruptive
+  Scenario: A killed RPC worker step ends the job, which comes back, and the logs say why
+    Given the cluster file
+    When an RPC worker step of the first SLURM RPC tier is killed with SIGKILL
+    Then every SLURM tier answers through the gateway again within its recovery target
+    And invoke logs for that tier shows the job's state and the worker step's end

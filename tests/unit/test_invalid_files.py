@@ -44,15 +44,30 @@ def test_cli_exits_2_without_traceback(path):
     assert "nothing was changed" in proc.stderr
 
 
-def test_all_problems_reported_at_once(tmp_path):
+def test_every_schema_problem_is_reported_at_once(tmp_path):
     text = (ROOT / "tests/clusters/mini.yaml").read_text()
-    broken = text.replace("hostname: n1", "hostnme: n1").replace("workers: [n2]", "workers: [n9]")
+    broken = text.replace("hostname: n1", "hostnme: n1").replace("cpu_cores: 8\n    ram_gb: 64\n  - name: n2",
+                                                                  "cpu_cores: eight\n    ram_gb: 64\n  - name: n2")
     f = tmp_path / "two.yaml"
     f.write_text(broken)
     with pytest.raises(InputError) as err:
         load_cluster(f)
-    assert len(err.value.problems) >= 2  # schema problems are reported together
-    assert any("hostnme" in str(p) for p in err.value.problems)
+    found = [str(p) for p in err.value.problems]
+    assert any("nodes[n1].hostnme: unknown key" in p for p in found), found  # two unrelated mistakes of one node,
+    assert any("nodes[n1].cpu_cores" in p for p in found), found  # each with its own line, in one report
+
+
+def test_every_cross_field_problem_is_reported_at_once(tmp_path):
+    """Cross-field rules run on a schema-valid file (they need its meaning); then all of them are reported."""
+    text = (ROOT / "tests/clusters/mini.yaml").read_text()
+    broken = text.replace("workers: [n2]", "workers: [n9]").replace("head: n1", "head: n7")
+    f = tmp_path / "two.yaml"
+    f.write_text(broken)
+    with pytest.raises(InputError) as err:
+        load_cluster(f)
+    found = [str(p) for p in err.value.problems]
+    assert any("tiers[big].head: unknown node 'n7'" in p for p in found), found
+    assert any("tiers[big].workers[0]: unknown node 'n9'" in p for p in found), found
 
 
 def test_missing_file_is_an_input_error(tmp_path):

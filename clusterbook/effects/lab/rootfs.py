@@ -13,7 +13,7 @@ CACHE = Path("/var/cache/clusterbook/rootfs")
 SUITE = "bookworm"
 # What a node needs to boot, be reached and run the llama.cpp binaries; the tiers are deploy's job.
 PACKAGES = ("systemd", "systemd-sysv", "dbus", "openssh-server", "iproute2", "curl", "procps", "ca-certificates",
-            "libgomp1", "numactl", "nftables", "python3", "slurm-wlm", "munge", "nginx-light")
+            "libgomp1", "numactl", "nftables", "python3", "slurm-wlm", "munge", "nginx-light", "jq")
 # Installed but left off: the slurm and gateway runbooks enable them on the nodes that need them.
 DISABLED = ("slurmctld", "slurmd", "nginx")
 

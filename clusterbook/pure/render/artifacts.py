@@ -19,6 +19,7 @@ from clusterbook.pure.render.escaping import LANGUAGE, Quoted, UnsafeValue, chec
 Kind = Literal["unit", "env", "script", "config", "nginx", "nftables", "ini"]
 SELECTOR_NAME = "llama-model-selector"
 UPDATER_SCRIPT = "/usr/local/sbin/clusterbook-upstreams"
+KEEPER_SCRIPT = "/usr/local/sbin/clusterbook-keeper"
 SYSTEMD_DIR = "/etc/systemd/system"
 
 
@@ -91,7 +92,36 @@ def render_artifacts(c: Cluster) -> list[Artifact]:
         out += _gateway_files(c)
     if c.slurm:
         out += _slurm_conf(c)
+    out += _keeper(c)
     return sorted(out, key=lambda a: (a.node, a.path))
+
+
+def keeper_marker_dir(c: Cluster) -> str:
+    """Where deploy marks a SLURM tier as wanted and stop unmarks it (the keeper reads it)."""
+    return posixpath.join(c.storage.env_dir, "slurm")
+
+
+def _keeper(c: Cluster) -> list[Artifact]:
+    """On the controller: a script and timer that resubmit a wanted SLURM tier that has no job."""
+    tiers = [t for t in c.tiers if t.manager == "slurm"]
+    if not tiers:
+        return []
+    node = c.slurm_controller or tiers[0].nodes[0]
+    interval = min(t.slurm.keeper_interval_s for t in tiers)
+    jobs = [{"name": topo.units(t).job, "script": sbatch_path(c, t)} for t in tiers]
+    return [
+        Artifact(node, KEEPER_SCRIPT, template("keeper.sh.j2", header=header(c), jobs=jobs,
+                                               marker_dir=keeper_marker_dir(c), log_dir=c.storage.log_dir),
+                 "script", 0o755, about="SLURM: resubmit a wanted tier that has no job"),
+        Artifact(node, f"{SYSTEMD_DIR}/clusterbook-keeper.service",
+                 template("oneshot.service.j2", header=header(c), script=KEEPER_SCRIPT, after=None,
+                          description=Quoted("clusterbook: resubmit the SLURM tiers that should run and have no job")),
+                 "unit", about="SLURM: keeper service"),
+        Artifact(node, f"{SYSTEMD_DIR}/clusterbook-keeper.timer",
+                 template("periodic.timer.j2", header=header(c), interval=interval,
+                          description=f"clusterbook: look for the jobs of the SLURM tiers every {interval} s"),
+                 "unit", about="SLURM: keeper timer"),
+    ]
 
 
 def _slurm_conf(c: Cluster) -> list[Artifact]:
@@ -241,10 +271,14 @@ def _gateway_files(c: Cluster) -> list[Artifact]:
                                                     endpoint_dir=c.storage.endpoint_dir, tiers=tiers),
                      "script", 0o755, about="gateway: endpoint registry -> nginx upstreams"),
             Artifact(node, f"{SYSTEMD_DIR}/clusterbook-upstreams.service",
-                     template("upstream-updater.service.j2", header=header(c), script=UPDATER_SCRIPT), "unit",
+                     template("oneshot.service.j2", header=header(c), script=UPDATER_SCRIPT, after="nginx.service",
+                              description=Quoted("clusterbook: point nginx at the tiers' current endpoints")),
+                     "unit",
                      about="gateway: updater service"),
             Artifact(node, f"{SYSTEMD_DIR}/clusterbook-upstreams.timer",
-                     template("upstream-updater.timer.j2", header=header(c), interval=gw.update_interval_s), "unit",
+                     template("periodic.timer.j2", header=header(c), interval=gw.update_interval_s,
+                              description=f"clusterbook: refresh nginx upstreams every {gw.update_interval_s} s"),
+                     "unit",
                      about="gateway: updater timer"),
         ]
     if gw.tailscale_name:
