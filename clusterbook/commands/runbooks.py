@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from rich.table import Table
@@ -106,14 +107,14 @@ def status(cluster_file: str, only: str | None = None, dry: bool = False) -> Non
                               r["port"], "yes" if r["listening"] != "0" else "[red]no[/]", r.get("models") or "-",
                               gpu if gpu != "none" else "-")
     console.print(table)
-    jobs = [dict(kv.split("=", 1) for kv in line.split() if "=" in kv)
-            for o in report.outcomes for line in o.stdout.splitlines() if line.startswith("job=")]
+    jobs = [json.loads(line) for o in report.outcomes for line in o.stdout.splitlines() if line.startswith("{")]
     if jobs:
-        table = Table("job", "id", "state", "nodes", "endpoint", title="SLURM jobs")
+        table = Table("job", "id", "state", "reason", "nodes", "start", "endpoint", title="SLURM jobs")
         for j in jobs:
             state = j["state"]
-            table.add_row(j["job"], j["id"], f"[green]{state}[/]" if state == "RUNNING" else f"[yellow]{state}[/]",
-                          j["nodes"], j["endpoint"])
+            shown = f"[green]{state}[/]" if state == "RUNNING" else f"[yellow]{state}[/]"
+            table.add_row(j["job"], j["id"] or "-", shown, j["reason"] or "-", j["nodes"] or "-", j["start"] or "-",
+                          j["endpoint"] or "-")
         console.print(table)
 
 

@@ -6,7 +6,7 @@ import re
 import shlex
 from dataclasses import dataclass, field
 
-from clusterbook.model.schema import Cluster, RpcTier
+from clusterbook.model.schema import Cluster, RouterTier, RpcTier
 from clusterbook.pure import topology as topo
 from clusterbook.pure.flags import server_argv
 from clusterbook.pure.render.artifacts import ld_library_path
@@ -59,16 +59,45 @@ def load_report(transport, c: Cluster, tier: RpcTier, port: int = 18999, seconds
     Disruptive: the tier does not answer while this runs (the RPC workers serve one client at a time).
     """
     unit = topo.units(tier).head
-    argv = server_argv(c, tier) + ["--log-verbosity", "4"]
+    argv = server_argv(c, tier)
     argv[argv.index("--port") + 1] = str(port)
+    text = _loaded_buffers(transport, c, tier.head, argv, seconds, before=f"systemctl stop {unit}",
+                           after=f"systemctl start {unit}")
+    return parse_load_report(text, c, tier)
+
+
+def model_load_report(transport, c: Cluster, tier: RouterTier, model_id: str, port: int = 18998,
+                      seconds: int = 60) -> LoadReport:
+    """What one model of a router-mode tier takes when it loads: llama-server started by hand on the tier's node
+    with the model and the router's own flags (what its children inherit), -lv 4, then stopped. Not disruptive."""
+    argv = server_argv(c, tier)
+    for flag in ("--models-preset", "--models-max", "--api-key-file"):
+        if flag in argv:
+            i = argv.index(flag)
+            del argv[i:i + 2]
+    argv[argv.index("--port") + 1] = str(port)
+    argv[argv.index("--host") + 1] = "127.0.0.1"
+    argv[1:1] = ["--model", f"{c.storage.models_dir}/{c.model(model_id).file}"]
+    text = _loaded_buffers(transport, c, tier.node, argv, seconds)
+    report = LoadReport(log=text)
+    for phase, device, _endpoint, mib in BUFFER.findall(text):
+        target = {"load_tensors": report.weights, "llama_kv_cache": report.kv, "sched_reserve": report.compute}[phase]
+        name = "CPU" if device.startswith("CPU") else device
+        target[name] = target.get(name, 0) + round(float(mib) * MIB)
+    return report
+
+
+def _loaded_buffers(transport, c: Cluster, node: str, argv: list[str], seconds: int, before: str = "true",
+                    after: str = "true") -> str:
+    """Run a server command line with -lv 4 until it listens, stop it, and return its buffer-size lines."""
+    argv = [*argv, "--log-verbosity", "4"]
     log = "/tmp/clusterbook-load-report.log"
-    command = (f"systemctl stop {unit}; LD_LIBRARY_PATH={ld_library_path(c)} "
+    command = (f"{before}; LD_LIBRARY_PATH={ld_library_path(c)} "
                f"{' '.join(shlex.quote(a) for a in argv)} > {log} 2>&1 & pid=$!; "
                f"for i in $(seq {seconds * 10}); do grep -q 'listening on' {log} && break; "
                "kill -0 $pid 2>/dev/null || break; sleep 0.1; done; kill $pid 2>/dev/null; wait $pid; "
-               f"sed -n '/buffer size/p; /offloaded/p' {log}; systemctl start {unit}")
-    result = transport.run(tier.head, command, timeout=seconds + 60)
-    return parse_load_report(result.stdout, c, tier)
+               f"sed -n '/buffer size/p; /offloaded/p' {log}; {after}")
+    return transport.run(node, command, timeout=seconds + 60).stdout
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,25 @@ def load_cluster(path: str | FsPath) -> Cluster:
 
 
 def load_cluster_document(path: str | FsPath) -> tuple[Cluster, YamlDocument]:
-    """The validated cluster and its YAML document (for locating later findings, such as the plan's)."""
+    """The validated cluster and its YAML document (for locating later findings, such as the plan's). Loaded once
+    per process and file version: the model is frozen, so every caller may share it."""
+    try:
+        stat = FsPath(path).stat()
+        key = (str(FsPath(path).resolve()), stat.st_mtime_ns, stat.st_size)
+    except OSError:
+        key = None  # load_yaml reports the missing file
+    if key is not None and key in _LOADED:
+        return _LOADED[key]
+    loaded = _load_cluster_document(path)
+    if key is not None:
+        _LOADED[key] = loaded
+    return loaded
+
+
+_LOADED: dict[tuple, tuple[Cluster, YamlDocument]] = {}
+
+
+def _load_cluster_document(path: str | FsPath) -> tuple[Cluster, YamlDocument]:
     doc = load_yaml(path)
     cluster = validate_document(doc, Cluster)
     problems = [doc.problem(p, msg) for p, msg in check_cluster(cluster)]

@@ -198,15 +198,18 @@ def plan_router_tier(c: Cluster, tier: RouterTier, shapes: dict[str, Shape] | No
         s = shapes.get(m.id) or from_declared(m)
         place = place_layers(s.layers, topo.FULL_OFFLOAD, [1.0] * count, c.engine.build)
         kv_layer = kv_bytes_per_layer(s, tier.ctx_size, "f16", "f16")
-        for i, part in enumerate(parts):
-            device = i if gpus else CPU
-            blocks = [b for b, d in enumerate(place.blocks) if d == device]
-            output = place.output == device
+        for i, part in enumerate(parts):  # device i: GPU i, or the node's CPU when it has no GPU
+            blocks = [b for b, d in enumerate(place.blocks) if d == i]
+            output = place.output == i
             part["blocks"] += len(blocks)
             part["output"] = part["output"] or output
             part["weights"] += sum(s.block_bytes[b] for b in blocks) + (s.output_bytes if output else 0)
+            if not gpus:  # the token embedding stays in host memory: on a CPU-only node, the same RAM
+                part["weights"] += s.embed_bytes
             part["kv"] += kv_layer * len(blocks)
-            part["compute"] += compute_bytes(s, tier.ctx_size, 512, False, output) if blocks or output else 0
+            # children run llama.cpp's default --flash-attn auto: on for a CPU (measured in the lab); on a GPU
+            # the larger no-flash buffer is planned, since auto's choice there depends on the card
+            part["compute"] += compute_bytes(s, tier.ctx_size, 512, not gpus, output) if blocks or output else 0
     devices = []
     for i, (gpu, part) in enumerate(zip(gpus or [None], parts)):
         devices.append(DevicePlan(
