@@ -13,6 +13,7 @@ from clusterbook.model.loader import load_cluster, load_cluster_document
 from clusterbook.model.problems import InputError
 from clusterbook.pure.planner.capacity import GIB, plan_cluster, plan_json
 from clusterbook.pure.planner.findings import plan_findings
+from clusterbook.pure.planner.loadtime import load_json, recovery_text
 from clusterbook.pure.planner.residency import exclusion_text, plan_residency, residency_json
 from clusterbook.pure.render.artifacts import render_artifacts
 
@@ -76,7 +77,8 @@ def plan(cluster_file: str, tier: str | None, as_json: bool, models_dir: str | N
     chosen = [plans[tier]] if tier else list(plans.values())
     cplan = plan_residency(cluster, plans)
     if as_json:
-        print(json.dumps({"tiers": [plan_json(p) for p in chosen], "cluster": residency_json(cplan)}, indent=2))
+        tiers = [{**plan_json(p), "load": load_json(cluster, cluster.tier(p.tier), p)} for p in chosen]
+        print(json.dumps({"tiers": tiers, "cluster": residency_json(cplan)}, indent=2))
         return
     for p in chosen:
         table = Table("device", "node", "blocks", "weights", "KV cache", "compute", "overhead", "total", "usable",
@@ -97,6 +99,8 @@ def plan(cluster_file: str, tier: str | None, as_json: bool, models_dir: str | N
         if p.prompt_estimate_tps:
             facts.append(f"prompt estimate: {p.prompt_estimate_tps:,.0f} tok/s")
         console.print("  " + " · ".join(facts + p.notes))
+        if cluster.tier(p.tier).kind == "rpc":
+            console.print("  " + recovery_text(cluster, cluster.tier(p.tier), p))
     if not tier:
         _print_residency(cplan)
 

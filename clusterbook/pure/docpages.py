@@ -11,6 +11,7 @@ from clusterbook.pure import flags as fl
 from clusterbook.pure import topology as topo
 from clusterbook.pure.planner.capacity import GIB, TierPlan, plan_cluster
 from clusterbook.pure.planner.findings import evaluate_claim
+from clusterbook.pure.planner.loadtime import recovery_text
 from clusterbook.pure.planner.residency import exclusion_text, plan_residency
 from clusterbook.pure.render.artifacts import Artifact, selector_rows
 from clusterbook.pure.runbooks import Expansion, PutFile
@@ -192,6 +193,8 @@ def capacity(c: Cluster, plans: dict[str, TierPlan] | None = None) -> str:
         if p.prompt_estimate_tps:
             facts.append(f"Prompt processing estimate: {p.prompt_estimate_tps:,.0f} tok/s.")
         facts += p.notes
+        if c.tier(name).kind == "rpc":
+            facts.append(recovery_text(c, c.tier(name), p))
         out.append("\n" + " ".join(facts) + "\n")
     out.append(whole_cluster(c, plans))
     out.append("## Seed claims, computed\n")

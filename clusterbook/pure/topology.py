@@ -137,12 +137,13 @@ class Units:
     head: str
     worker: str | None
     job: str
+    firewall: str | None  # loads the RPC port's rules at boot, on every worker
 
 
 def units(tier: RouterTier | RpcTier) -> Units:
-    return Units(head=f"llama-{tier.name}",
-                 worker=f"llama-rpc-{tier.name}" if isinstance(tier, RpcTier) else None,
-                 job=f"llama-{tier.name}")
+    rpc = isinstance(tier, RpcTier)
+    return Units(head=f"llama-{tier.name}", worker=f"llama-rpc-{tier.name}" if rpc else None,
+                 job=f"llama-{tier.name}", firewall=f"llama-rpc-{tier.name}-firewall" if rpc else None)
 
 
 @dataclass(frozen=True)

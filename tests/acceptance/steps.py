@@ -13,6 +13,7 @@ from clusterbook.effects import probes
 from clusterbook.model.schema import RouterTier, RpcTier
 from clusterbook.pure import topology as topo
 from clusterbook.pure.planner.capacity import plan_cluster, plan_tier
+from clusterbook.pure.planner.loadtime import predict_load
 from clusterbook.pure.planner.residency import plan_residency
 from clusterbook.pure.render.artifacts import selector_nodes, selector_rows
 
@@ -318,7 +319,9 @@ def _gpu_mem(cluster, context, measured):
 def _restart_node(cluster, cluster_file, transport, context, measured):
     from .conftest import ROOT, is_lab
 
-    tier = systemd_rpc_tier(cluster)
+    if not rpc_tiers(cluster):
+        pytest.skip("no RPC tier in this cluster file")
+    tier = rpc_tiers(cluster)[0]  # either manager: a SLURM job loses its worker step and is requeued
     node = tier.workers[-1]
     context.update(tier=tier, node=node)
     if is_lab(cluster_file):
@@ -345,6 +348,10 @@ def _services_back(cluster, transport, context):
     node = context["node"]
     units = [topo.units(t).head for t in cluster.tiers if t.nodes[0] == node and t.manager == "systemd"]
     units += [topo.units(t).worker for t in rpc_tiers(cluster, "systemd") if node in t.workers]
+    units += [topo.units(t).firewall for t in rpc_tiers(cluster) if node in t.workers]  # the rules, after boot
+    if any(t.manager == "slurm" for t in cluster.tiers) and cluster.slurm and \
+            any(node in p.nodes for p in cluster.slurm.partitions):
+        units.append("slurmd")
     deadline = time.monotonic() + 60
     states = []
     while time.monotonic() < deadline:
@@ -367,6 +374,12 @@ def _kill_worker(cluster, transport, context):
 @then("the tier answers a chat completion again within the recovery target")
 def _recovers(cluster, transport, context, measured):
     tier = context["tier"]
+    predicted = predict_load(cluster, tier, plan_tier(cluster, tier)).recovery_s
+    measured(f"{tier.name} predicted recovery s (planner)", round(predicted, 1))
+    if tier.manager == "slurm":  # the job is requeued and may come back elsewhere: ask where clients ask
+        measured(f"{tier.name} recovery s (through the gateway)",
+                 answers_through_gateway(cluster, transport, tier, context["started"], "of the node's return"))
+        return
     limit = recovery_target(cluster, tier)
     until_answers(cluster, transport, tier, max(limit * 3, 60))
     total = time.monotonic() - context["started"]

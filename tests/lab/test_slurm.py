@@ -15,6 +15,8 @@ DEPLOY = ("deploy.install", "models.fetch", "deploy.router", "deploy.gateway", "
 
 @pytest.fixture(scope="module")
 def slurm_lab():
+    # the same containers as lab/cluster.yaml: its systemd tiers must not run beside the SLURM jobs
+    invoke("stop.fast", "stop.reasoning", cluster=ROOT / "lab/cluster.yaml")
     up = invoke("lab.up", "--slurm", cluster=SLURM_LAB)
     assert up.returncode == 0, up.stdout[-2000:] + up.stderr
     run = invoke(*DEPLOY, cluster=SLURM_LAB)

@@ -1,7 +1,7 @@
 """Parts of the main job that need no lab: a zombie node is not running, --only finds scenarios by name or tag,
 long steps read their progress from the tool's own output."""
 
-import subprocess
+import os
 import time
 
 import pytest
@@ -12,19 +12,28 @@ from clusterbook.effects.lab.progress import debootstrap_progress, ninja_progres
 
 
 def test_a_zombie_is_not_a_running_process():
-    # sh starts `true` in the background and becomes `sleep`, which never reaps it: a zombie whose parent is
-    # not this process, like a lab node's nspawn seen from the verify run (it still answers kill 0).
-    proc = subprocess.Popen(["sh", "-c", "true & echo $!; exec sleep 5"], stdout=subprocess.PIPE, text=True)
-    zombie = int(proc.stdout.readline())
+    # A child forks a grandchild that exits at once, and never waits for it: a zombie whose parent is not this
+    # process, like a lab node's nspawn seen from the verify run (it still answers kill 0).
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:
+        grandchild = os.fork()
+        if grandchild == 0:
+            os._exit(0)
+        os.write(write, str(grandchild).encode())
+        time.sleep(5)
+        os._exit(0)
+    os.close(write)
+    zombie = int(os.read(read, 32))
     try:
         deadline = time.monotonic() + 5
         while _state(zombie) != "Z" and time.monotonic() < deadline:
             time.sleep(0.05)
         assert _state(zombie) == "Z"
-        assert _state(proc.pid) in ("S", "R")
+        assert _state(child) in ("S", "R")
     finally:
-        proc.kill()
-        proc.wait()
+        os.kill(child, 9)
+        os.waitpid(child, 0)
     assert _state(2**22 + 12345) is None  # no such process
 
 

@@ -178,7 +178,7 @@ class Lab:
         self.ssh.close(name)
         started = time.monotonic()
         with step(f"power off {name}"):
-            machines.stop(m)
+            machines.stop(m, [veth for _, veth, _ in machines.interfaces(self.c, m)])
         stopped = time.monotonic()
         machines.start(self.c, m)
         with step(f"boot {name} and wait for SSH"):
@@ -189,7 +189,7 @@ class Lab:
         """Stop every node and remove bridges, veths, the HTTP source and node file systems (caches stay)."""
         for m in self.machines:
             self.ssh.close(m.name)
-            machines.stop(m)
+            machines.stop(m, [veth for _, veth, _ in machines.interfaces(self.c, m)])
         pid_file = self.state / "run" / "http.pid"
         if _alive(pid_file):
             os.killpg(int(pid_file.read_text()), signal.SIGTERM)

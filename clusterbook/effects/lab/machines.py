@@ -136,8 +136,10 @@ def start(c: Cluster, machine: Machine) -> None:
         raise RuntimeError(f"{machine.name}: veth {pending[0][1]} did not appear; see {machine.log}")
 
 
-def stop(machine: Machine, timeout: float = 30) -> None:
-    """Power the container off (SIGTERM to nspawn asks its systemd to shut down), then make sure it is gone."""
+def stop(machine: Machine, veths: list[str] = (), timeout: float = 30) -> None:
+    """Power the container off (SIGTERM to nspawn asks its systemd to shut down), then make sure it is gone,
+    its host-side veths too: after a SIGKILL the kernel removes them only when the container's network namespace
+    is torn down, and a boot that starts before that fails ("File exists")."""
     pid = machine.pid()
     if pid is None:
         machine.pid_file.unlink(missing_ok=True)
@@ -150,3 +152,9 @@ def stop(machine: Machine, timeout: float = 30) -> None:
         os.killpg(pid, signal.SIGKILL)
         time.sleep(0.5)
     machine.pid_file.unlink(missing_ok=True)
+    links = [f"vb-{machine.name}"[:15], *veths]
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(network.link_exists(n) for n in links):
+        time.sleep(0.2)
+    for name in (n for n in links if network.link_exists(n)):
+        subprocess.run(["ip", "link", "delete", name], capture_output=True)

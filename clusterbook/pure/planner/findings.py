@@ -9,6 +9,7 @@ from clusterbook.model.problems import Path
 from clusterbook.model.quantization import weights_bytes
 from clusterbook.model.schema import Claim, Cluster, RpcTier
 from clusterbook.pure.planner.capacity import GIB, TierPlan, plan_tier
+from clusterbook.pure.planner.loadtime import predict_load
 from clusterbook.pure.planner.residency import plan_residency, ram_findings, residency_findings
 from clusterbook.pure.planner.shape import from_declared
 
@@ -68,6 +69,18 @@ def plan_findings(c: Cluster, plans: dict[str, TierPlan]) -> list[tuple[Path, st
                             f"buffers ({need / GIB:.1f} GiB; give at least {_mem_text(need * (1 + margin))}; "
                             "seed 004's "
                             "workers were SIGKILLed at 64G)"))
+    for i, targets in enumerate(c.targets):
+        tier = next((t for t in c.tiers if t.name == targets.tier), None)
+        if tier is None or not targets.recovery_s or tier.name not in plans or tier.kind != "rpc":
+            continue
+        load = predict_load(c, tier, plans[tier.name])
+        if load.recovery_s > targets.recovery_s.target:
+            out.append((("targets", i, "recovery_s", "target"),
+                        f"tier {tier.name} cannot come back within {targets.recovery_s.target:g} s after a worker "
+                        f"crash: predicted {load.recovery_s:.0f} s ({load.restart_kind} {load.restart_s:g} s + its own "
+                        f"share {load.local_bytes / 1e9:.1f} GB in {load.local_s:.1f} s + the workers' "
+                        f"{load.rpc_bytes / 1e9:.1f} GB through RPC at {load.rpc_rate_gbs:g} GB/s in "
+                        f"{load.rpc_s:.0f} s)"))
     cplan = plan_residency(c, plans)
     out += residency_findings(c, cplan) + ram_findings(c, cplan)
     for i, targets in enumerate(c.targets):

@@ -165,18 +165,23 @@ def _tier_files(c: Cluster, tier: RouterTier | RpcTier) -> list[Artifact]:
         for w in tier.workers:
             files.append(_unit(c, tier, w, names.worker, "RPC worker", fl.worker_argv(c, tier, w),
                                tier.worker_systemd, False))
-            files.append(_nftables(c, tier, w))
+            files += _nftables(c, tier, w)
     if tier.manager == "slurm" or tier.slurm:
         files.append(_sbatch(c, tier))
     return files
 
 
-def _nftables(c: Cluster, tier: RpcTier, worker: str) -> Artifact:
+def _nftables(c: Cluster, tier: RpcTier, worker: str) -> list[Artifact]:
+    """The RPC port's rules, and a unit that loads them at every boot (before the worker or slurmd starts)."""
     allowed = [topo.address(c, n, c.rpc_network) for n in tier.nodes if c.rpc_network in c.node(n).addresses]
+    rules = f"/etc/nftables.d/llama-rpc-{tier.name}.nft"
     text = template("nftables-rpc.nft.j2", header=header(c), tier=tier, table=tier.name.replace("-", "_"),
                     allowed=sorted(set(allowed)))
-    return Artifact(worker, f"/etc/nftables.d/llama-rpc-{tier.name}.nft", text, "nftables",
-                    about=f"{tier.name}: RPC port open to the tier's nodes only")
+    unit = template("firewall.service.j2", header=header(c), tier=tier, worker_unit=topo.units(tier).worker,
+                    rules=rules)
+    return [Artifact(worker, rules, text, "nftables", about=f"{tier.name}: RPC port open to the tier's nodes only"),
+            Artifact(worker, f"{SYSTEMD_DIR}/{topo.units(tier).firewall}.service", unit, "unit",
+                     about=f"{tier.name}: loads the RPC port's rules at boot")]
 
 
 def sbatch_path(c: Cluster, tier: RouterTier | RpcTier) -> str:

@@ -1,0 +1,70 @@
+"""How long a tier takes to load its model, and so to come back after a worker crash: the head's own share read
+from page cache onto its devices, and every worker's share sent through llama.cpp's RPC, one after another."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from clusterbook.model.schema import Cluster, RouterTier, RpcTier
+from clusterbook.pure.planner.capacity import TierPlan
+
+
+@dataclass(frozen=True)
+class LoadTime:
+    """The predicted load of a tier, in parts (seconds)."""
+
+    tier: str
+    local_bytes: int  # the head's devices (and its CPU)
+    rpc_bytes: int  # every worker's share
+    local_s: float
+    rpc_s: float  # the workers' shares, and the fixed setup of a load over RPC
+    restart_s: float  # before the head loads again: systemd's RestartSec (head and workers restart side by side),
+    # or SLURM's hold on a requeued job
+    restart_kind: str  # "restart" or "SLURM requeue"
+    rpc_rate_gbs: float  # the rate that applies: the measured one, or the network's if it is slower
+
+    @property
+    def load_s(self) -> float:
+        return self.local_s + self.rpc_s
+
+    @property
+    def recovery_s(self) -> float:
+        """After a worker crash: the head aborts, is started again (systemd) or its job requeued (SLURM), and
+        loads everything once more."""
+        return self.restart_s + self.load_s
+
+
+def predict_load(c: Cluster, tier: RouterTier | RpcTier, plan: TierPlan) -> LoadTime:
+    """The plan's bytes per device over the planner's measured rates; RPC capped by the RPC network's bandwidth."""
+    p = c.planner
+    head = tier.nodes[0]
+    local = sum(d.weights for d in plan.devices if d.node == head)
+    remote = sum(d.weights for d in plan.devices if d.node != head)
+    rate = p.rpc_load_gbs
+    if isinstance(tier, RpcTier):
+        rate = min(rate, c.networks[c.rpc_network].bandwidth_gbps / 8)
+    if tier.manager == "slurm":
+        restart = p.slurm_requeue_s
+    else:
+        restart = max([tier.systemd.restart_sec] + ([tier.worker_systemd.restart_sec] if isinstance(tier, RpcTier)
+                                                     else []))
+    rpc_s = remote / (rate * 1e9) + (p.rpc_setup_s if remote else 0.0)
+    return LoadTime(tier.name, local, remote, local / (p.local_load_gbs * 1e9), rpc_s,
+                    float(restart), "SLURM requeue" if tier.manager == "slurm" else "restart", rate)
+
+
+def recovery_text(c: Cluster, tier: RouterTier | RpcTier, plan: TierPlan) -> str:
+    """One sentence: the predicted load and recovery after a worker crash, beside the tier's recovery target."""
+    load = predict_load(c, tier, plan)
+    targets = c.targets_for(tier.name)
+    target = f" (target {targets.recovery_s.target:g} s)" if targets and targets.recovery_s else ""
+    return (f"Predicted load {load.load_s:.0f} s ({load.local_bytes / 1e9:.1f} GB from page cache, "
+            f"{load.rpc_bytes / 1e9:.1f} GB through RPC at {load.rpc_rate_gbs:g} GB/s); back after a worker crash in "
+            f"about {load.recovery_s:.0f} s{target}, {load.restart_kind} {load.restart_s:g} s included.")
+
+
+def load_json(c: Cluster, tier: RouterTier | RpcTier, plan: TierPlan) -> dict:
+    load = predict_load(c, tier, plan)
+    return {"local_bytes": load.local_bytes, "rpc_bytes": load.rpc_bytes, "local_s": round(load.local_s, 2),
+            "rpc_s": round(load.rpc_s, 2), "load_s": round(load.load_s, 2), "restart_s": load.restart_s,
+            "restart": load.restart_kind, "recovery_s": round(load.recovery_s, 1), "rpc_rate_gbs": load.rpc_rate_gbs}

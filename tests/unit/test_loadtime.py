@@ -1,0 +1,67 @@
+"""The planner's load time against what was measured (2 x H100, b11434, loopback TCP), and the recovery check."""
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from clusterbook.model.schema import Cluster
+from clusterbook.pure.planner.capacity import plan_cluster
+from clusterbook.pure.planner.findings import plan_findings
+from clusterbook.pure.planner.loadtime import predict_load
+
+ROOT = Path(__file__).resolve().parents[2]
+H100 = {"model": "NVIDIA H100 80GB HBM3", "memory_mib": 81559, "compute_capability": "9.0", "bandwidth_gbs": 3350}
+
+
+def h100_pair(split: dict, restart_sec: int = 10) -> Cluster:
+    """The measured setup: an 8B-shaped Q8_0 model (8.54 GB) on a head GPU and one RPC worker GPU."""
+    node = {"gpus": [H100], "cpu_cores": 32, "ram_gb": 512}
+    return Cluster.model_validate({
+        "cluster": {"name": "h100", "description": "measured"}, "access": {"user": "root"},
+        "networks": {"lo": {"role": "management", "link": "bridge", "subnet": "10.9.0.0/24", "bandwidth_gbps": 100}},
+        "nodes": [{"name": "g0", "hostname": "g0", "addresses": {"lo": "10.9.0.1"}, **node},
+                  {"name": "g1", "hostname": "g1", "addresses": {"lo": "10.9.0.2"}, **node}],
+        "engine": {"build": 11434, "install_dir": "/opt/llama"}, "storage": {"models_dir": "/models"},
+        "models": [{"id": "m8b", "file": "m8b.gguf", "size_bytes": 8_540_000_000, "quantization": "Q8_0",
+                    "params_b": 8.03,
+                    "architecture": {"layers": 32, "heads": 32, "kv_heads": 8, "head_dim": 128, "embedding": 4096,
+                                     "feed_forward": 14336, "vocab": 128256, "context": 8192}}],
+        "tiers": [{"name": "t", "kind": "rpc", "model": "m8b", "head": "g0", "workers": ["g1"], "port": 8081,
+                   "tensor_split": split, "ctx_size": 4096,
+                   "systemd": {"restart_sec": restart_sec}, "worker_systemd": {"restart_sec": 5}}]})
+
+
+@pytest.mark.parametrize("split,measured_s", [
+    ({"g0": 1, "g1": 1}, 10.8),  # half the model through RPC: 10.6-11.0 s
+    ({"g0": 3, "g1": 1}, 7.6),  # a quarter through RPC
+])
+def test_predicted_load_reproduces_the_measured_one(split, measured_s):
+    """The constants were fitted to these two loads: this guards the model's arithmetic, it does not validate it
+    (a second model size, measured on the device machine, would)."""
+    c = h100_pair(split)
+    load = predict_load(c, c.tiers[0], plan_cluster(c)["t"])
+    assert load.load_s == pytest.approx(measured_s, rel=0.05), load
+
+
+def test_recovery_adds_the_longer_restart_delay():
+    c = h100_pair({"g0": 1, "g1": 1}, restart_sec=10)
+    load = predict_load(c, c.tiers[0], plan_cluster(c)["t"])
+    assert load.restart_s == 10 and load.restart_kind == "restart"
+    assert load.recovery_s == pytest.approx(10 + load.load_s)
+
+
+def test_a_slow_network_caps_the_rpc_rate():
+    c = h100_pair({"g0": 1, "g1": 1})
+    slow = c.model_copy(update={"networks": {"lo": c.networks["lo"].model_copy(update={"bandwidth_gbps": 1})}})
+    assert predict_load(slow, slow.tiers[0], plan_cluster(slow)["t"]).rpc_rate_gbs == 0.125
+
+
+def test_a_recovery_target_the_prediction_cannot_meet_is_refused():
+    data = yaml.safe_load((ROOT / "cluster.yaml").read_text())
+    data["targets"][0]["recovery_s"] = {"target": 30, "acceptable": 60, "critical": 120}  # the seeds' target
+    c = Cluster.model_validate(data)
+    found = [m for _, m in plan_findings(c, plan_cluster(c)) if "after a worker crash" in m]
+    assert found == ["tier reasoning cannot come back within 30 s after a worker crash: predicted 185 s (SLURM "
+                     "requeue 120 s + its own share 15.1 GB in 2.7 s + the workers' 31.5 GB through RPC at 0.53 "
+                     "GB/s in 62 s)"]
