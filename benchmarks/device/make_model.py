@@ -1,4 +1,5 @@
-"""Write a random-weights llama model shaped like Llama-3-8B at Q8_0, quickly: weights drawn and packed on the GPU."""
+"""Write a random-weights llama model at Q8_0, shaped like Llama-3-8B (default) or Llama-3.2-3B, quickly: weights
+drawn and packed on the GPU.   python3 make_model.py OUT.gguf [8b|3b]"""
 
 import sys
 from pathlib import Path
@@ -9,7 +10,8 @@ import torch
 
 from clusterbook.effects.lab.models import tensor_layout
 
-LAYERS, EMBD, HEADS, KV_HEADS, FF, VOCAB, CTX = 32, 4096, 32, 8, 14336, 128256, 8192
+SHAPES = {"8b": (32, 4096, 32, 8, 14336, 128256, 8192), "3b": (28, 3072, 24, 8, 8192, 128256, 8192)}
+LAYERS, EMBD, HEADS, KV_HEADS, FF, VOCAB, CTX = SHAPES["8b"]
 
 
 def q8_0(rows: int, cols: int, gen: torch.Generator) -> np.ndarray:
@@ -22,10 +24,12 @@ def q8_0(rows: int, cols: int, gen: torch.Generator) -> np.ndarray:
     return packed.reshape(rows, cols // 32 * 34).cpu().numpy()
 
 
-def main(path: str) -> None:
+def main(path: str, shape: str = "8b") -> None:
+    global LAYERS, EMBD, HEADS, KV_HEADS, FF, VOCAB, CTX
+    LAYERS, EMBD, HEADS, KV_HEADS, FF, VOCAB, CTX = SHAPES[shape]
     gen = torch.Generator(device="cuda").manual_seed(0)
     w = gguf.GGUFWriter(path, "llama")
-    w.add_name("random-8b-shaped")
+    w.add_name(f"random-{shape}-shaped")
     w.add_context_length(CTX)
     w.add_embedding_length(EMBD)
     w.add_block_count(LAYERS)
@@ -60,4 +64,4 @@ def main(path: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(*sys.argv[1:3])

@@ -503,13 +503,11 @@ class Planner(Strict):
     local_load_gbs: float = Field(5.7, gt=0, description="how fast a head loads its own share from page cache onto "
                                                           "its devices, GB/s (measured: one H100, b11434, 8.54 GB "
                                                           "in 1.5 s)")
-    rpc_load_gbs: float = Field(0.53, gt=0, description="how fast a worker's share travels through llama.cpp's RPC "
-                                                         "at load, GB/s (2 x H100 over loopback TCP, b11434: fitted "
-                                                         "with rpc_setup_s to an 8.54 GB model split 1:1 in 10.8 s "
-                                                         "and 3:1 in 7.6 s; the RPC network's bandwidth caps it)")
-    rpc_setup_s: float = Field(2.6, ge=0, description="the fixed cost of a load over RPC (connecting, listing the "
-                                                       "workers' devices, allocating their buffers), s; fitted with "
-                                                       "rpc_load_gbs")
+    rpc_load_gbs: float = Field(0.40, gt=0, description="how fast a worker's share travels through llama.cpp's RPC "
+                                                         "at load, GB/s (2 x H100 over loopback TCP, b11434: one rate "
+                                                         "for an 8.54 GB and a 3.84 GB model, split 1:1 and 3:1, "
+                                                         "every load within 25 %; benchmarks/README.md; the RPC "
+                                                         "network's bandwidth caps it)")
     slurm_requeue_s: float = Field(120, ge=0, description="how long SLURM holds a requeued job before it starts "
                                                          "again, s (measured in the lab, slurm-wlm 22.05)")
     slurm_mem_margin_pct: float = Field(10, ge=0, le=100,

@@ -32,16 +32,24 @@ def h100_pair(split: dict, restart_sec: int = 10) -> Cluster:
                    "systemd": {"restart_sec": restart_sec}, "worker_systemd": {"restart_sec": 5}}]})
 
 
-@pytest.mark.parametrize("split,measured_s", [
-    ({"g0": 1, "g1": 1}, 10.8),  # half the model through RPC: 10.6-11.0 s
-    ({"g0": 3, "g1": 1}, 7.6),  # a quarter through RPC
+THREE_B = {"layers": 28, "heads": 24, "kv_heads": 8, "head_dim": 128, "embedding": 3072, "feed_forward": 8192,
+           "vocab": 128256, "context": 8192}
+
+
+@pytest.mark.parametrize("split,size,architecture,measured_s", [
+    ({"g0": 1, "g1": 1}, 8_540_000_000, None, 10.8),  # issue 21: 10.6-11.0 s
+    ({"g0": 3, "g1": 1}, 8_540_000_000, None, 7.6),  # issue 21: a quarter through RPC
+    ({"g0": 1, "g1": 1}, 8_536_687_296, None, 12.46),  # benchmarks/results/h100x2-load-time, 2 runs
+    ({"g0": 1, "g1": 1}, 3_836_439_104, THREE_B, 3.69),  # the same run, a 3B-shaped model
 ])
-def test_predicted_load_reproduces_the_measured_one(split, measured_s):
-    """The constants were fitted to these two loads: this guards the model's arithmetic, it does not validate it
-    (a second model size, measured on the device machine, would)."""
+def test_predicted_load_is_within_25_percent_of_the_measured_one(split, size, architecture, measured_s):
+    """One rate for both model sizes and both splits, measured on 2 x H100 (b11434, loopback TCP)."""
     c = h100_pair(split)
+    model = c.models[0].model_copy(update={"size_bytes": size, "params_b": None} | (
+        {"architecture": c.models[0].architecture.model_copy(update=architecture)} if architecture else {}))
+    c = c.model_copy(update={"models": [model]})
     load = predict_load(c, c.tiers[0], plan_cluster(c)["t"])
-    assert load.load_s == pytest.approx(measured_s, rel=0.05), load
+    assert load.load_s == pytest.approx(measured_s, rel=0.25), load
 
 
 def test_recovery_adds_the_longer_restart_delay():
@@ -62,6 +70,6 @@ def test_a_recovery_target_the_prediction_cannot_meet_is_refused():
     data["targets"][0]["recovery_s"] = {"target": 30, "acceptable": 60, "critical": 120}  # the seeds' target
     c = Cluster.model_validate(data)
     found = [m for _, m in plan_findings(c, plan_cluster(c)) if "after a worker crash" in m]
-    assert found == ["tier reasoning cannot come back within 30 s after a worker crash: predicted 185 s (SLURM "
-                     "requeue 120 s + its own share 15.1 GB in 2.7 s + the workers' 31.5 GB through RPC at 0.53 "
-                     "GB/s in 62 s)"]
+    assert found == ["tier reasoning cannot come back within 30 s after a worker crash: predicted 201 s (SLURM "
+                     "requeue 120 s + its own share 15.1 GB in 2.7 s + the workers' 31.5 GB through RPC at 0.4 "
+                     "GB/s in 79 s)"]

@@ -17,7 +17,7 @@ class LoadTime:
     local_bytes: int  # the head's devices (and its CPU)
     rpc_bytes: int  # every worker's share
     local_s: float
-    rpc_s: float  # the workers' shares, and the fixed setup of a load over RPC
+    rpc_s: float
     restart_s: float  # before the head loads again: systemd's RestartSec (head and workers restart side by side),
     # or SLURM's hold on a requeued job
     restart_kind: str  # "restart" or "SLURM requeue"
@@ -48,7 +48,7 @@ def predict_load(c: Cluster, tier: RouterTier | RpcTier, plan: TierPlan) -> Load
     else:
         restart = max([tier.systemd.restart_sec] + ([tier.worker_systemd.restart_sec] if isinstance(tier, RpcTier)
                                                      else []))
-    rpc_s = remote / (rate * 1e9) + (p.rpc_setup_s if remote else 0.0)
+    rpc_s = remote / (rate * 1e9)
     return LoadTime(tier.name, local, remote, local / (p.local_load_gbs * 1e9), rpc_s,
                     float(restart), "SLURM requeue" if tier.manager == "slurm" else "restart", rate)
 
