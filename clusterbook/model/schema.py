@@ -508,8 +508,10 @@ class Planner(Strict):
                                                          "for an 8.54 GB and a 3.84 GB model, split 1:1 and 3:1, "
                                                          "every load within 25 %; benchmarks/README.md; the RPC "
                                                          "network's bandwidth caps it)")
-    slurm_requeue_s: float = Field(120, ge=0, description="how long SLURM holds a requeued job before it starts "
-                                                         "again, s (measured in the lab, slurm-wlm 22.05)")
+    slurm_requeue_s: float = Field(165, ge=0, description="from a SLURM job's requeue until it runs and answers "
+                                                         "again, apart from the model's load, s (measured in the "
+                                                         "lab, slurm-wlm 22.05: 166-178 s after a preemption, a "
+                                                         "killed worker step or a node restart)")
     slurm_mem_margin_pct: float = Field(10, ge=0, le=100,
                                         description="a SLURM job's --mem must exceed the planned host memory "
                                                     "by this, %")

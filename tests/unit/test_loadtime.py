@@ -70,6 +70,6 @@ def test_a_recovery_target_the_prediction_cannot_meet_is_refused():
     data["targets"][0]["recovery_s"] = {"target": 30, "acceptable": 60, "critical": 120}  # the seeds' target
     c = Cluster.model_validate(data)
     found = [m for _, m in plan_findings(c, plan_cluster(c)) if "after a worker crash" in m]
-    assert found == ["tier reasoning cannot come back within 30 s after a worker crash: predicted 201 s (SLURM "
-                     "requeue 120 s + its own share 15.1 GB in 2.7 s + the workers' 31.5 GB through RPC at 0.4 "
+    assert found == ["tier reasoning cannot come back within 30 s after a worker crash: predicted 246 s (SLURM "
+                     "requeue 165 s + its own share 15.1 GB in 2.7 s + the workers' 31.5 GB through RPC at 0.4 "
                      "GB/s in 79 s)"]
