@@ -89,12 +89,6 @@ def operations(c: Cluster) -> list[Operation]:
     return cluster_operations(c) + tier_operations(c)
 
 
-def find(c: Cluster, runbook: str, tier: str | None) -> Operation | None:
-    """The operation that runs a runbook (for a tier), if any: how the docs name the command of a runbook page."""
-    return next((op for op in operations(c) if op.runbook == runbook and op.tier == tier and op.steps is None
-                 and not op.variables), None)
-
-
 def cluster_command(c: Cluster, task: str) -> str:
     """`invoke <task>` for a cluster-wide operation, or why this cluster has none (for the docs)."""
     if any(op.task == task for op in cluster_operations(c)):
