@@ -1,5 +1,6 @@
 """invoke tasks: parse arguments, call clusterbook.commands. No logic lives here."""
 
+import functools
 import sys
 
 from invoke import Collection, task
@@ -7,36 +8,47 @@ from invoke import Collection, task
 from clusterbook import commands
 from clusterbook.effects.console import exits_cleanly
 
-CLUSTER_HELP = "cluster file (default: cluster.yaml)"
+CLUSTER_HELP = "cluster file (default: the configuration's clusterbook.cluster, i.e. cluster.yaml)"
+
+
+def command(fn):
+    """A task body: first the `clusterbook` settings from invoke's configuration, then bad input exits 2 and
+    failures exit 1 with a message and no traceback."""
+    @functools.wraps(fn)
+    def wrapper(c, *args, **kwargs):
+        commands.configure(c.config.get("clusterbook", {}))
+        return fn(c, *args, **kwargs)
+    return exits_cleanly(wrapper)
 
 
 @task(help={"cluster": CLUSTER_HELP, "out": "output directory (default: build)"})
-@exits_cleanly
-def render(c, cluster="cluster.yaml", out="build"):
+@command
+def render(c, cluster=None, out="build"):
     """Render systemd units, scripts, SLURM jobs, nginx and nftables files into OUT/<node>/<path>."""
-    commands.render(cluster, out)
+    commands.render(cluster or commands.default_cluster(), out)
 
 
 @task(help={"cluster": CLUSTER_HELP})
-@exits_cleanly
-def check(c, cluster="cluster.yaml"):
+@command
+def check(c, cluster=None):
     """Validate the cluster file and check every rendered file with systemd-analyze, shellcheck, nginx -t, nft."""
-    commands.check(cluster)
+    commands.check(cluster or commands.default_cluster())
 
 
 ns = Collection(render, check)
+ns.configure({"clusterbook": commands.SETTINGS_DEFAULTS})  # overridable: invoke.yaml, INVOKE_CLUSTERBOOK_*
 
 
 @task(help={"cluster": CLUSTER_HELP, "tier": "only this tier", "json": "print JSON instead of tables",
             "models_dir": "local directory with the GGUF files: read exact tensor sizes from their headers"})
-@exits_cleanly
-def plan(c, cluster="cluster.yaml", tier=None, json=False, models_dir=None):
+@command
+def plan(c, cluster=None, tier=None, json=False, models_dir=None):
     """Capacity plan: memory per device, largest context, decode bound and prompt estimate per tier."""
-    commands.plan(cluster, tier, json, models_dir)
+    commands.plan(cluster or commands.default_cluster(), tier, json, models_dir)
 
 
 @task
-@exits_cleanly
+@command
 def reference(c):
     """Rewrite the cluster file reference in README.md from the schema."""
     commands.write_reference("README.md")
@@ -51,35 +63,35 @@ LAB_HELP = "lab cluster file (default: lab/cluster.yaml)"
 
 @task(name="up", help={"cluster": LAB_HELP + "; with --slurm: lab/cluster-slurm.yaml",
                        "slurm": "also configure SLURM (slurmctld on lab1, slurmd on all) for SLURM-managed tiers"})
-@exits_cleanly
+@command
 def lab_up(c, cluster=None, slurm=False):
     """Boot the lab: containers with systemd and sshd on bridges, llama.cpp build and models served (cached)."""
     commands.lab_up(cluster or (commands.LAB_SLURM_CLUSTER if slurm else commands.LAB_CLUSTER), slurm)
 
 
 @task(name="down", help={"cluster": LAB_HELP})
-@exits_cleanly
+@command
 def lab_down(c, cluster=commands.LAB_CLUSTER):
     """Stop the lab and remove its containers, bridges and veths (build and root file system caches stay)."""
     commands.lab_down(cluster)
 
 
 @task(name="status", help={"cluster": LAB_HELP})
-@exits_cleanly
+@command
 def lab_status(c, cluster=commands.LAB_CLUSTER):
     """Show every lab node: container running, reachable over SSH, system state and addresses."""
     commands.lab_status(cluster)
 
 
 @task(name="restart", help={"node": "node name", "cluster": LAB_HELP})
-@exits_cleanly
+@command
 def lab_restart(c, node, cluster=commands.LAB_CLUSTER):
     """Power a lab node off and boot it again; wait until SSH answers."""
     commands.lab_restart(cluster, node)
 
 
 @task(name="ssh", help={"node": "node name", "cluster": LAB_HELP})
-@exits_cleanly
+@command
 def lab_ssh(c, node, cluster=commands.LAB_CLUSTER):
     """Open a shell on a lab node (host key checked against the lab's known_hosts)."""
     c.run(" ".join(commands.ssh_command(cluster, node)), pty=True)
@@ -89,7 +101,7 @@ lab = Collection("lab", lab_up, lab_down, lab_status, lab_restart, lab_ssh)
 ns.add_collection(lab)
 
 
-RUN_HELP = {"cluster": "cluster file (default: $CLUSTERBOOK_CLUSTER or cluster.yaml)",
+RUN_HELP = {"cluster": CLUSTER_HELP,
             "dry": "print the plan (commands and files per step and host) and contact nothing",
             "only": "only these nodes (comma-separated)"}
 
@@ -97,7 +109,7 @@ RUN_HELP = {"cluster": "cluster file (default: $CLUSTERBOOK_CLUSTER or cluster.y
 def _operation_task(op):
     """An invoke task for one operation of the cluster file (clusterbook/pure/operations.py)."""
     @task(name=op.name, help=RUN_HELP)
-    @exits_cleanly
+    @command
     def run(c, cluster=None, dry=False, only=None):
         commands.run_runbook(op.runbook, cluster or commands.default_cluster(), op.tier, dry, only,
                              ",".join(op.steps) if op.steps else None, variables=dict(op.variables))
@@ -107,7 +119,7 @@ def _operation_task(op):
 
 def _any_tier_task(action, doc):
     @task(name="tier", help={**RUN_HELP, "tier": "tier name from the cluster file"})
-    @exits_cleanly
+    @command
     def run(c, tier, cluster=None, dry=False, only=None):
         commands.run_operation(cluster or commands.default_cluster(), action, tier, dry, only)
     run.__doc__ = doc
@@ -115,7 +127,7 @@ def _any_tier_task(action, doc):
 
 
 # deploy.<tier>, stop.<tier>, restart.<tier>, … for the tiers of the cluster file this invocation uses
-# (--cluster on the command line, else $CLUSTERBOOK_CLUSTER, else cluster.yaml)
+# (--cluster on the command line, else the configuration's clusterbook.cluster: clusterbook/commands/settings.py)
 collections = {name: Collection(name) for name in ("deploy", "models", "stop", "restart")}
 for _op in commands.task_operations(commands.cluster_for_tasks(sys.argv)):
     collections[_op.collection].add_task(_operation_task(_op))
@@ -127,7 +139,7 @@ for _collection in collections.values():
 
 
 @task(name="status", help={"cluster": RUN_HELP["cluster"], "only": RUN_HELP["only"], "dry": RUN_HELP["dry"]})
-@exits_cleanly
+@command
 def status_task(c, cluster=None, only=None, dry=False):
     """Table of node, unit, active state, port listening, model loaded and GPU memory (where nvidia-smi exists)."""
     commands.status(cluster or commands.default_cluster(), only, dry)
@@ -135,7 +147,7 @@ def status_task(c, cluster=None, only=None, dry=False):
 
 @task(name="logs", help={"cluster": RUN_HELP["cluster"], "only": RUN_HELP["only"], "tier": "only this tier",
                          "dry": RUN_HELP["dry"]})
-@exits_cleanly
+@command
 def logs_task(c, cluster=None, only=None, tier=None, dry=False):
     """The last log lines of every tier: each unit's journal (systemd tiers); the job's state and reason, its
     steps' end state, its log file and OOM kills (SLURM tiers)."""
@@ -147,14 +159,14 @@ ns.add_task(logs_task)
 
 
 @task(name="build", default=True, help={"cluster": RUN_HELP["cluster"], "out": "output directory (default: site)"})
-@exits_cleanly
+@command
 def docs_build(c, cluster=None, out="site"):
     """Build the docs site strictly into OUT from the cluster file (works offline)."""
     commands.docs(cluster or commands.default_cluster(), out)
 
 
 @task(name="serve", help={"cluster": RUN_HELP["cluster"], "address": "host:port (default 127.0.0.1:8000)"})
-@exits_cleanly
+@command
 def docs_serve(c, cluster=None, address="127.0.0.1:8000"):
     """Serve the docs site with live reload while you edit docs/ or the cluster file."""
     commands.docs(cluster or commands.default_cluster(), "site", serve=True, address=address)
@@ -167,7 +179,7 @@ ns.add_collection(Collection("docs", docs_build, docs_serve))
             "disruptive": "also restart a node and kill a worker (always on for the lab)",
             "only": "only scenarios whose name contains this text (e.g. \"node restart\") or that carry this tag "
                     "(e.g. @disruptive); the matches are listed"})
-@exits_cleanly
+@command
 def verify(c, cluster=None, disruptive=False, only=None):
     """Check the success criteria against the live cluster (pytest-bdd); reports land in reports/."""
     commands.verify(cluster or commands.default_cluster(), disruptive, only)
@@ -177,7 +189,7 @@ ns.add_task(verify)
 
 
 @task(help={"cluster": LAB_HELP})
-@exits_cleanly
+@command
 def demo(c, cluster=commands.LAB_CLUSTER):
     """The main job on the lab: lab.up, install, models, router, every tier, verify --disruptive, then the docs
     (built even when a scenario fails: its Results page shows the failure; the exit status still reports it)."""
@@ -194,14 +206,14 @@ LOCAL_HELP = {"install_dir": "llama.cpp binaries on this machine (default: engin
 
 
 @task(name="run", default=True, help=BENCH_HELP)
-@exits_cleanly
+@command
 def bench_run(c, cluster=None, tier=None, quick=False):
     """Bench a live tier over HTTP: baseline prompts, concurrency 1/2/4/8, context sweep, beside the plan's bound."""
     commands.bench(cluster or commands.default_cluster(), tier, quick)
 
 
 @task(name="rehearse", help={**BENCH_HELP, **LOCAL_HELP})
-@exits_cleanly
+@command
 def bench_rehearse(c, cluster=None, tier=None, install_dir=None, models_dir=None, quick=False):
     """Run a tier's rendered command lines on this machine (RPC worker per GPU, head on GPU 0), bench it, and
     compare its decode speed with the model on the head's first device alone (llama-bench and llama-server)."""
@@ -210,7 +222,7 @@ def bench_rehearse(c, cluster=None, tier=None, install_dir=None, models_dir=None
 
 @task(name="tune", help={"cluster": BENCH_HELP["cluster"], "tier": BENCH_HELP["tier"], **LOCAL_HELP,
                          "parallel": "parallel slot counts to try with the live server (default 1,2,4)"})
-@exits_cleanly
+@command
 def bench_tune(c, cluster=None, tier=None, install_dir=None, models_dir=None, parallel="1,2,4"):
     """Grid of ubatch, batch, flash attention, KV types (llama-bench) and parallel slots (server); the best."""
     commands.tune(cluster or commands.default_cluster(), tier, install_dir, models_dir,

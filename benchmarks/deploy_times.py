@@ -18,7 +18,7 @@ DEPLOY = ["deploy.install", "models.fetch", "deploy.router", "deploy.reasoning",
 
 
 def invoke(*args: str, root: Path = ROOT) -> float:
-    env = {**os.environ, "CLUSTERBOOK_CLUSTER": "lab/cluster.yaml"}
+    env = {**os.environ, "INVOKE_CLUSTERBOOK_CLUSTER": "lab/cluster.yaml"}
     started = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "invoke", *args], cwd=root, env=env, capture_output=True, text=True)
     if proc.returncode != 0:

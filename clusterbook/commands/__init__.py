@@ -21,14 +21,18 @@ from clusterbook.commands.runbooks import (
     status,
     task_operations,
 )
+from clusterbook.commands.settings import DEFAULTS as SETTINGS_DEFAULTS
+from clusterbook.commands.settings import configure
 from clusterbook.commands.site import docs
 
 __all__ = [
     "LAB_CLUSTER",
     "LAB_SLURM_CLUSTER",
+    "SETTINGS_DEFAULTS",
     "bench",
     "check",
     "cluster_for_tasks",
+    "configure",
     "default_cluster",
     "demo",
     "docs",

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from clusterbook.commands import settings
 from clusterbook.commands.lab import LAB_CLUSTER, lab_up
 from clusterbook.commands.runbooks import run_operation, run_runbook
 from clusterbook.commands.site import docs
@@ -50,8 +51,8 @@ def verify(cluster_file: str, disruptive: bool, only: str | None) -> None:
     import sys
 
     load_cluster(cluster_file)
-    reports = Path("reports")
-    reports.mkdir(exist_ok=True)
+    reports = settings.current().reports
+    reports.mkdir(parents=True, exist_ok=True)
     argv = [sys.executable, "-m", "pytest", "tests/acceptance", "--live-cluster", cluster_file,
             "-p", "no:cacheprovider",
             f"--cucumberjson={reports / 'verify.cucumber.json'}", f"--junitxml={reports / 'verify.junit.xml'}",
@@ -77,7 +78,8 @@ def demo(cluster_file: str = LAB_CLUSTER) -> None:
     """The main job on the lab: boot it, install, fetch models, deploy every tier, verify, build the docs."""
     import os
 
-    os.environ["CLUSTERBOOK_CLUSTER"] = cluster_file
+    os.environ.update(settings.as_environment(cluster=cluster_file))  # the scenarios' own invoke commands
+    settings.configure({**vars(settings.current()), "cluster": cluster_file})
     lab_up(cluster_file)
     for runbook in ("install", "models", "router", "gateway"):
         run_runbook(runbook, cluster_file)
@@ -95,7 +97,7 @@ def demo(cluster_file: str = LAB_CLUSTER) -> None:
     if failure:
         console.print(f"\n[bold red]The lab is up and deployed, but verification failed.[/] {browse}: its "
                       "Results page shows each failed scenario with what was expected and measured "
-                      "(also reports/verify-summary.md).")
+                      f"(also {settings.current().reports}/verify-summary.md).")
         raise failure
     console.print(f"\n[bold green]The lab is up, deployed and verified.[/] {browse}; the verify report is in "
-                  "reports/verify-summary.md.")
+                  f"{settings.current().reports}/verify-summary.md.")

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from rich.table import Table
 
+from clusterbook.commands import settings
 from clusterbook.effects.console import Failed, console
 from clusterbook.model.loader import load_cluster
 from clusterbook.pure.planner.capacity import GIB
@@ -15,8 +16,8 @@ def _write_bench(report, card: str, extra: dict | None = None, extra_markdown: s
     import json
 
     from clusterbook.effects.benchmark import markdown
-    reports = Path("reports")
-    reports.mkdir(exist_ok=True)
+    reports = settings.current().reports
+    reports.mkdir(parents=True, exist_ok=True)
     (reports / "bench.json").write_text(json.dumps({**report.to_json(), "card": card, **(extra or {})}, indent=2))
     text = markdown(report, card) + extra_markdown
     (reports / "bench-summary.md").write_text(text)
@@ -82,7 +83,7 @@ def rehearse(cluster_file: str, tier_name: str | None, install_dir: str | None, 
     one_fits = fits_one_device(plan, tier.head)
     options = {"repeats": 1, "tokens": 32, "clients": (1, 2), "contexts": (128,)} if quick else {}
     reps, tokens = (1, 32) if quick else (3, 128)
-    logs, url = Path("reports/rehearsal"), topo.endpoint_url(cluster, tier)
+    logs, url = settings.current().reports / "rehearsal", topo.endpoint_url(cluster, tier)
     head_gpus = gpu_assignment(cluster, tier).get(tier.head, "")
     with console.status(f"starting {tier.name}'s RPC workers for llama-bench …") as status:
         with Rehearsal(cluster, tier, logs, with_head=False):
@@ -128,8 +129,8 @@ def _record_gpu_memory(cluster, tier, shape) -> None:
         index = int(gpus[device.node].split(",")[0])
         rows.append({"device": device.device, "node": device.node, "gpu": index, "planned": device.total,
                      "used": used[index], "ratio": round(device.total / used[index], 3)})
-    Path("reports").mkdir(exist_ok=True)
-    Path("reports/rehearsal-gpu-memory.json").write_text(json.dumps(rows, indent=2))
+    settings.current().reports.mkdir(parents=True, exist_ok=True)
+    (settings.current().reports / "rehearsal-gpu-memory.json").write_text(json.dumps(rows, indent=2))
     for r in rows:
         console.print(f"{r['device']} (GPU {r['gpu']}): planned {r['planned'] / GIB:.2f} GiB, "
                       f"nvidia-smi {r['used'] / GIB:.2f} GiB, ratio {r['ratio']}")
@@ -144,7 +145,7 @@ def parallel_sweep(cluster, tier, parallels: tuple[int, ...]) -> list[dict]:
     points = []
     for n in parallels:
         with console.status(f"server with --parallel {n}, {n} client(s) …"):
-            with Rehearsal(cluster, tier.model_copy(update={"parallel": n}), Path("reports/rehearsal")):
+            with Rehearsal(cluster, tier.model_copy(update={"parallel": n}), settings.current().reports / "rehearsal"):
                 url = topo.endpoint_url(cluster, tier)
                 concurrency_point(url, tier.model, None, 1, 8)  # warm up
                 points.append({"parallel": n, **concurrency_point(url, tier.model, None, n, 64)})
@@ -165,7 +166,7 @@ def tune(cluster_file: str, tier_name: str | None, install_dir: str | None, mode
     tier = _bench_tier(cluster, tier_name)
     head_gpus = gpu_assignment(cluster, tier).get(tier.head, "")
     with console.status("starting the RPC workers …") as status:
-        with Rehearsal(cluster, tier, Path("reports/rehearsal"), with_head=False):
+        with Rehearsal(cluster, tier, settings.current().reports / "rehearsal", with_head=False):
             grid, best, again = run_tune(cluster, tier, head_gpus, progress=status.update)
     parallel = parallel_sweep(cluster, tier.model_copy(update=best.settings()), parallels)
     table = Table("flash attn", "K", "V", "ubatch", "batch", "decode tok/s", "prompt tok/s", title=f"tune {tier.name}")
@@ -189,7 +190,7 @@ def tune(cluster_file: str, tier_name: str | None, install_dir: str | None, mode
                   f"tok/s ({again.decode_tps / best.decode_tps:.1%} of the grid's best)")
     console.print("change in the cluster file, tier " + tier.name + ":\n  " + "\n  ".join(changes) if changes
                   else "the cluster file already has the best settings")
-    Path("reports").mkdir(exist_ok=True)
-    Path("reports/tune.json").write_text(json.dumps({
+    settings.current().reports.mkdir(parents=True, exist_ok=True)
+    (settings.current().reports / "tune.json").write_text(json.dumps({
         "card": _card(), "tier": tier.name, "grid": [p.__dict__ for p in grid], "best": best.__dict__,
         "again": again.__dict__, "parallel": parallel, "change": changes}, indent=2))

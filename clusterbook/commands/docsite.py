@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+from clusterbook.commands import settings
 from clusterbook.model.loader import load_cluster
 from clusterbook.model.problems import InputError
 from clusterbook.model.schema import Cluster
@@ -17,8 +17,6 @@ from clusterbook.pure.planner.capacity import TierPlan, plan_cluster
 from clusterbook.pure.planner.residency import plan_residency
 from clusterbook.pure.render.artifacts import Artifact, render_artifacts
 from clusterbook.pure.runbooks import available, expand
-
-REPORTS = Path("reports")
 
 
 @dataclass(frozen=True)
@@ -45,18 +43,14 @@ class Site:
 _current: Site | None = None  # the site an in-process build was handed (invoke docs); None under docs.serve
 
 
-def cluster_file() -> str:
-    return os.environ.get("CLUSTERBOOK_CLUSTER", "cluster.yaml")
-
-
 def current_site() -> Site:
     """The site the MkDocs hooks and macros render: the one `invoke docs` computed once in this process, or, under
-    `mkdocs serve`, the cluster file of $CLUSTERBOOK_CLUSTER (recomputed when it or a runbook changes)."""
-    return _current if _current is not None else build_site(cluster_file())
+    `mkdocs serve`, the configured cluster file (settings.py) (recomputed when it or a runbook changes)."""
+    return _current if _current is not None else build_site(settings.current().cluster)
 
 
 def handing(site: Site | None) -> None:
-    """Give the hooks and macros of the next in-process build this site (None: back to $CLUSTERBOOK_CLUSTER)."""
+    """Give the hooks and macros of the next in-process build this site (None: back to the configured cluster file)."""
     global _current
     _current = site
 
@@ -96,5 +90,5 @@ def _build_site(path: str, stamp: tuple) -> Site:
 
 def latest_report(name: str) -> str | None:
     """The newest report of a kind (verify, bench) as Markdown, if one was written."""
-    path = REPORTS / f"{name}-summary.md"
+    path = settings.current().reports / f"{name}-summary.md"
     return path.read_text() if path.exists() else None

@@ -7,14 +7,14 @@ from pathlib import Path
 
 from rich.table import Table
 
+from clusterbook.commands import settings
 from clusterbook.effects.console import Failed, console
 from clusterbook.model.loader import load_cluster
 
 
 def default_cluster() -> str:
-    """The cluster file tasks use when --cluster is not given: $CLUSTERBOOK_CLUSTER, else cluster.yaml."""
-    import os
-    return os.environ.get("CLUSTERBOOK_CLUSTER", "cluster.yaml")
+    """The cluster file tasks use when --cluster is not given: the configuration's clusterbook.cluster."""
+    return settings.current().cluster
 
 
 def run_runbook(runbook_id: str, cluster_file: str, tier: str | None = None, dry: bool = False,
@@ -42,7 +42,7 @@ def run_runbook(runbook_id: str, cluster_file: str, tier: str | None = None, dry
         dry_run(expansion, state_dir)
         return None
     stamp = _time.strftime("%Y%m%dT%H%M%SZ", _time.gmtime())
-    log = Path("runs") / f"{stamp}-{cluster.cluster.name}-{runbook_id}{'-' + tier if tier else ''}.jsonl"
+    log = settings.current().runs / f"{stamp}-{cluster.cluster.name}-{runbook_id}{'-' + tier if tier else ''}.jsonl"
     started = _time.monotonic()
     report = Executor(SshTransport(cluster), state_dir, [ConsoleReporter(), RunLog(log)]).run(expansion)
     if not quiet_recap:
@@ -55,13 +55,17 @@ def run_runbook(runbook_id: str, cluster_file: str, tier: str | None = None, dry
 
 
 def cluster_for_tasks(argv: list[str]) -> str:
-    """The cluster file an invoke command line will use: its --cluster value, else default_cluster()."""
+    """The cluster file an invoke command line will use, known before invoke parses it (the task list depends on
+    it): its --cluster value, else the configured one (reading `-f FILE` as invoke will)."""
+    runtime_file = None
     for i, arg in enumerate(argv):
         if arg == "--cluster" and i + 1 < len(argv):
             return argv[i + 1]
         if arg.startswith("--cluster="):
             return arg.split("=", 1)[1]
-    return default_cluster()
+        if arg in ("-f", "--config") and i + 1 < len(argv):
+            runtime_file = argv[i + 1]
+    return str(settings.read_invoke_config(runtime_file)["cluster"]) if runtime_file else default_cluster()
 
 
 def task_operations(cluster_file: str) -> list:

@@ -6,6 +6,7 @@ import logging
 import time
 from pathlib import Path
 
+from clusterbook.commands import settings
 from clusterbook.commands.docsite import build_site, handing
 from clusterbook.effects.console import Failed, console
 
@@ -17,11 +18,11 @@ def docs(cluster_file: str, out: str, serve: bool = False, address: str = "127.0
     site = build_site(cluster_file)  # loaded once; bad input: the usual FILE:LINE messages, before MkDocs starts
     if not MERMAID.exists():
         raise Failed(f"{MERMAID} is missing: run ./setup (it installs the npm package mermaid@11)")
-    if serve:  # live reload rebuilds in MkDocs' own loop: it reads the cluster file named in the environment
+    if serve:  # live reload rebuilds in MkDocs' own process: it reads the settings from the environment
         import os
         import subprocess
         import sys
-        env = {**os.environ, "CLUSTERBOOK_CLUSTER": str(Path(cluster_file).resolve())}
+        env = {**os.environ, **settings.as_environment(cluster=Path(cluster_file).resolve())}
         subprocess.run([sys.executable, "-m", "mkdocs", "serve", "--livereload", "-a", address], env=env)
         return
     from mkdocs.commands.build import build
@@ -36,6 +37,8 @@ def docs(cluster_file: str, out: str, serve: bool = False, address: str = "127.0
         build(load_config("mkdocs.yml", site_dir=str(Path(out).resolve()), strict=True))
     except MkDocsException as exc:
         raise Failed(f"mkdocs build failed: {exc}\n" + "\n".join(warnings.lines[-20:])) from None
+    except SystemExit:  # mkdocs-macros exits on a macro error (on_error_fail); its message is in the warnings
+        raise Failed("mkdocs build failed in a macro:\n" + "\n".join(warnings.lines[-5:])) from None
     finally:
         handing(None)
         logging.getLogger("mkdocs").removeHandler(warnings)

@@ -93,7 +93,7 @@ def test_runbook_page_equals_the_dry_run(beefcake2_site):
     expansion = expand(available()["deploy-slurm"], load_cluster(ROOT / "cluster.yaml"), "reasoning")
     proc = subprocess.run([sys.executable, "-m", "invoke", "deploy.reasoning", "--dry"], cwd=ROOT,
                           capture_output=True, text=True, env={**os.environ, "COLUMNS": "400",
-                                                               "CLUSTERBOOK_CLUSTER": "cluster.yaml"})
+                                                               "INVOKE_CLUSTERBOOK_CLUSTER": "cluster.yaml"})
     for step in expansion.steps:
         for host, actions in step.hosts.items():
             for action in actions:

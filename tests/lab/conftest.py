@@ -18,7 +18,7 @@ NEEDS_LAB = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("systemd-ns
 
 
 def invoke(*args, timeout=1800, cluster=LAB, extra_env=None):
-    env = {**os.environ, "COLUMNS": "200", "CLUSTERBOOK_CLUSTER": str(cluster), **(extra_env or {})}
+    env = {**os.environ, "COLUMNS": "200", "INVOKE_CLUSTERBOOK_CLUSTER": str(cluster), **(extra_env or {})}
     return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=ROOT, capture_output=True, text=True,
                           timeout=timeout, env=env)
 

@@ -16,7 +16,7 @@ def test_dry_run_of_production_contacts_nothing(tmp_path):
         (stub / tool).write_text(f"#!/bin/sh\necho \"$0 $*\" >> {calls}\nexit 1\n")
         (stub / tool).chmod(0o755)
     env = {**os.environ, "PATH": f"{stub}:{os.environ['PATH']}", "COLUMNS": "250"}
-    env.pop("CLUSTERBOOK_CLUSTER", None)
+    env.pop("INVOKE_CLUSTERBOOK_CLUSTER", None)
     proc = subprocess.run(["unshare", "--net", sys.executable, "-m", "invoke", "models.fetch", "--dry",
                            "deploy.reasoning", "--dry", "deploy.fast", "--dry", "stop.reasoning", "--dry"],
                           cwd=ROOT, capture_output=True, text=True, env=env)

@@ -1,0 +1,67 @@
+"""The MkDocs plugin `clusterbook`: mkdocs-macros with one macro per page section, the cluster's name, and the
+runbook pages, pictures and file downloads added as generated files, all from one already-computed Site."""
+
+from mkdocs.structure.files import File
+from mkdocs_macros.plugin import MacrosPlugin
+
+from clusterbook.commands.docsite import Site, current_site, latest_report
+from clusterbook.pure import docpages as pages
+from clusterbook.pure.operations import cluster_command, tier_command
+
+
+class ClusterbookPlugin(MacrosPlugin):
+    """Registered as `clusterbook` (pyproject's mkdocs.plugins entry point); takes mkdocs-macros' options."""
+
+    site: Site
+
+    def on_config(self, config):
+        self.site = current_site()  # `invoke docs` hands the site it loaded; docs.serve computes it per rebuild
+        cluster = self.site.cluster
+        config["site_name"] = f"{cluster.cluster.name} · clusterbook"
+        if cluster.cluster.docs_url:
+            config["site_url"] = cluster.cluster.docs_url
+        for entry in config["nav"]:
+            if isinstance(entry, dict) and "Runbooks" in entry:
+                entry["Runbooks"] = ["runbooks/index.md"] + [{r.title: r.page} for r in self.site.runbooks if r.page]
+        config = super().on_config(config)
+        self.variables["cluster"] = cluster
+        self.variables["site_cluster_file"] = self.site.cluster_file
+        self.register_macros(sections(self.site))  # after on_config: straight into the Jinja environment
+        return config
+
+    def on_files(self, files, config):
+        for r in (r for r in self.site.runbooks if r.page):
+            # generated pages hold shell: keep Jinja (the macros) away from them
+            files.append(File.generated(config, r.page, content="---\nrender_macros: false\n---\n\n" + r.markdown))
+        for name, svg in self.site.pictures.items():
+            files.append(File.generated(config, name, content=svg))
+        for a in self.site.artifacts:
+            files.append(File.generated(config, f"files/{a.node}{a.path}", content=a.text))
+        return files
+
+
+def sections(site: Site) -> dict:
+    """The macros docs/*.md call, each a section of a page rendered from the site's cluster."""
+    c = site.cluster
+    return {
+        "tier_summary": lambda: pages.tier_summary(c),
+        "quick_start": lambda: pages.quick_start(c),
+        "architecture": lambda: pages.architecture(c),
+        "hardware": lambda: pages.hardware(c),
+        "models_table": lambda: pages.models(c),
+        "tier_flags": lambda: pages.tier_flags(c),
+        "capacity": lambda: pages.capacity(c, site.plans),
+        "router_table": lambda: pages.router(c),
+        "troubleshooting": lambda: pages.troubleshooting(c),
+        "decision_log": lambda: pages.decisions(c, site.plans),
+        "targets": lambda: pages.targets(c),
+        "api_reference": lambda: pages.api(c),
+        "files_index": lambda: pages.files_index(site.artifacts),
+        "files_verbatim": lambda: pages.files_verbatim(site.artifacts),
+        "runbook_index": lambda: pages.table(["runbook", "command", "page"], [
+            [r.title, f"`{r.command}`", f"[{r.page.split('/')[-1][:-3]}]({r.page.split('/')[-1]})" if r.page
+             else f"not on this cluster: {r.unavailable}"] for r in site.runbooks]),
+        "tier_command": lambda action, tier: tier_command(c, action, tier),
+        "cluster_command": lambda task: cluster_command(c, task),
+        "latest_report": lambda name: latest_report(name) or f"No {name} report yet (run `invoke {name}`).",
+    }

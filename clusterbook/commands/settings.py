@@ -1,0 +1,58 @@
+"""Where the tasks find things (the cluster file, reports/, runs/): invoke's configuration, read in one place."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+PROJECT = Path(__file__).resolve().parents[2]  # where tasks.py and invoke.yaml live
+
+# invoke's configuration key `clusterbook`; override in invoke.yaml (project), ~/.invoke.yaml (user),
+# /etc/invoke.yaml (system), `invoke -f FILE` (runtime) or the environment: INVOKE_CLUSTERBOOK_CLUSTER=lab/cluster.yaml
+DEFAULTS = {"cluster": "cluster.yaml", "reports": "reports", "runs": "runs"}
+ENV_CLUSTER = "INVOKE_CLUSTERBOOK_CLUSTER"
+
+
+@dataclass(frozen=True)
+class Settings:
+    cluster: str  # the cluster file a task uses when --cluster is not given
+    reports: Path  # verify, bench and tuning reports
+    runs: Path  # one JSON-lines log per runbook run
+
+
+_current: Settings | None = None
+
+
+def configure(values: Mapping) -> Settings:
+    """Use these values (a task's `c.config.clusterbook`) for the rest of this process."""
+    global _current
+    merged = {**DEFAULTS, **dict(values)}
+    _current = Settings(str(merged["cluster"]), Path(merged["reports"]), Path(merged["runs"]))
+    return _current
+
+
+def current() -> Settings:
+    """The settings of this process: those a task configured, else read as invoke reads them (for the task list,
+    which is made before any task runs, and for processes invoke did not start, such as docs.serve's MkDocs)."""
+    return _current if _current is not None else configure(read_invoke_config())
+
+
+def read_invoke_config(runtime_file: str | None = None) -> Mapping:
+    """The `clusterbook` section as invoke would see it: defaults, system, user and project files, a runtime
+    file (`invoke -f FILE`), environment."""
+    from invoke import Config
+
+    config = Config(defaults={**Config.global_defaults(), "clusterbook": DEFAULTS}, project_location=str(PROJECT),
+                    runtime_path=runtime_file)
+    config.load_project()
+    if runtime_file:
+        config.load_runtime()
+    config.load_shell_env()
+    return config.clusterbook
+
+
+def as_environment(**changes) -> dict[str, str]:
+    """These settings (with changes) as invoke's environment variables, for a child process to read the same."""
+    values = {**{k: str(v) for k, v in vars(current()).items()}, **changes}
+    return {f"INVOKE_CLUSTERBOOK_{key.upper()}": str(value) for key, value in values.items()}

@@ -1,0 +1,58 @@
+"""The cluster file and the reports/runs folders come from invoke's configuration: defaults, a runtime file
+(`invoke -f`), the environment (INVOKE_CLUSTERBOOK_*), and the task list follows the configured cluster."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from clusterbook.commands import settings
+from clusterbook.commands.docsite import latest_report
+from clusterbook.commands.runbooks import cluster_for_tasks
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def invoke_list(*args, **env):
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("INVOKE_CLUSTERBOOK_")}
+    proc = subprocess.run([sys.executable, "-m", "invoke", *args, "--list"], cwd=ROOT, capture_output=True,
+                          text=True, env={**clean, **env}, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def test_the_task_list_follows_the_configured_cluster(tmp_path):
+    assert "deploy.reasoning" in invoke_list() and "deploy.chat" not in invoke_list()
+    by_env = invoke_list(INVOKE_CLUSTERBOOK_CLUSTER="tests/clusters/ridge.yaml")
+    assert "deploy.chat" in by_env and "deploy.deep" in by_env and "deploy.reasoning" not in by_env
+    runtime = tmp_path / "invoke.yaml"
+    runtime.write_text("clusterbook:\n  cluster: tests/clusters/ridge.yaml\n")
+    by_file = invoke_list("-f", str(runtime))
+    assert "deploy.chat" in by_file and "deploy.reasoning" not in by_file
+
+
+def test_runtime_file_and_environment_override_the_defaults(tmp_path, monkeypatch):
+    runtime = tmp_path / "invoke.yaml"
+    runtime.write_text(f"clusterbook:\n  reports: {tmp_path / 'r'}\n  runs: {tmp_path / 'runs'}\n")
+    monkeypatch.delenv("INVOKE_CLUSTERBOOK_CLUSTER", raising=False)
+    values = settings.read_invoke_config(str(runtime))
+    assert (values["cluster"], values["reports"], values["runs"]) == \
+        ("cluster.yaml", str(tmp_path / "r"), str(tmp_path / "runs"))
+    monkeypatch.setenv("INVOKE_CLUSTERBOOK_CLUSTER", "lab/cluster.yaml")
+    assert settings.read_invoke_config(str(runtime))["cluster"] == "lab/cluster.yaml"
+    assert cluster_for_tasks(["invoke", "-f", str(runtime), "status"]) == "lab/cluster.yaml"
+    assert cluster_for_tasks(["invoke", "status", "--cluster", "x.yaml"]) == "x.yaml"
+
+
+def test_commands_read_reports_from_the_configured_folder(tmp_path):
+    before = settings.current()
+    try:
+        settings.configure({"reports": tmp_path})
+        assert latest_report("verify") is None
+        (tmp_path / "verify-summary.md").write_text("3 of 3 passed")
+        assert latest_report("verify") == "3 of 3 passed"
+        env = settings.as_environment(cluster="lab/cluster.yaml")
+        assert env == {"INVOKE_CLUSTERBOOK_CLUSTER": "lab/cluster.yaml",
+                       "INVOKE_CLUSTERBOOK_REPORTS": str(tmp_path), "INVOKE_CLUSTERBOOK_RUNS": "runs"}
+    finally:
+        settings.configure(vars(before))
