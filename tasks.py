@@ -11,12 +11,26 @@ from clusterbook.effects.console import exits_cleanly
 CLUSTER_HELP = "cluster file (default: the configuration's clusterbook.cluster, i.e. cluster.yaml)"
 
 
+# `invoke a b --cluster F`: F counts for a and b alike (invoke alone would give it to b only; a would run
+# against the configured cluster, by default the production file)
+try:
+    _given = commands.cluster_on_command_line(sys.argv)
+    _cluster = commands.cluster_for_tasks(sys.argv)
+except commands.Failed as _exc:
+    print(f"invoke: {_exc}", file=sys.stderr)
+    sys.exit(2)
+COMMAND_LINE = {"cluster": _given} if _given else {}
+DRY = "--dry" in sys.argv  # likewise: one --dry makes every task of the line a dry run
+
+
 def command(fn):
     """A task body: first the `clusterbook` settings from invoke's configuration, then bad input exits 2 and
     failures exit 1 with a message and no traceback."""
     @functools.wraps(fn)
     def wrapper(c, *args, **kwargs):
-        commands.configure(c.config.get("clusterbook", {}))
+        commands.configure({**c.config.get("clusterbook", {}), **COMMAND_LINE})
+        if DRY and "dry" in kwargs:
+            kwargs["dry"] = True
         return fn(c, *args, **kwargs)
     return exits_cleanly(wrapper)
 
@@ -129,7 +143,7 @@ def _any_tier_task(action, doc):
 # deploy.<tier>, stop.<tier>, restart.<tier>, … for the tiers of the cluster file this invocation uses
 # (--cluster on the command line, else the configuration's clusterbook.cluster: clusterbook/commands/settings.py)
 collections = {name: Collection(name) for name in ("deploy", "models", "stop", "restart")}
-for _op in commands.task_operations(commands.cluster_for_tasks(sys.argv)):
+for _op in commands.task_operations(_cluster):
     collections[_op.collection].add_task(_operation_task(_op))
 collections["deploy"].add_task(_any_tier_task("deploy", "Deploy any tier of the cluster file by name (--tier NAME)."))
 collections["stop"].add_task(_any_tier_task("stop", "Stop any tier by name (--tier NAME)."))

@@ -14,6 +14,7 @@ from clusterbook.commands.lab import (
 )
 from clusterbook.commands.runbooks import (
     cluster_for_tasks,
+    cluster_on_command_line,
     default_cluster,
     logs,
     run_operation,
@@ -23,15 +24,18 @@ from clusterbook.commands.runbooks import (
 )
 from clusterbook.commands.settings import DEFAULTS as SETTINGS_DEFAULTS
 from clusterbook.commands.settings import configure
+from clusterbook.effects.console import Failed
 from clusterbook.commands.site import docs
 
 __all__ = [
     "LAB_CLUSTER",
     "LAB_SLURM_CLUSTER",
+    "Failed",
     "SETTINGS_DEFAULTS",
     "bench",
     "check",
     "cluster_for_tasks",
+    "cluster_on_command_line",
     "configure",
     "default_cluster",
     "demo",

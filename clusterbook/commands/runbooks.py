@@ -54,17 +54,25 @@ def run_runbook(runbook_id: str, cluster_file: str, tier: str | None = None, dry
     return report
 
 
+def cluster_on_command_line(argv: list[str]) -> str | None:
+    """The --cluster value of an invoke command line. invoke gives a flag to the one task it follows, but an
+    operator who writes `invoke stop.fast stop.reasoning --cluster lab/cluster.yaml` means both tasks: one value
+    counts for every task of the line (two different values are refused)."""
+    values = {argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg == "--cluster"}
+    values |= {arg.split("=", 1)[1] for arg in argv if arg.startswith("--cluster=")}
+    if len(values) > 1:
+        raise Failed(f"--cluster given twice with different files ({', '.join(sorted(values))}): one command line "
+                     "runs against one cluster")
+    return values.pop() if values else None
+
+
 def cluster_for_tasks(argv: list[str]) -> str:
     """The cluster file an invoke command line will use, known before invoke parses it (the task list depends on
     it): its --cluster value, else the configured one (reading `-f FILE` as invoke will)."""
-    runtime_file = None
-    for i, arg in enumerate(argv):
-        if arg == "--cluster" and i + 1 < len(argv):
-            return argv[i + 1]
-        if arg.startswith("--cluster="):
-            return arg.split("=", 1)[1]
-        if arg in ("-f", "--config") and i + 1 < len(argv):
-            runtime_file = argv[i + 1]
+    given = cluster_on_command_line(argv)
+    if given:
+        return given
+    runtime_file = next((argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg in ("-f", "--config")), None)
     return str(settings.read_invoke_config(runtime_file)["cluster"]) if runtime_file else default_cluster()
 
 

@@ -66,6 +66,34 @@ def load_report(transport, c: Cluster, tier: RpcTier, port: int = 18999, seconds
     return parse_load_report(text, c, tier)
 
 
+def slurm_load_report(transport, c: Cluster, tier: RpcTier, seconds: int = 300) -> LoadReport:
+    """Submit the tier's own batch script once more with llama.cpp's LLAMA_ARG_LOG_VERBOSITY=4 in the job's
+    environment (its steps inherit it), wait until that job registers its endpoint, read the head step's log,
+    and cancel the job. Disruptive: the caller stops the tier first (so the keeper leaves it) and deploys it after.
+    """
+    import posixpath
+
+    from clusterbook.pure.render.artifacts import sbatch_path
+    ctl, job = c.slurm_controller, topo.units(tier).job
+    record = posixpath.join(c.storage.endpoint_dir, f"{tier.name}.json")
+    submit = transport.run(ctl, f"sbatch --parsable --export=ALL,LLAMA_ARG_LOG_VERBOSITY=4 {sbatch_path(c, tier)}")
+    if not submit.ok:
+        raise RuntimeError(f"{ctl}: sbatch of {job} for its load report failed: {submit.tail()}")
+    job_id = submit.stdout.strip().split(";")[0]
+    try:
+        waited = transport.run(ctl, f"for _ in $(seq {seconds}); do grep -q '\"job_id\": \"{job_id}\"' {record} "
+                                    f"2>/dev/null && exit 0; sleep 1; done; exit 1", timeout=seconds + 30)
+        log = posixpath.join(c.storage.log_dir, f"{job}-{job_id}-head.log")
+        text = transport.run(ctl, f"cat {log}").stdout
+        if not waited.ok:
+            raise RuntimeError(f"job {job_id} ({job}) did not register its endpoint within {seconds} s; "
+                               f"the end of {log}:\n{text[-1500:]}")
+    finally:
+        transport.run(ctl, f"scancel {job_id}; for _ in $(seq 60); do squeue -h -j {job_id} 2>/dev/null | grep -q . "
+                           "|| break; sleep 1; done")
+    return parse_load_report(text, c, tier)
+
+
 def model_load_report(transport, c: Cluster, tier: RouterTier, model_id: str, port: int = 18998,
                       seconds: int = 60) -> LoadReport:
     """What one model of a router-mode tier takes when it loads: llama-server started by hand on the tier's node

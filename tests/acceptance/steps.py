@@ -23,9 +23,7 @@ def rpc_tiers(cluster, manager=None):
 
 
 def controller(cluster):
-    if cluster.slurm:
-        return cluster.slurm.controller
-    return next(n.name for n in cluster.nodes if "controller" in n.roles)
+    return cluster.slurm_controller
 
 
 def registered(cluster, transport, tier):
@@ -79,21 +77,31 @@ def _cluster_file(cluster):
 
 
 # --- RPC workers -------------------------------------------------------------------------------------
-@then("every RPC worker unit is active and enabled on its node")
-def _workers_active(cluster, transport):
-    if not rpc_tiers(cluster, "systemd"):
-        pytest.skip("no RPC tier runs under systemd (SLURM tiers are checked in the SLURM scenarios)")
-    for tier in rpc_tiers(cluster, "systemd"):
-        unit = topo.units(tier).worker
-        for worker in tier.workers:
-            states = transport.run(worker, f"systemctl is-active {unit}; systemctl is-enabled {unit}").stdout.split()
-            assert states == ["active", "enabled"], \
-                f"{unit} on {worker}: expected active and enabled, found {' and '.join(states) or 'no answer'}"
+@then("every RPC worker runs on its node: its unit active and enabled, or its step in the tier's running job")
+def _workers_active(cluster, transport, measured):
+    if not rpc_tiers(cluster):
+        pytest.skip("no RPC tier in this cluster file")
+    binary = cluster.engine.rpc_worker_binary
+    for tier in rpc_tiers(cluster):
+        if tier.manager == "systemd":
+            unit = topo.units(tier).worker
+            for worker in tier.workers:
+                states = transport.run(worker, f"systemctl is-active {unit}; systemctl is-enabled {unit}").stdout.split()
+                assert states == ["active", "enabled"], \
+                    f"{unit} on {worker}: expected active and enabled, found {' and '.join(states) or 'no answer'}"
+            continue
+        for worker in tier.workers:  # the worker's parent is SLURM's step daemon: it runs as a step of the job
+            found = transport.run(worker, f"pid=$(pgrep -o -f '[{binary[0]}]{binary[1:]} .*--port {tier.rpc_port}') && "
+                                          "ps -o comm= -p $(ps -o ppid= -p $pid | tr -d ' ')").stdout.strip()
+            assert found == "slurmstepd", \
+                f"{worker}: expected {binary} of tier {tier.name} as a step of job {topo.units(tier).job} (parent " \
+                f"slurmstepd), found {'parent ' + found if found else 'no such process'}"
+        measured(f"{tier.name} workers", f"steps of job {topo.units(tier).job} on {', '.join(tier.workers)}")
 
 
 @then("every RPC worker listens on its RPC network address and on no other address")
 def _workers_bind(cluster, transport):
-    for tier in rpc_tiers(cluster, "systemd"):
+    for tier in rpc_tiers(cluster):
         for worker in tier.workers:
             expected = [topo.address(cluster, worker, cluster.rpc_network)]
             found = probes.listening(transport, worker, tier.rpc_port)
@@ -194,17 +202,37 @@ def _connected(cluster, transport):
 
 
 @when("llama.cpp loads each RPC tier's model once more with its own command line")
-def _load_reports(cluster, transport, context):
-    if not rpc_tiers(cluster, "systemd"):
-        pytest.skip("the load report restarts the head's unit: no RPC tier runs under systemd")
-    context["reports"] = {t.name: probes.load_report(transport, cluster, t) for t in rpc_tiers(cluster, "systemd")}
-    for tier in rpc_tiers(cluster, "systemd"):
+def _load_reports(cluster, cluster_file, transport, context):
+    if not rpc_tiers(cluster):
+        pytest.skip("no RPC tier in this cluster file")
+    context["reports"] = {}
+    for tier in rpc_tiers(cluster):
+        if tier.manager == "systemd":  # the head's unit is stopped, its command line run with -lv 4, restarted
+            context["reports"][tier.name] = probes.load_report(transport, cluster, tier)
+        else:  # the tier's own batch script submitted once more with -lv 4 in its environment, then redeployed
+            run_invoke(cluster_file, f"stop.{tier.name}")
+            try:
+                context["reports"][tier.name] = probes.slurm_load_report(transport, cluster, tier)
+            finally:
+                run_invoke(cluster_file, f"deploy.{tier.name}")
         until_answers(cluster, transport, tier, 300)
+
+
+def run_invoke(cluster_file, *argv, timeout=600):
+    """An invoke task of this cluster as an operator runs it; fails the step with its output if it fails."""
+    import subprocess
+    import sys
+
+    from .conftest import ROOT
+    run = subprocess.run([sys.executable, "-m", "invoke", *argv, "--cluster", str(cluster_file)], cwd=ROOT,
+                         capture_output=True, text=True, timeout=timeout, env={**os.environ, "COLUMNS": "200"})
+    assert run.returncode == 0, f"invoke {' '.join(argv)}:\n{run.stdout[-2000:]}{run.stderr[-2000:]}"
+    return run
 
 
 @then("it reports model buffers on every device of the tier, as the capacity plan places them")
 def _reports_devices(cluster, context, measured):
-    for tier in rpc_tiers(cluster, "systemd"):
+    for tier in rpc_tiers(cluster):
         report = context["reports"][tier.name]
         plan = plan_tier(cluster, tier)
         expected_devices = {d.device for d in plan.devices if d.weights}

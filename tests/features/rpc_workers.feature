@@ -1,10 +1,10 @@
 Feature: RPC workers
-  The RPC workers of every RPC tier run as services and can only be reached where they should be:
+  The RPC workers of every RPC tier run (as services, or as steps of the tier's SLURM job) and can only be reached where they should be:
   llama.cpp's RPC has no authentication.
 
   Scenario: Every RPC worker is active and listens on its fabric address only
     Given the cluster file
-    Then every RPC worker unit is active and enabled on its node
+    Then every RPC worker runs on its node: its unit active and enabled, or its step in the tier's running job
     And every RPC worker listens on its RPC network address and on no other address
 
   Scenario: The RPC port cannot be reached on a node's other addresses

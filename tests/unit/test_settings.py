@@ -56,3 +56,18 @@ def test_commands_read_reports_from_the_configured_folder(tmp_path):
                        "INVOKE_CLUSTERBOOK_REPORTS": str(tmp_path), "INVOKE_CLUSTERBOOK_RUNS": "runs"}
     finally:
         settings.configure(vars(before))
+
+
+def test_one_cluster_and_one_dry_count_for_every_task_of_the_command_line():
+    # invoke gives a flag to the task it follows; `stop.fast stop.reasoning --cluster lab/...` must not stop
+    # the production file's fast tier. unshare --net: nothing could be contacted even if a task ran for real.
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("INVOKE_CLUSTERBOOK_")}
+    proc = subprocess.run(["unshare", "--net", sys.executable, "-m", "invoke", "stop.fast", "stop.reasoning",
+                           "--cluster", "lab/cluster.yaml", "--dry"], cwd=ROOT, capture_output=True, text=True,
+                          env={**clean, "COLUMNS": "200"}, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.count("(dry run: nothing is contacted)") == 2, proc.stdout
+    assert "lab1 $ systemctl disable --now llama-fast" in proc.stdout and "vasp" not in proc.stdout
+    twice = subprocess.run([sys.executable, "-m", "invoke", "status", "--cluster", "a.yaml", "logs", "--cluster",
+                            "b.yaml"], cwd=ROOT, capture_output=True, text=True, env=clean, timeout=60)
+    assert twice.returncode == 2 and "--cluster given twice" in twice.stderr, twice.stderr
