@@ -24,14 +24,14 @@ from clusterbook.commands.runbooks import (
 )
 from clusterbook.commands.settings import DEFAULTS as SETTINGS_DEFAULTS
 from clusterbook.commands.settings import configure
-from clusterbook.effects.console import Failed
 from clusterbook.commands.site import docs
+from clusterbook.effects.console import Failed
 
 __all__ = [
     "LAB_CLUSTER",
     "LAB_SLURM_CLUSTER",
-    "Failed",
     "SETTINGS_DEFAULTS",
+    "Failed",
     "bench",
     "check",
     "cluster_for_tasks",

@@ -86,7 +86,8 @@ def _workers_active(cluster, transport, measured):
         if tier.manager == "systemd":
             unit = topo.units(tier).worker
             for worker in tier.workers:
-                states = transport.run(worker, f"systemctl is-active {unit}; systemctl is-enabled {unit}").stdout.split()
+                command = f"systemctl is-active {unit}; systemctl is-enabled {unit}"
+                states = transport.run(worker, command).stdout.split()
                 assert states == ["active", "enabled"], \
                     f"{unit} on {worker}: expected active and enabled, found {' and '.join(states) or 'no answer'}"
             continue
