@@ -475,6 +475,11 @@ class Trouble(Strict):
     fix: list[FixStep] = Field(min_length=1, description="commands, in order")
 
 
+# SLURM's own default for AuthInfo=cred_expire (slurm.conf(5)): a requeued job (preemption, node failure, a
+# killed step) is held this long before it may start again, which dominates a SLURM tier's recovery
+SLURM_REQUEUE_HOLD_S = 120
+
+
 class SlurmPartition(Strict):
     """A partition of a SLURM cluster that clusterbook configures."""
 
@@ -492,6 +497,10 @@ class SlurmCluster(Strict):
     controller: Name = Field(description="node running slurmctld")
     partitions: list[SlurmPartition] = Field(min_length=1, description="partitions")
     grace_seconds: int = Field(30, ge=0, description="GraceTime for preempted jobs: SIGTERM, then SIGKILL")
+    requeue_hold_s: int = Field(SLURM_REQUEUE_HOLD_S, ge=10, le=3600,
+                                description="how long a requeued job waits before it may start again: slurm.conf's "
+                                            "AuthInfo=cred_expire (also a job step credential's lifetime; SLURM's "
+                                            "default 120 s; the lab measured 30 s safe)")
 
 
 class Planner(Strict):
@@ -508,10 +517,17 @@ class Planner(Strict):
                                                          "for an 8.54 GB and a 3.84 GB model, split 1:1 and 3:1, "
                                                          "every load within 25 %; benchmarks/README.md; the RPC "
                                                          "network's bandwidth caps it)")
-    slurm_requeue_s: float = Field(165, ge=0, description="from a SLURM job's requeue until it runs and answers "
-                                                         "again, apart from the model's load, s (measured in the "
-                                                         "lab, slurm-wlm 22.05: 166-178 s after a preemption, a "
-                                                         "killed worker step or a node restart)")
+    slurm_start_s: float = Field(35, ge=0, description="from the end of a requeued SLURM job's hold until it "
+                                                       "answers again, apart from the model's load, s: the "
+                                                       "scheduler's next pass, the job's start and the gateway's "
+                                                       "update (lab, slurm-wlm 22.05: back 138-178 s after a "
+                                                       "preemption, a killed worker step or a node restart with "
+                                                       "the default 120 s hold, 53-67 s with a 30 s hold)")
+    site_requeue_hold_s: int | None = Field(None, ge=10, le=3600,
+                                            description="where SLURM is managed elsewhere: its slurm.conf's "
+                                                        "AuthInfo=cred_expire, s (none: SLURM's default 120 s; "
+                                                        "where clusterbook configures SLURM, slurm.requeue_hold_s "
+                                                        "sets it)")
     slurm_mem_margin_pct: float = Field(10, ge=0, le=100,
                                         description="a SLURM job's --mem must exceed the planned host memory "
                                                     "by this, %")
@@ -548,6 +564,14 @@ class Cluster(Strict):
 
     def targets_for(self, tier: str) -> Targets | None:
         return next((t for t in self.targets if t.tier == tier), None)
+
+    @property
+    def slurm_requeue_hold_s(self) -> int:
+        """A requeued job's hold: what clusterbook configures (slurm.requeue_hold_s), else what the site's
+        slurm.conf is declared to say (planner.site_requeue_hold_s), else SLURM's default."""
+        if self.slurm:
+            return self.slurm.requeue_hold_s
+        return self.planner.site_requeue_hold_s or SLURM_REQUEUE_HOLD_S
 
     @property
     def slurm_controller(self) -> str | None:

@@ -5,10 +5,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+from clusterbook.model.loader import load_cluster
 from clusterbook.model.schema import Cluster
 from clusterbook.pure.planner.capacity import plan_cluster
 from clusterbook.pure.planner.findings import plan_findings
 from clusterbook.pure.planner.loadtime import predict_load
+from clusterbook.pure.render.artifacts import render_artifacts
 
 ROOT = Path(__file__).resolve().parents[2]
 H100 = {"model": "NVIDIA H100 80GB HBM3", "memory_mib": 81559, "compute_capability": "9.0", "bandwidth_gbs": 3350}
@@ -70,6 +72,20 @@ def test_a_recovery_target_the_prediction_cannot_meet_is_refused():
     data["targets"][0]["recovery_s"] = {"target": 30, "acceptable": 60, "critical": 120}  # the seeds' target
     c = Cluster.model_validate(data)
     found = [m for _, m in plan_findings(c, plan_cluster(c)) if "after a worker crash" in m]
-    assert found == ["tier reasoning cannot come back within 30 s after a worker crash: predicted 246 s (SLURM "
-                     "requeue 165 s + its own share 15.1 GB in 2.7 s + the workers' 31.5 GB through RPC at 0.4 "
+    assert found == ["tier reasoning cannot come back within 30 s after a worker crash: predicted 236 s (SLURM "
+                     "requeue 155 s + its own share 15.1 GB in 2.7 s + the workers' 31.5 GB through RPC at 0.4 "
                      "GB/s in 79 s)"]
+
+
+def test_the_requeue_hold_comes_from_slurm_conf_as_configured_or_declared():
+    data = yaml.safe_load((ROOT / "cluster.yaml").read_text())
+    c = Cluster.model_validate(data)
+    assert c.slurm_requeue_hold_s == 120  # SLURM's default: beefcake2's slurm.conf is managed elsewhere
+    before = predict_load(c, c.tier("reasoning"), plan_cluster(c)["reasoning"]).recovery_s
+    data["planner"] = {**data.get("planner", {}), "site_requeue_hold_s": 30}  # decision D16, once granted
+    c = Cluster.model_validate(data)
+    assert predict_load(c, c.tier("reasoning"), plan_cluster(c)["reasoning"]).recovery_s == pytest.approx(before - 90)
+    lab = load_cluster(ROOT / "lab/cluster-slurm.yaml")
+    assert lab.slurm_requeue_hold_s == 30
+    conf = next(a for a in render_artifacts(lab) if a.path == "/etc/slurm/slurm.conf")
+    assert "\nAuthInfo=cred_expire=30\n" in conf.text

@@ -44,7 +44,7 @@ def predict_load(c: Cluster, tier: RouterTier | RpcTier, plan: TierPlan) -> Load
     if isinstance(tier, RpcTier):
         rate = min(rate, c.networks[c.rpc_network].bandwidth_gbps / 8)
     if tier.manager == "slurm":
-        restart = p.slurm_requeue_s
+        restart = c.slurm_requeue_hold_s + p.slurm_start_s
     else:
         restart = max([tier.systemd.restart_sec] + ([tier.worker_systemd.restart_sec] if isinstance(tier, RpcTier)
                                                      else []))
