@@ -63,5 +63,5 @@ def sections(site: Site) -> dict:
              else f"not on this cluster: {r.unavailable}"] for r in site.runbooks]),
         "tier_command": lambda action, tier: tier_command(c, action, tier),
         "cluster_command": lambda task: cluster_command(c, task),
-        "latest_report": lambda name: latest_report(name) or f"No {name} report yet (run `invoke {name}`).",
+        "latest_report": lambda name: latest_report(name, site),
     }

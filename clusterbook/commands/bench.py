@@ -12,15 +12,17 @@ from clusterbook.model.loader import load_cluster
 from clusterbook.pure.planner.capacity import GIB
 
 
-def _write_bench(report, card: str, extra: dict | None = None, extra_markdown: str = "") -> None:
+def _write_bench(report, cluster, cluster_file: str, card: str, extra: dict | None = None,
+                 extra_markdown: str = "") -> None:
     import json
 
+    from clusterbook.commands.reportstamp import stamped
     from clusterbook.effects.benchmark import markdown
     reports = settings.current().reports
     reports.mkdir(parents=True, exist_ok=True)
     (reports / "bench.json").write_text(json.dumps({**report.to_json(), "card": card, **(extra or {})}, indent=2))
     text = markdown(report, card) + extra_markdown
-    (reports / "bench-summary.md").write_text(text)
+    (reports / "bench-summary.md").write_text(stamped(text, cluster.cluster.name, cluster_file))
     console.print(text, markup=False)
     console.print(f"[dim]written: {reports}/bench.json, {reports}/bench-summary.md[/]")
 
@@ -61,7 +63,7 @@ def bench(cluster_file: str, tier_name: str | None, quick: bool) -> None:
         report = run_bench(topo.endpoint_url(cluster, tier), model, key, tier.name,
                            plan_tier(cluster, tier).decode_bound_tps, max_context=tier.ctx_size,
                            progress=status.update, **options)
-    _write_bench(report, "")
+    _write_bench(report, cluster, cluster_file, "")
 
 
 def rehearse(cluster_file: str, tier_name: str | None, install_dir: str | None, models_dir: str | None,
@@ -106,7 +108,7 @@ def rehearse(cluster_file: str, tier_name: str | None, install_dir: str | None, 
             with Rehearsal(cluster, tier, logs, one_device=True):
                 served_one = served_decode(decode_samples(url, tier.model, None, tokens, reps))
     cost = SplitCost(engine_tier, engine_one, served_decode(baseline_decode_samples(report)), served_one, tokens)
-    _write_bench(report, _card() + " (rehearsal)", {"split_cost": cost.to_json()},
+    _write_bench(report, cluster, cluster_file, _card() + " (rehearsal)", {"split_cost": cost.to_json()},
                  split_markdown(cost, len(plan.devices)))
 
 

@@ -7,6 +7,7 @@ from functools import cache
 from pathlib import Path
 
 from clusterbook.commands import settings
+from clusterbook.commands.reportstamp import report_for
 from clusterbook.model.loader import load_cluster
 from clusterbook.model.problems import InputError
 from clusterbook.model.schema import Cluster
@@ -88,7 +89,14 @@ def _build_site(path: str, stamp: tuple) -> Site:
     return Site(path, c, plans, render_artifacts(c), docs, pictures)
 
 
-def latest_report(name: str) -> str | None:
-    """The newest report of a kind (verify, bench) as Markdown, if one was written."""
+def latest_report(name: str, site: Site) -> str:
+    """The newest report of a kind (verify, bench) as Markdown when it measured this site's cluster file as it is;
+    otherwise a sentence that says so (one cluster's results never appear on another's site)."""
     path = settings.current().reports / f"{name}-summary.md"
-    return path.read_text() if path.exists() else None
+    cluster = site.cluster.cluster.name
+    if not path.exists():
+        return f"Not yet {'verified' if name == 'verify' else 'benched'} on {cluster}: no {name} report " \
+               f"(run `invoke {name}`)."
+    text, why = report_for(path.read_text(), cluster, site.cluster_file)
+    return text if text is not None else \
+        f"Not yet {'verified' if name == 'verify' else 'benched'} on {cluster}: {why} (run `invoke {name}`)."

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from clusterbook.commands.reportstamp import stamped
 from clusterbook.effects.ssh import SshTransport
 from clusterbook.model.loader import load_cluster
 
@@ -108,5 +109,5 @@ def pytest_sessionfinish(session):
         lines.append(f"| {entry['feature']} | {entry['scenario']} | {outcome} | {figures} | {note} |")
     lines += ["", ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))]
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_text("\n".join(lines) + "\n")
+    Path(path).write_text(stamped("\n".join(lines) + "\n", c.cluster.name, cluster_file))
     Path(path).with_suffix(".json").write_text(json.dumps(list(RESULTS.values()), indent=2, default=str))

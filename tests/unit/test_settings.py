@@ -7,7 +7,8 @@ import sys
 from pathlib import Path
 
 from clusterbook.commands import settings
-from clusterbook.commands.docsite import latest_report
+from clusterbook.commands.docsite import build_site, latest_report
+from clusterbook.commands.reportstamp import stamped
 from clusterbook.commands.runbooks import cluster_for_tasks
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,13 +45,19 @@ def test_runtime_file_and_environment_override_the_defaults(tmp_path, monkeypatc
     assert cluster_for_tasks(["invoke", "status", "--cluster", "x.yaml"]) == "x.yaml"
 
 
-def test_commands_read_reports_from_the_configured_folder(tmp_path):
+def test_commands_read_reports_from_the_configured_folder_and_show_only_their_own_cluster(tmp_path):
     before = settings.current()
+    lab, production = build_site(str(ROOT / "lab/cluster.yaml")), build_site(str(ROOT / "cluster.yaml"))
     try:
         settings.configure({"reports": tmp_path})
-        assert latest_report("verify") is None
-        (tmp_path / "verify-summary.md").write_text("3 of 3 passed")
-        assert latest_report("verify") == "3 of 3 passed"
+        assert latest_report("verify", lab) == "Not yet verified on lab: no verify report (run `invoke verify`)."
+        (tmp_path / "verify-summary.md").write_text(stamped("3 of 3 passed\n", "lab", ROOT / "lab/cluster.yaml"))
+        assert latest_report("verify", lab) == "3 of 3 passed\n"
+        # the production site never shows the lab's figures
+        assert latest_report("verify", production) == \
+            "Not yet verified on beefcake2: the latest report is of lab (run `invoke verify`)."
+        (tmp_path / "verify-summary.md").write_text("3 of 3 passed\n")  # unstamped: whose it is, is unknown
+        assert "does not say which cluster file" in latest_report("verify", lab)
         env = settings.as_environment(cluster="lab/cluster.yaml")
         assert env == {"INVOKE_CLUSTERBOOK_CLUSTER": "lab/cluster.yaml",
                        "INVOKE_CLUSTERBOOK_REPORTS": str(tmp_path), "INVOKE_CLUSTERBOOK_RUNS": "runs"}
