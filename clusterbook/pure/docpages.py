@@ -61,12 +61,15 @@ def tier_summary(c: Cluster) -> str:
 def curl_example(c: Cluster, tier: RouterTier | RpcTier) -> str:
     model = tier.served_models[0]
     url = topo.gateway_url(c, tier.name) or topo.endpoint_url(c, tier)
-    auth = ""
+    auth, key = "", ""
     if tier.api_key:
         source = f"the file {tier.api_key.file}" if tier.api_key.file else f"${tier.api_key.env}"
-        auth = f' \\\n  -H "Authorization: Bearer $KEY"  # the key: {source}'
-    body = json.dumps({"model": model, "messages": [{"role": "user", "content": "Hello!"}], "max_tokens": 100})
-    return code(f"curl -s {url}/v1/chat/completions \\\n  -H 'Content-Type: application/json'{auth} \\\n"
+        key = f"KEY=...  # the tier's API key: {source}\n"
+        auth = ' \\\n  -H "Authorization: Bearer $KEY"'
+    # a reasoning model writes its chain of thought first: the seeds advise 500 tokens or more
+    tokens = 500 if c.model(model).reasoning_content else 100
+    body = json.dumps({"model": model, "messages": [{"role": "user", "content": "Hello!"}], "max_tokens": tokens})
+    return code(f"{key}curl -s {url}/v1/chat/completions \\\n  -H 'Content-Type: application/json'{auth} \\\n"
                 f"  -d '{body}'")
 
 

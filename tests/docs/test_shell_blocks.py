@@ -37,10 +37,13 @@ def problems(text: str) -> list[str]:
     lines = text.splitlines()
     found += [f"line {i + 2}: a comment inside a command continued with \\" for i, line in enumerate(lines[:-1])
               if line.rstrip().endswith("\\") and lines[i + 1].lstrip().startswith("#")]
+    found += [f"line {i + 1}: a comment swallows the line's continuation \\" for i, line in enumerate(lines)
+              if re.search(r"(^|\s)#[^'\"]*\\$", line.rstrip())]
     return found
 
 
 def test_the_check_catches_what_it_should():
     assert problems("curl -s http://x \\\n  # with the key\n  -d '{}'\n")  # the curl runs without its body
+    assert problems('curl -s http://x \\\n  -H "Authorization: Bearer $KEY"  # the key \\\n  -d \'{}\'\n')
     assert problems("echo 'unclosed\n")
     assert not problems("curl -s http://x \\\n  -d '{}'  # a comment at the end is fine\n")
