@@ -11,7 +11,7 @@ from clusterbook.pure import flags as fl
 from clusterbook.pure import topology as topo
 from clusterbook.pure.planner.capacity import GIB, TierPlan, plan_cluster
 from clusterbook.pure.planner.findings import evaluate_claim
-from clusterbook.pure.planner.loadtime import recovery_text
+from clusterbook.pure.planner.loadtime import predict_load, recovery_text
 from clusterbook.pure.planner.residency import exclusion_text, plan_residency
 from clusterbook.pure.render.artifacts import Artifact, selector_rows
 from clusterbook.pure.runbooks import Expansion, PutFile
@@ -296,6 +296,7 @@ def targets(c: Cluster) -> str:
 
 def api(c: Cluster) -> str:
     out = []
+    plans = plan_cluster(c)
     for t in c.tiers:
         base = topo.gateway_url(c, t.name) or topo.endpoint_url(c, t)
         out.append(f"### {t.name}\n")
@@ -313,6 +314,14 @@ def api(c: Cluster) -> str:
         if reasoning:
             out.append(f"\n{', '.join(reasoning)} returns its chain of thought in `choices[0].message."
                        "reasoning_content` and the answer in `content`; give `max_tokens` room for both.\n")
+        if isinstance(t, RpcTier) or t.manager == "slurm":
+            load = predict_load(c, t, plans[t.name])
+            cause = "a worker crash or a preemption" if t.manager == "slurm" else "a worker crash"
+            out.append(f'\n!!! note "During a recovery"\n    After {cause} the tier is gone for about '
+                       f"{load.recovery_s:.0f} s (the capacity plan's prediction): requests in flight end without "
+                       "an answer (a stream stops without an error event), new ones get 502 from the gateway or "
+                       "503 while the model loads. Retry with a backoff for that long; `/health` answers 200 "
+                       "again when the tier is back.\n")
     return "\n".join(out)
 
 

@@ -89,3 +89,12 @@ def test_the_requeue_hold_comes_from_slurm_conf_as_configured_or_declared():
     assert lab.slurm_requeue_hold_s == 30
     conf = next(a for a in render_artifacts(lab) if a.path == "/etc/slurm/slurm.conf")
     assert "\nAuthInfo=cred_expire=30\n" in conf.text
+
+
+def test_the_api_page_tells_clients_how_long_a_recovery_lasts():
+    from clusterbook.pure.docpages import api
+    c = load_cluster(ROOT / "cluster.yaml")
+    expected = round(predict_load(c, c.tier("reasoning"), plan_cluster(c)["reasoning"]).recovery_s)
+    page = api(c)
+    assert f"After a worker crash or a preemption the tier is gone for about {expected} s" in page
+    assert page.count('!!! note "During a recovery"') == 2  # both of beefcake2's tiers are SLURM jobs
