@@ -623,15 +623,8 @@ def _slurm_back(cluster, transport, context, measured):
 
 @then("invoke logs for that tier shows the job's state and the worker step's end")
 def _logs_show_the_end(cluster_file, context, measured):
-    import subprocess
-    import sys
-
-    from .conftest import ROOT
     tier = context["tier"]
-    run = subprocess.run([sys.executable, "-m", "invoke", "logs", "--tier", tier.name, "--cluster", cluster_file],
-                         cwd=ROOT, capture_output=True, text=True, timeout=120, env={**os.environ, "COLUMNS": "200"})
-    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
-    text = run.stdout
+    text = run_invoke(cluster_file, "logs", "--tier", tier.name, timeout=120).stdout
     assert f"== {tier.name}: SLURM job {topo.units(tier).job}" in text, text[-3000:]
     assert "JobState=" in text or "queued or running: job" in text, text[-3000:]
     assert f"rpc-worker-{context['node']} ended" in text, \
