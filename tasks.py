@@ -243,4 +243,19 @@ def bench_tune(c, cluster=None, tier=None, install_dir=None, models_dir=None, pa
                   tuple(int(p) for p in parallel.split(",")))
 
 
-ns.add_collection(Collection("bench", bench_run, bench_rehearse, bench_tune))
+@task(name="recovery", help={"cluster": BENCH_HELP["cluster"], "tier": BENCH_HELP["tier"],
+                             "case": "worker (SIGKILL an RPC worker), head (restart the head; under SLURM, requeue "
+                                     "its job) or both (default)",
+                             "runs": "runs of each case (default 2)",
+                             "cold": "also run each case with the model file dropped from the page cache"})
+@command
+def bench_recovery(c, cluster=None, tier=None, case="both", runs=2, cold=False):
+    """Disrupt a live RPC tier (kill a worker, restart the head) and time each phase until it answers again, from
+    the nodes' logs and a polling client, beside the planner's predicted load; reports/bench-recovery-summary.md."""
+    cases = {"worker": ("worker killed",), "head": ("head restarted",), "both": ("worker killed", "head restarted")}
+    if case not in cases:
+        raise commands.Failed(f"--case: expected worker, head or both, got {case!r}")
+    commands.recovery(cluster or commands.default_cluster(), tier, cases[case], int(runs), cold)
+
+
+ns.add_collection(Collection("bench", bench_run, bench_rehearse, bench_tune, bench_recovery))

@@ -1,7 +1,7 @@
 """What each task does, in terms of the layers: load, plan, render, run, check, report. tasks.py calls these."""
 
 from clusterbook.commands.acceptance import demo, verify
-from clusterbook.commands.bench import bench, rehearse, tune
+from clusterbook.commands.bench import bench, recovery, rehearse, tune
 from clusterbook.commands.cluster import check, plan, render, write_reference
 from clusterbook.commands.lab import (
     LAB_CLUSTER,
@@ -46,6 +46,7 @@ __all__ = [
     "lab_up",
     "logs",
     "plan",
+    "recovery",
     "rehearse",
     "render",
     "run_operation",

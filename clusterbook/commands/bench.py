@@ -196,3 +196,95 @@ def tune(cluster_file: str, tier_name: str | None, install_dir: str | None, mode
     (settings.current().reports / "tune.json").write_text(json.dumps({
         "card": _card(), "tier": tier.name, "grid": [p.__dict__ for p in grid], "best": best.__dict__,
         "again": again.__dict__, "parallel": parallel, "change": changes}, indent=2))
+
+
+def _tier_card(cluster, tier) -> str:
+    """The devices a tier runs on, from the cluster file: its GPUs by name, or its CPUs."""
+    gpus = [g for node in tier.nodes for g in cluster.node(node).gpus]
+    if not gpus:
+        return f"CPU only ({len(tier.nodes)} nodes)"
+    names = sorted({g.model for g in gpus})
+    return f"{sum(g.count for g in gpus)} x {' + '.join(names)}"
+
+
+def recovery(cluster_file: str, tier_name: str | None, cases: tuple[str, ...], runs: int, cold: bool) -> None:
+    """Disrupt a live RPC tier run by run; time each phase until it answers again, beside the planner's prediction."""
+    import json
+    import statistics
+
+    from clusterbook.commands.reportstamp import stamped
+    from clusterbook.effects.recovery import PAGE_CACHE, run_case
+    from clusterbook.effects.ssh import SshTransport
+    from clusterbook.model.schema import RpcTier
+    from clusterbook.pure.planner.capacity import plan_tier
+    from clusterbook.pure.planner.loadtime import load_json
+    from clusterbook.pure.recoverylog import ordered
+
+    cluster = load_cluster(cluster_file)
+    tier = _bench_tier(cluster, tier_name)
+    if not isinstance(tier, RpcTier):
+        raise Failed(f"tier {tier.name} has no RPC workers: bench.recovery disrupts an RPC tier")
+    transport = SshTransport(cluster)
+    predicted = load_json(cluster, tier, plan_tier(cluster, tier))
+    targets = cluster.targets_for(tier.name)
+    target = targets.recovery_s.target if targets and targets.recovery_s else None
+    limit = max(3 * (target or 60), 3 * predicted["recovery_s"], 60)
+    card = _tier_card(cluster, tier)
+    results = []
+    caches = PAGE_CACHE if cold else PAGE_CACHE[:1]
+    for case in cases:
+        for cache in caches:
+            for n in range(1, runs + 1):
+                label = f"{case}, page cache {cache}, run {n}/{runs}"
+                with console.status(f"{label} …") as status:
+                    run = run_case(cluster, transport, tier, case, cache, limit,
+                                   progress=lambda text, label=label: status.update(f"{label}: {text}"))
+                results.append(run)
+                steps = ", ".join(f"{name} {seconds:g} s" for name, seconds in ordered(run.phases))
+                console.print(f"[bold]{label}[/]: " + (f"[red]{run.error}[/]" if run.error else steps))
+    rows = []
+    for case in cases:
+        for cache in caches:
+            group = [r for r in results if r.case == case and r.page_cache == cache and not r.error]
+            answered = [r.answered_s for r in group]
+            loads = [r.load_s for r in group if r.load_s is not None]
+            rows.append({"case": case, "page_cache": cache, "runs": len(group),
+                         "answered_s": statistics.median(answered) if answered else None,
+                         "load_s": statistics.median(loads) if loads else None})
+    table = Table(title=f"{tier.name}: recovery on {card} (medians)")
+    for column in ("disruption", "page cache", "runs", "back after", "load", "predicted load", "ratio"):
+        table.add_column(column)
+    lines = [f"Recovery of tier **{tier.name}** on {card}, measured by `invoke bench.recovery`: seconds from the "
+             "disruption until a chat completion is answered, and the load itself (the head's own log, from "
+             "\"loading model\" to \"model loaded\"). Predicted by the planner: "
+             f"load {predicted['load_s']:g} s, back after a worker crash in {predicted['recovery_s']:g} s "
+             f"({predicted['restart']} {predicted['restart_s']:g} s included)" +
+             (f"; target {target:g} s." if target else "."), "",
+             "| disruption | page cache | runs | back after (median) | load (median) | load measured / predicted |",
+             "|---|---|---|---|---|---|"]
+    for row in rows:
+        ratio = f"{row['load_s'] / predicted['load_s']:.2f}" if row["load_s"] and predicted["load_s"] else "—"
+        back = f"{row['answered_s']:g} s" if row["answered_s"] is not None else "did not answer"
+        load = f"{row['load_s']:g} s" if row["load_s"] is not None else "—"
+        table.add_row(row["case"], row["page_cache"], str(row["runs"]), back, load, f"{predicted['load_s']:g} s",
+                      ratio)
+        lines.append(f"| {row['case']} | {row['page_cache']} | {row['runs']} | {back} | {load} | {ratio} |")
+    lines += ["", "Phases of each run (seconds after the disruption):", ""]
+    for r in results:
+        lines.append(f"- {r.case}, page cache {r.page_cache}: " + (r.error or ", ".join(
+            f"{name} {seconds:g}" for name, seconds in ordered(r.phases))) +
+            f" (clients saw: {', '.join(f'{k} ×{v}' for k, v in r.clients_saw.items())}" +
+            (f"; {r.resident_after_eviction:.0%} of the file resident after eviction"
+             if r.resident_after_eviction is not None else "") + ")")
+    console.print(table)
+    reports = settings.current().reports
+    reports.mkdir(parents=True, exist_ok=True)
+    (reports / "bench-recovery.json").write_text(json.dumps(
+        {"tier": tier.name, "card": card, "predicted": predicted, "target_s": target, "summary": rows,
+         "runs": [r.to_json() for r in results]}, indent=2))
+    (reports / "bench-recovery-summary.md").write_text(stamped("\n".join(lines) + "\n", cluster.cluster.name,
+                                                               cluster_file))
+    console.print(f"[dim]written: {reports}/bench-recovery.json, {reports}/bench-recovery-summary.md[/]")
+    failed = [r for r in results if r.error]
+    if failed:
+        raise Failed(f"{len(failed)} of {len(results)} runs did not recover: {failed[0].error}")

@@ -89,14 +89,20 @@ def _build_site(path: str, stamp: tuple) -> Site:
     return Site(path, c, plans, render_artifacts(c), docs, pictures)
 
 
+REPORTS = {  # report name: (what "not yet …" says, the task that writes it)
+    "verify": ("verified", "invoke verify"),
+    "bench": ("benched", "invoke bench"),
+    "bench-recovery": ("timed through a recovery", "invoke bench.recovery"),
+}
+
+
 def latest_report(name: str, site: Site) -> str:
-    """The newest report of a kind (verify, bench) as Markdown when it measured this site's cluster file as it is;
-    otherwise a sentence that says so (one cluster's results never appear on another's site)."""
+    """The newest report of a kind (verify, bench, bench-recovery) as Markdown when it measured this site's cluster
+    file as it is; otherwise a sentence that says so (one cluster's results never appear on another's site)."""
+    done, task = REPORTS[name]
     path = settings.current().reports / f"{name}-summary.md"
     cluster = site.cluster.cluster.name
     if not path.exists():
-        return f"Not yet {'verified' if name == 'verify' else 'benched'} on {cluster}: no {name} report " \
-               f"(run `invoke {name}`)."
+        return f"Not yet {done} on {cluster}: no {name} report (run `{task}`)."
     text, why = report_for(path.read_text(), cluster, site.cluster_file)
-    return text if text is not None else \
-        f"Not yet {'verified' if name == 'verify' else 'benched'} on {cluster}: {why} (run `invoke {name}`)."
+    return text if text is not None else f"Not yet {done} on {cluster}: {why} (run `{task}`)."

@@ -212,3 +212,11 @@ def api_key(transport, c: Cluster, tier) -> str | None:
     if tier.api_key.env:
         return os.environ.get(tier.api_key.env)
     return transport.run(tier.nodes[0], f"cat {shlex.quote(tier.api_key.file)}").stdout.strip() or None
+
+
+def registered_endpoint(transport, c: Cluster, tier) -> dict | None:
+    """A SLURM tier's endpoint record on the controller (host, port, job_id, nodes), or None while none is there."""
+    import json
+
+    out = transport.run(c.slurm_controller, f"cat {c.storage.endpoint_dir}/{tier.name}.json 2>/dev/null")
+    return json.loads(out.stdout) if out.ok and out.stdout.strip() else None

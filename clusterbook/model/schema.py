@@ -260,6 +260,9 @@ class SystemdService(Strict):
 
     restart: Literal["always", "on-failure"] = Field("always", description="Restart=")
     restart_sec: int = Field(10, ge=0, description="RestartSec=, seconds")
+    start_limit_interval_s: int = Field(
+        0, ge=0, description="StartLimitIntervalSec= (0: restart without end; systemd's default gives up after 5 "
+                             "starts in 10 s, which a head reaches in seconds while a worker is down)")
     limit_nofile: int = Field(65535, ge=1024, description="LimitNOFILE=")
     memory_max: str | None = Field(None, pattern=r"^\d+[KMGT]$", description="MemoryMax= (none: no limit)")
 

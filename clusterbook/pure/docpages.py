@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 from clusterbook.model.hosts import resolve_hosts
 from clusterbook.model.schema import HIGHER_IS_BETTER, Cluster, RouterTier, RpcTier
@@ -317,11 +318,15 @@ def api(c: Cluster) -> str:
         if isinstance(t, RpcTier) or t.manager == "slurm":
             load = predict_load(c, t, plans[t.name])
             cause = "a worker crash or a preemption" if t.manager == "slurm" else "a worker crash"
+            seconds = max(1, math.ceil(load.recovery_s))
+            routed = c.gateway and any(r.tier == t.name for r in c.gateway.routes)
+            got = (f"new ones get `503` with `Retry-After: {seconds}` and a JSON `unavailable_error` from the "
+                   "gateway" if routed else "new ones are refused, or get `503` \"Loading model\" while it loads")
             out.append(f'\n!!! note "During a recovery"\n    After {cause} the tier is gone for about '
-                       f"{load.recovery_s:.0f} s (the capacity plan's prediction): requests in flight end without "
-                       "an answer (a stream stops without an error event), new ones get 502 from the gateway or "
-                       "503 while the model loads. Retry with a backoff for that long; `/health` answers 200 "
-                       "again when the tier is back.\n")
+                       f"{seconds} s (the capacity plan's prediction): requests in flight end without an answer (a "
+                       f"stream stops without an error event), {got}. Retry with a backoff for that long (the "
+                       "`openai` client retries a 503 only twice by default: raise its `max_retries`); `/health` "
+                       "answers 200 again when the tier is back.\n")
     return "\n".join(out)
 
 

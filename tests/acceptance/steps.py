@@ -1,5 +1,6 @@
 """Generic acceptance steps: every value comes from the cluster file; failures say what was expected and measured."""
 
+import math
 import os
 import statistics
 import threading
@@ -28,10 +29,7 @@ def controller(cluster):
 
 def registered(cluster, transport, tier):
     """host, port and job of a SLURM tier from its endpoint record, or None."""
-    import json
-
-    out = transport.run(controller(cluster), f"cat {cluster.storage.endpoint_dir}/{tier.name}.json 2>/dev/null")
-    return json.loads(out.stdout) if out.ok and out.stdout.strip() else None
+    return probes.registered_endpoint(transport, cluster, tier)
 
 
 def url_of(cluster, transport, tier):
@@ -509,22 +507,26 @@ def _preempt(cluster, transport, context):
     context.update(tier=tier, node=node, host=record["host"], started=time.monotonic(), preemptor=out.stdout.strip())
 
 
-@then("the tier's job is requeued and its endpoint leaves the gateway")
-def _requeued(cluster, transport, context):
+@then("the tier's job is requeued, its endpoint leaves the gateway, and clients get 503 with Retry-After")
+def _requeued(cluster, transport, context, measured):
     tier = context["tier"]
+    retry_after = str(max(1, math.ceil(predict_load(cluster, tier, plan_tier(cluster, tier)).recovery_s)))
     deadline = time.monotonic() + tier.slurm.grace_seconds + 30
-    state, code = "", 0
+    state, code, header = "", 0, None
     while time.monotonic() < deadline:
         state = job_state(cluster, transport, tier)
         try:
-            code = httpx.get(through_gateway(cluster, tier, False) + "/health", timeout=5).status_code
+            response = httpx.get(through_gateway(cluster, tier, False) + "/health", timeout=5)
+            code, header = response.status_code, response.headers.get("retry-after")
         except httpx.HTTPError:
             code = 0
-        if state.startswith("PENDING") and registered(cluster, transport, tier) is None and code != 200:
+        if state.startswith("PENDING") and registered(cluster, transport, tier) is None and code == 503 \
+                and header == retry_after:
+            measured(f"{tier.name} while requeued, the gateway answers", f"503, Retry-After: {header}")
             return
         time.sleep(1)
-    pytest.fail(f"tier {tier.name}: expected its job requeued (PENDING), its record gone and the gateway not "
-                f"answering; found job {state}, gateway status {code}")
+    pytest.fail(f"tier {tier.name}: expected its job requeued (PENDING), its record gone and the gateway answering "
+                f"503 with Retry-After: {retry_after}; found job {state}, gateway status {code}, Retry-After: {header}")
 
 
 @then("the tier answers through the gateway again within its recovery target, on another node")

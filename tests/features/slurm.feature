@@ -13,7 +13,7 @@ Feature: SLURM tiers and the gateway
   Scenario: A preempted tier leaves the gateway and comes back on its own
     Given the cluster file
     When a higher-priority job takes the node of the first single-node SLURM tier
-    Then the tier's job is requeued and its endpoint leaves the gateway
+    Then the tier's job is requeued, its endpoint leaves the gateway, and clients get 503 with Retry-After
     And the tier answers through the gateway again within its recovery target, on another node
     And when the higher-priority job ends, every SLURM tier answers through the gateway again on its own
 

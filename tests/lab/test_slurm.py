@@ -67,3 +67,19 @@ def test_status_shows_jobs_nodes_and_endpoints(slurm_lab):
     for job in ("llama-fast", "llama-reasoning"):
         row = next(line for line in result.stdout.splitlines() if line.startswith(f"│ {job} "))
         assert "RUNNING" in row and "http://10.213.0." in row, row
+
+
+def test_bench_recovery_under_slurm(slurm_lab, tmp_path):
+    """A killed worker step ends the job and a requeue restarts the head: both come back through the gateway, timed
+    from the job leaving and running again, with the load from the head step's own log."""
+    result = invoke("bench.recovery", "--runs", "1", cluster=SLURM_LAB, timeout=900,
+                    extra_env={"INVOKE_CLUSTERBOOK_REPORTS": str(tmp_path)})
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr
+    report = json.loads((tmp_path / "bench-recovery.json").read_text())
+    assert [r["case"] for r in report["runs"]] == ["worker killed", "head restarted"]
+    assert report["predicted"]["restart"] == "SLURM requeue"
+    for r in report["runs"]:
+        assert sorted(r["phases"], key=r["phases"].get) == ["job left running", "job running", "first answer"], r
+        # the requeue hold (30 s in the lab) passes before the job runs again
+        assert r["phases"]["job running"] >= 30 - 2, r
+        assert r["load_s"] is not None and r["load_s"] > 0, r

@@ -1,5 +1,6 @@
 """The planner's load time against what was measured (2 x H100, b11434, loopback TCP), and the recovery check."""
 
+import math
 from pathlib import Path
 
 import pytest
@@ -94,7 +95,19 @@ def test_the_requeue_hold_comes_from_slurm_conf_as_configured_or_declared():
 def test_the_api_page_tells_clients_how_long_a_recovery_lasts():
     from clusterbook.pure.docpages import api
     c = load_cluster(ROOT / "cluster.yaml")
-    expected = round(predict_load(c, c.tier("reasoning"), plan_cluster(c)["reasoning"]).recovery_s)
+    expected = math.ceil(predict_load(c, c.tier("reasoning"), plan_cluster(c)["reasoning"]).recovery_s)
     page = api(c)
     assert f"After a worker crash or a preemption the tier is gone for about {expected} s" in page
+    assert f"`503` with `Retry-After: {expected}`" in page
     assert page.count('!!! note "During a recovery"') == 2  # both of beefcake2's tiers are SLURM jobs
+
+
+def test_the_gateway_answers_a_down_tier_with_a_json_503_and_the_predicted_retry_after():
+    c = load_cluster(ROOT / "cluster.yaml")
+    conf = next(a for a in render_artifacts(c) if a.path.endswith("/clusterbook.conf")).text
+    for tier in c.tiers:
+        seconds = math.ceil(predict_load(c, tier, plan_cluster(c)[tier.name]).recovery_s)
+        assert f"add_header Retry-After {seconds} always;" in conf
+        assert f'"message": "tier {tier.name} is starting or recovering; predicted back within {seconds} s"' in conf
+    ports = 2 if c.gateway.path_port else 1  # a server per route's port, and one more by path
+    assert conf.count("error_page 502 503 = @recovering") == ports * len(c.gateway.routes)

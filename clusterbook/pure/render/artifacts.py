@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import posixpath
 from dataclasses import dataclass
 from functools import cache
@@ -14,6 +15,8 @@ from clusterbook.model.schema import Cluster, RouterTier, RpcTier
 from clusterbook.model.templating import JINJA_OPTIONS
 from clusterbook.pure import flags as fl
 from clusterbook.pure import topology as topo
+from clusterbook.pure.planner.capacity import plan_tier
+from clusterbook.pure.planner.loadtime import predict_load
 from clusterbook.pure.render.escaping import LANGUAGE, Quoted, UnsafeValue, checked_target, guard
 
 Kind = Literal["unit", "env", "script", "config", "nginx", "nftables", "ini"]
@@ -258,8 +261,10 @@ def _gateway_files(c: Cluster) -> list[Artifact]:
     for route in gw.routes:
         tier = c.tier(route.tier)
         public = (gw.url + route.path) if gw.url else None
+        recovery = predict_load(c, tier, plan_tier(c, tier)).recovery_s
         routes.append({"path": route.path, "tier": route.tier, "port": route.port, "public": public,
-                       "upstream": upstream_name(route.tier), "timeout": tier.timeout_s})
+                       "upstream": upstream_name(route.tier), "timeout": tier.timeout_s,
+                       "retry_after": max(1, math.ceil(recovery))})
     files = [Artifact(node, "/etc/nginx/sites-available/clusterbook.conf",
                       template("nginx-site.conf.j2", header=header(c), gateway=gw, routes=routes), "nginx",
                       about="gateway: nginx site")]
