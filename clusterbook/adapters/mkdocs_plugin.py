@@ -20,9 +20,7 @@ class ClusterbookPlugin(MacrosPlugin):
         config["site_name"] = f"{cluster.cluster.name} · clusterbook"
         if cluster.cluster.docs_url:
             config["site_url"] = cluster.cluster.docs_url
-        for entry in config["nav"]:
-            if isinstance(entry, dict) and "Runbooks" in entry:
-                entry["Runbooks"] = ["runbooks/index.md"] + [{r.title: r.page} for r in self.site.runbooks if r.page]
+        fill_runbook_groups(config["nav"], self.site)
         config = super().on_config(config)
         self.variables["cluster"] = cluster
         self.variables["site_cluster_file"] = self.site.cluster_file
@@ -40,6 +38,27 @@ class ClusterbookPlugin(MacrosPlugin):
         return files
 
 
+RUNBOOK_GROUPS = {  # nav entry: the runbooks it lists (by id); the index page goes to the first group
+    "Deploy runbooks": ("install", "models", "router", "gateway", "slurm", "deploy-rpc", "deploy-router",
+                        "deploy-slurm"),
+    "Operate runbooks": ("status", "logs", "stop", "stop-slurm", "restart"),
+}
+
+
+def fill_runbook_groups(nav: list, site: Site) -> None:
+    """Put each runbook page under its nav group, wherever in the nav the group's entry is."""
+    for entry in nav:
+        if not isinstance(entry, dict):
+            continue
+        for key, value in entry.items():
+            if key in RUNBOOK_GROUPS:
+                index = ["runbooks/index.md"] if key == next(iter(RUNBOOK_GROUPS)) else []
+                entry[key] = index + [{r.title: r.page} for r in site.runbooks
+                                      if r.page and r.runbook in RUNBOOK_GROUPS[key]]
+            elif isinstance(value, list):
+                fill_runbook_groups(value, site)
+
+
 def sections(site: Site) -> dict:
     """The macros docs/*.md call, each a section of a page rendered from the site's cluster."""
     c = site.cluster
@@ -50,6 +69,7 @@ def sections(site: Site) -> dict:
         "hardware": lambda: pages.hardware(c),
         "models_table": lambda: pages.models(c),
         "tier_flags": lambda: pages.tier_flags(c),
+        "preemption": lambda: pages.preemption(c),
         "capacity": lambda: pages.capacity(c, site.plans),
         "router_table": lambda: pages.router(c),
         "troubleshooting": lambda: pages.troubleshooting(c),

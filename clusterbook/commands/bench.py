@@ -217,7 +217,7 @@ def recovery(cluster_file: str, tier_name: str | None, cases: tuple[str, ...], r
     from clusterbook.effects.ssh import SshTransport
     from clusterbook.model.schema import RpcTier
     from clusterbook.pure.planner.capacity import plan_tier
-    from clusterbook.pure.planner.loadtime import load_json
+    from clusterbook.pure.planner.loadtime import load_json, predict_load
     from clusterbook.pure.recoverylog import ordered
 
     cluster = load_cluster(cluster_file)
@@ -226,6 +226,7 @@ def recovery(cluster_file: str, tier_name: str | None, cases: tuple[str, ...], r
         raise Failed(f"tier {tier.name} has no RPC workers: bench.recovery disrupts an RPC tier")
     transport = SshTransport(cluster)
     predicted = load_json(cluster, tier, plan_tier(cluster, tier))
+    predicted_load = predict_load(cluster, tier, plan_tier(cluster, tier)).load_s  # unrounded, for the ratio
     targets = cluster.targets_for(tier.name)
     target = targets.recovery_s.target if targets and targets.recovery_s else None
     limit = max(3 * (target or 60), 3 * predicted["recovery_s"], 60)
@@ -257,16 +258,16 @@ def recovery(cluster_file: str, tier_name: str | None, cases: tuple[str, ...], r
     lines = [f"Recovery of tier **{tier.name}** on {card}, measured by `invoke bench.recovery`: seconds from the "
              "disruption until a chat completion is answered, and the load itself (the head's own log, from "
              "\"loading model\" to \"model loaded\"). Predicted by the planner: "
-             f"load {predicted['load_s']:g} s, back after a worker crash in {predicted['recovery_s']:g} s "
+             f"load {predicted_load:.3g} s, back after a worker crash in {predicted['recovery_s']:g} s "
              f"({predicted['restart']} {predicted['restart_s']:g} s included)" +
              (f"; target {target:g} s." if target else "."), "",
              "| disruption | page cache | runs | back after (median) | load (median) | load measured / predicted |",
              "|---|---|---|---|---|---|"]
     for row in rows:
-        ratio = f"{row['load_s'] / predicted['load_s']:.2f}" if row["load_s"] and predicted["load_s"] else "—"
+        ratio = f"{row['load_s'] / predicted_load:.2f}" if row["load_s"] and predicted_load else "—"
         back = f"{row['answered_s']:g} s" if row["answered_s"] is not None else "did not answer"
         load = f"{row['load_s']:g} s" if row["load_s"] is not None else "—"
-        table.add_row(row["case"], row["page_cache"], str(row["runs"]), back, load, f"{predicted['load_s']:g} s",
+        table.add_row(row["case"], row["page_cache"], str(row["runs"]), back, load, f"{predicted_load:.3g} s",
                       ratio)
         lines.append(f"| {row['case']} | {row['page_cache']} | {row['runs']} | {back} | {load} | {ratio} |")
     lines += ["", "Phases of each run (seconds after the disruption):", ""]

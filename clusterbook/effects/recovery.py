@@ -97,14 +97,11 @@ def evicted_share(transport, tier: RpcTier) -> float | None:
 
 
 def client_url(c: Cluster, transport, tier: RpcTier) -> str | None:
-    """Where a client asks: the gateway's route for the tier if it has one, else the tier's endpoint (for a SLURM
-    tier, wherever its job registered; None while no job is registered)."""
-    if c.gateway:
-        for route in c.gateway.routes:
-            if route.tier == tier.name:
-                return f"http://{c.gateway.listen[0]}:{route.port}"
-    if tier.manager != "slurm":
-        return topo.endpoint_url(c, tier)
+    """Where a client asks: through the gateway if it routes the tier, else the tier's endpoint (for a SLURM tier,
+    wherever its job registered; None while no job is registered)."""
+    url = topo.client_url(c, tier)
+    if url != topo.endpoint_url(c, tier) or tier.manager != "slurm":
+        return url
     record = probes.registered_endpoint(transport, c, tier)
     return f"http://{record['host']}:{record['port']}" if record else None
 

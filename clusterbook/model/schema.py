@@ -506,6 +506,24 @@ class SlurmCluster(Strict):
                                             "default 120 s; the lab measured 30 s safe)")
 
 
+class SlurmQos(Strict):
+    """A quality of service of the site's SLURM, as its administrators set it (sacctmgr)."""
+
+    name: SlurmName = Field(description="QoS name")
+    priority: int = Field(ge=0, description="its priority")
+    preempts: list[SlurmName] = Field(default_factory=list, description="QoS whose jobs it preempts")
+    used_by: Line = Field(description="whose jobs run with it")
+
+
+class SlurmSite(Strict):
+    """Where SLURM is managed elsewhere: the facts of it that decide when the tiers run (shown in the docs)."""
+
+    qos: list[SlurmQos] = Field(default_factory=list, description="QoS levels and who preempts whom")
+    partitions: dict[SlurmName, Line] = Field(default_factory=dict,
+                                              description="partition name -> what runs there (troubleshooting "
+                                                          "looks at each)")
+
+
 class Planner(Strict):
     """Constants of the capacity planner."""
 
@@ -554,6 +572,8 @@ class Cluster(Strict):
     troubleshooting: list[Trouble] = Field(default_factory=list, description="symptom -> cause -> fix")
     planner: Planner = Field(default_factory=Planner, description="capacity planner constants")
     slurm: SlurmCluster | None = Field(None, description="the SLURM cluster, when clusterbook configures it")
+    slurm_site: SlurmSite | None = Field(None, description="the site's SLURM, when it is managed elsewhere: QoS and "
+                                                           "partitions (docs and troubleshooting)")
 
     # --- lookups used everywhere -------------------------------------------------------------
     def node(self, name: str) -> Node:

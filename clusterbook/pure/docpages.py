@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 
+from clusterbook.model.crosscheck import FLASH_ATTN_MIN_CC
 from clusterbook.model.hosts import resolve_hosts
 from clusterbook.model.schema import HIGHER_IS_BETTER, Cluster, RouterTier, RpcTier
 from clusterbook.model.templating import render_string
@@ -51,27 +52,93 @@ def tier_summary(c: Cluster) -> str:
     for t in c.tiers:
         nodes = ", ".join(t.nodes)
         what = ", ".join(t.served_models)
-        public = topo.gateway_url(c, t.name) or "–"
-        rows.append([f"**{t.name}**", t.kind, t.manager, what, nodes, f"`{topo.endpoint_url(c, t)}`", public])
-    out = table(["tier", "kind", "run by", "models", "nodes", "endpoint", "through the gateway"], rows)
+        kind = "router mode" if t.kind == "router" else "split over RPC"
+        manager = "SLURM job" if t.manager == "slurm" else "systemd"
+        rows.append([f"**{t.name}**", f"{kind}, {manager}", what, nodes, f"`{topo.client_url(c, t)}`"])
+    out = table(["tier", "how", "models", "nodes", "URL (the [API page](api.md) has the others)"], rows)
     for sentence in exclusion_text(plan_residency(c, plan_cluster(c))):
         out += f'\n!!! warning "Not at the same time"\n    {sentence} See the [capacity plan](capacity.md).\n'
     return out
 
 
-def curl_example(c: Cluster, tier: RouterTier | RpcTier) -> str:
+def _example_request(c: Cluster, tier: RouterTier | RpcTier) -> tuple[str, str, int, str]:
+    """(base URL, model id, max_tokens, where the API key is found or "") of a tier's examples."""
     model = tier.served_models[0]
-    url = topo.gateway_url(c, tier.name) or topo.endpoint_url(c, tier)
-    auth, key = "", ""
+    url = topo.client_url(c, tier)
+    key = ""
     if tier.api_key:
-        source = f"the file {tier.api_key.file}" if tier.api_key.file else f"${tier.api_key.env}"
-        key = f"KEY=...  # the tier's API key: {source}\n"
-        auth = ' \\\n  -H "Authorization: Bearer $KEY"'
+        key = f"the file {tier.api_key.file}" if tier.api_key.file else f"${tier.api_key.env}"
     # a reasoning model writes its chain of thought first: the seeds advise 500 tokens or more
     tokens = 500 if c.model(model).reasoning_content else 100
-    body = json.dumps({"model": model, "messages": [{"role": "user", "content": "Hello!"}], "max_tokens": tokens})
-    return code(f"{key}curl -s {url}/v1/chat/completions \\\n  -H 'Content-Type: application/json'{auth} \\\n"
-                f"  -d '{body}'")
+    return url, model, tokens, key
+
+
+def curl_example(c: Cluster, tier: RouterTier | RpcTier, stream: bool = False) -> str:
+    url, model, tokens, key = _example_request(c, tier)
+    auth = ' \\\n  -H "Authorization: Bearer $KEY"' if key else ""
+    body = {"model": model, "messages": [{"role": "user", "content": "Hello!"}], "max_tokens": tokens}
+    if stream:
+        body["stream"] = True
+    key_line = f"KEY=...  # the tier's API key: {key}\n" if key else ""
+    return code(f"{key_line}curl -s{'N' if stream else ''} {url}/v1/chat/completions \\\n"
+                f"  -H 'Content-Type: application/json'{auth} \\\n  -d '{json.dumps(body)}'")
+
+
+def client_retries(seconds: float) -> int:
+    """Retries the openai client needs to outlast `seconds`: it waits 0.5, 1, 2, 4, then at most 8 s between tries
+    (Retry-After instead when that is 60 s or less)."""
+    return 4 + max(0, math.ceil((seconds - 7.5) / 8))
+
+
+def python_example(c: Cluster, tier: RouterTier | RpcTier, recovery_s: float | None, stream: bool = False) -> str:
+    """The same request through the `openai` client; with retries that outlast the tier's predicted recovery."""
+    url, model, tokens, key = _example_request(c, tier)
+    lines = (["import os", ""] if key else []) + ["from openai import OpenAI", ""]
+    lines.append(f"# the tier's API key ({key}) in the environment as KEY" if key else
+                 "# the tier needs no key, but the client wants one")
+    api_key = 'os.environ["KEY"]' if key else '"none"'
+    options = f"base_url={json.dumps(url + '/v1')}, api_key={api_key}"
+    if recovery_s:
+        lines.append(f"# max_retries: the client's backoff outlasts a recovery of about {math.ceil(recovery_s)} s")
+        options += f", max_retries={client_retries(recovery_s)}"
+    lines += ["client = OpenAI(" + ",\n                ".join(options.split(", ")) + ")"]
+    call = (f"client.chat.completions.create(model={json.dumps(model)}, max_tokens={tokens},\n"
+            '    messages=[{"role": "user", "content": "Hello!"}]' + (", stream=True)" if stream else ")"))
+    reasoning = c.model(model).reasoning_content
+    if stream:
+        lines += [f"for chunk in {call}:", "    delta = chunk.choices[0].delta"]
+        shown = 'getattr(delta, "reasoning_content", None) or delta.content' if reasoning else "delta.content"
+        lines += [f'    print({shown} or "", end="", flush=True)']
+    else:
+        lines += [f"reply = {call}"]
+        if reasoning:
+            lines += ['print(getattr(reply.choices[0].message, "reasoning_content", None))  # the chain of thought']
+        lines += ["print(reply.choices[0].message.content)"]
+    return code("\n".join(lines), "python")
+
+
+def example_response(c: Cluster, tier: RouterTier | RpcTier) -> str:
+    """The shape of llama-server's answer to a non-streamed chat completion, with the tier's model id."""
+    model = tier.served_models[0]
+    message = {"role": "assistant", "content": "<the answer>"}
+    if c.model(model).reasoning_content:
+        message["reasoning_content"] = "<the chain of thought>"
+    body = {"choices": [{"finish_reason": "stop", "index": 0, "message": message}], "created": "<unix time>",
+            "model": model, "system_fingerprint": f"b{c.engine.build}-...", "object": "chat.completion",
+            "usage": {"completion_tokens": "<n>", "prompt_tokens": "<n>", "total_tokens": "<n>"},
+            "id": "chatcmpl-...", "timings": {"prompt_n": "<n>", "prompt_ms": "<ms>", "prompt_per_second":
+                                              "<tokens/s>", "predicted_n": "<n>", "predicted_ms": "<ms>",
+                                              "predicted_per_second": "<tokens/s>"}}
+    return code(json.dumps(body, indent=2), "json")
+
+
+def tabs(named: dict[str, str]) -> str:
+    """Content tabs (pymdownx.tabbed): each body indented under its title."""
+    out = []
+    for title, body in named.items():
+        indented = "\n".join(("    " + line) if line else "" for line in body.rstrip().splitlines())
+        out.append(f'=== "{title}"\n\n{indented}\n')
+    return "\n".join(out)
 
 
 def quick_start(c: Cluster) -> str:
@@ -157,10 +224,61 @@ def models(c: Cluster) -> str:
                   "reasoning_content", "served by", "source"], rows)
 
 
+def preemption(c: Cluster) -> str:
+    """Who preempts whom on the site's SLURM, and what each partition runs."""
+    site = c.slurm_site
+    if not site or not (site.qos or site.partitions):
+        return ""
+    out = ["## Preemption\n"]
+    if site.qos:
+        out.append(table(["QoS", "priority", "preempts", "used by"],
+                         [[f"`{q.name}`", q.priority, ", ".join(f"`{p}`" for p in q.preempts) or "–", q.used_by]
+                          for q in sorted(site.qos, key=lambda q: -q.priority)]))
+    if site.partitions:
+        out.append("\n" + table(["partition", "runs"], [[f"`{p}`", what] for p, what in site.partitions.items()]))
+    return "\n".join(out) + "\n"
+
+
+def tier_notes(c: Cluster, t: RouterTier | RpcTier, plan: TierPlan) -> list[str]:
+    """The warnings that matter for a tier, as admonitions, from its hardware, kind and manager."""
+    notes = []
+    volta = sorted({(g.model, g.compute_capability) for n in t.nodes for g in c.node(n).gpus
+                    if g.cc < FLASH_ATTN_MIN_CC})
+    if volta:
+        names = ", ".join(f"{m} (compute capability {cc})" for m, cc in volta)
+        notes.append(f'!!! warning "No flash attention on {names}"\n    `invoke check` refuses `flash_attn: on` for '
+                     "these GPUs: seed 004 saw llama-server crash with `--flash-attn` on V100 (SM70). Without it the "
+                     "V cache cannot be quantized either.\n")
+    recovery = predict_load(c, t, plan)
+    if isinstance(t, RpcTier):
+        net = c.rpc_network
+        notes.append(f'!!! danger "RPC has no authentication"\n    Anyone who reaches port {t.rpc_port} on the '
+                     f"{net} network can use the workers' GPUs and memory. The workers listen on their {net} "
+                     f"address only, and each worker's nftables rules accept the port from the tier's own nodes "
+                     f"only ({', '.join(t.nodes)}).\n")
+        then = (f"systemd starts it again after {recovery.restart_s:g} s" if t.manager == "systemd" else
+                "its job ends and SLURM requeues it")
+        notes.append(f'!!! note "A lost worker means a full reload"\n    llama.cpp\'s RPC has no reconnect: the head '
+                     f"aborts at its next request after a worker is lost (even one that came back), {then}, and it "
+                     f"loads the whole model again: back in about {math.ceil(recovery.recovery_s)} s "
+                     "(the capacity plan's prediction; `invoke bench.recovery` measures it).\n")
+    if t.manager == "slurm" and t.slurm and t.slurm.qos and c.slurm_site:
+        for q in c.slurm_site.qos:
+            if t.slurm.qos in q.preempts:
+                notes.append(f'!!! warning "{q.used_by} preempt this tier"\n    QoS `{q.name}` (priority '
+                             f"{q.priority}) preempts this tier's `{t.slurm.qos}`: its job gets SIGTERM, "
+                             f"{t.slurm.grace_seconds} s to stop, and is requeued; it runs again when the GPUs are "
+                             f"free, about {math.ceil(recovery.recovery_s)} s after the preempting job ends "
+                             "(predicted). Until then the gateway answers 503.\n")
+    return notes
+
+
 def tier_flags(c: Cluster) -> str:
     out = []
+    plans = plan_cluster(c)
     for t in c.tiers:
         out.append(f"## {t.name}\n\n{t.description}\n")
+        out += tier_notes(c, t, plans[t.name])
         out.append(f"**llama-server** on {t.nodes[0]} (`{fl.binary(c, c.engine.server_binary)}`):\n")
         out.append(table(["flag", "value", "what it does", "why this value"],
                          [[f"`{f.flag}`", f"`{f.value}`" if f.value is not None else "", f.what, f.why]
@@ -183,11 +301,12 @@ def capacity(c: Cluster, plans: dict[str, TierPlan] | None = None) -> str:
     out = []
     for name, p in plans.items():
         out.append(f"## {name}: {p.model} at {p.ctx:,} tokens\n")
-        out.append(table(["device", "node", "blocks", "weights", "KV cache", "compute", "overhead", "total", "usable",
-                          "headroom"],
-                         [[d.device, d.node, f"{d.blocks}{' + output' if d.output else ''}", gib(d.weights), gib(d.kv),
-                           gib(d.compute), gib(d.overhead), gib(d.total), gib(d.capacity), gib(d.headroom)]
-                          for d in p.devices]))
+        out.append(table(["device (node)", "blocks", "weights", "KV cache", "compute", "overhead"],
+                         [[f"{d.device} ({d.node})", f"{d.blocks}{' + output' if d.output else ''}", gib(d.weights),
+                           gib(d.kv), gib(d.compute), gib(d.overhead)] for d in p.devices]))
+        out.append("\n" + table(["device (node)", "total", "usable", "headroom"],
+                                [[f"{d.device} ({d.node})", gib(d.total), gib(d.capacity), gib(d.headroom)]
+                                 for d in p.devices]))
         facts = [f"Fits: **{'yes' if p.fits else 'no'}**."]
         if p.max_ctx is not None:
             facts.append(f"Largest context that fits: **{p.max_ctx:,}** tokens.")
@@ -295,12 +414,59 @@ def targets(c: Cluster) -> str:
     return table(["tier", "metric", "target", "acceptable", "critical"], rows) if rows else "No targets.\n"
 
 
+def _base_urls(c: Cluster, t: RouterTier | RpcTier) -> list[list[str]]:
+    rows = []
+    if topo.gateway_url(c, t.name):
+        rows.append(["through the gateway's Tailscale name (clients)", f"`{topo.gateway_url(c, t.name)}`"])
+    for route in (c.gateway.routes if c.gateway else []):
+        if route.tier == t.name:
+            for address in c.gateway.listen:
+                rows.append([f"through the gateway on {c.gateway.node}, the tier's own port",
+                             f"`http://{address}:{route.port}`"])
+            if c.gateway.path_port:
+                rows.append([f"through the gateway on {c.gateway.node}, by path",
+                             f"`http://{c.gateway.listen[0]}:{c.gateway.path_port}{route.path.rstrip('/')}`"])
+    where = ("where its SLURM job runs (the gateway follows it; the endpoint registry records it)"
+             if t.manager == "slurm" else "direct, on the tier's node (cluster networks only)")
+    rows.append([where, f"`{topo.endpoint_url(c, t)}`"])
+    return rows
+
+
+def tailnet_access(c: Cluster) -> str:
+    """Who may reach the published API: a Tailscale grant for the gateway's HTTPS port (tailscale serve)."""
+    if not c.gateway or not c.gateway.tailscale_name:
+        return ""
+    policy = {"tagOwners": {"tag:ai-gateway": ["autogroup:admin"]},
+              "grants": [{"src": ["group:ai-users"], "dst": ["tag:ai-gateway"], "ip": ["tcp:443"]}]}
+    return ("## Who can reach it\n\nThrough `tailscale serve`, every device of the tailnet reaches "
+            f"`{c.gateway.url}` by default. To let only some users in, tag {c.gateway.node} (`tag:ai-gateway` "
+            "below) and grant HTTPS to a group in the tailnet policy file (admin console, Access controls); "
+            "`group:ai-users` is yours to define:\n\n" + code(json.dumps(policy, indent=2), "json") +
+            '\n!!! warning "The gateway\'s own ports"\n    nginx also listens on ' +
+            ", ".join(f"`{a}`" for a in c.gateway.listen) + " (ports " +
+            ", ".join(str(r.port) for r in c.gateway.routes) + "): anyone on those networks passes the grant "
+            "by. The tiers' API key, where one is set, still applies.\n")
+
+
 def api(c: Cluster) -> str:
     out = []
     plans = plan_cluster(c)
     for t in c.tiers:
-        base = topo.gateway_url(c, t.name) or topo.endpoint_url(c, t)
-        out.append(f"### {t.name}\n")
+        base = topo.client_url(c, t)
+        out.append(f"## {t.name}\n")
+        if t.description:
+            out.append(f"{t.description}\n")
+        out.append(table(["base URL", "reached"], [[u, w] for w, u in _base_urls(c, t)]))
+        out.append("\n**Model ids** (the `model` field of a request):\n")
+        out.append(table(["model id", "context (tokens)", "reasoning_content"],
+                         [[f"`{m}`", f"{t.ctx_size:,}", "yes" if c.model(m).reasoning_content else "no"]
+                          for m in t.served_models]))
+        if isinstance(t, RouterTier):
+            most = f"at most {t.models_max} at once" if t.models_max else "no limit on how many at once"
+            out.append(f"\nRouter mode: a model loads on its first request ({most}); "
+                       "`GET /v1/models` shows which are loaded. A model id the tier does not serve gets an error "
+                       "naming it (see Troubleshooting, \"model not found\").\n")
+        out.append("\n**Endpoints**\n")
         rows = [["`POST`", f"`{base}/v1/chat/completions`", "OpenAI-compatible chat completion"],
                 ["`GET`", f"`{base}/v1/models`", "models this tier serves" + (" (and their load state)"
                                                                               if isinstance(t, RouterTier) else "")],
@@ -309,24 +475,33 @@ def api(c: Cluster) -> str:
             rows.append(["`GET`", f"`{base}/metrics`", "Prometheus metrics (`--metrics` is on)"])
         out.append(table(["method", "URL", "what"], rows))
         if t.api_key:
-            out.append("\nRequests need `Authorization: Bearer <key>`; without it the tier answers 401.\n")
-        models_ = t.served_models
-        reasoning = [m for m in models_ if c.model(m).reasoning_content]
+            out.append("\nRequests need `Authorization: Bearer <key>`; without it the tier answers 401. The key "
+                       f"is in {_example_request(c, t)[3]}.\n")
+        recovery = predict_load(c, t, plans[t.name]).recovery_s if (isinstance(t, RpcTier) or
+                                                                    t.manager == "slurm") else None
+        out.append("\n**Examples**\n")
+        out.append(tabs({"curl": curl_example(c, t), "Python (openai)": python_example(c, t, recovery),
+                         "Streaming (curl)": curl_example(c, t, stream=True),
+                         "Streaming (Python)": python_example(c, t, recovery, stream=True),
+                         "Example response": example_response(c, t)}))
+        reasoning = [m for m in t.served_models if c.model(m).reasoning_content]
         if reasoning:
-            out.append(f"\n{', '.join(reasoning)} returns its chain of thought in `choices[0].message."
-                       "reasoning_content` and the answer in `content`; give `max_tokens` room for both.\n")
-        if isinstance(t, RpcTier) or t.manager == "slurm":
-            load = predict_load(c, t, plans[t.name])
+            out.append(f'\n!!! tip "Reasoning models"\n    {", ".join(reasoning)} returns its chain of thought in '
+                       "`choices[0].message.reasoning_content` (streamed as `delta.reasoning_content`) and the answer "
+                       "in `content`. The chain of thought comes first: give `max_tokens` room for both (500 or "
+                       "more), or the answer is cut off before it starts.\n")
+        if recovery is not None:
             cause = "a worker crash or a preemption" if t.manager == "slurm" else "a worker crash"
-            seconds = max(1, math.ceil(load.recovery_s))
+            seconds = max(1, math.ceil(recovery))
             routed = c.gateway and any(r.tier == t.name for r in c.gateway.routes)
             got = (f"new ones get `503` with `Retry-After: {seconds}` and a JSON `unavailable_error` from the "
                    "gateway" if routed else "new ones are refused, or get `503` \"Loading model\" while it loads")
             out.append(f'\n!!! note "During a recovery"\n    After {cause} the tier is gone for about '
                        f"{seconds} s (the capacity plan's prediction): requests in flight end without an answer (a "
                        f"stream stops without an error event), {got}. Retry with a backoff for that long (the "
-                       "`openai` client retries a 503 only twice by default: raise its `max_retries`); `/health` "
-                       "answers 200 again when the tier is back.\n")
+                       "`openai` client retries a 503 only twice by default: the Python examples raise its "
+                       "`max_retries`); `/health` answers 200 again when the tier is back.\n")
+    out.append(tailnet_access(c))
     return "\n".join(out)
 
 

@@ -54,6 +54,18 @@ def gateway_url(c: Cluster, tier_name: str) -> str | None:
     return None
 
 
+def client_url(c: Cluster, tier: RouterTier | RpcTier) -> str:
+    """Where clients should ask a tier: the gateway's Tailscale name, else the gateway's port for the tier, else the
+    tier's own endpoint (for a SLURM tier, where its job runs when the cluster file pins it)."""
+    published = gateway_url(c, tier.name)
+    if published:
+        return published
+    for route in (c.gateway.routes if c.gateway else []):
+        if route.tier == tier.name:
+            return f"http://{c.gateway.listen[0]}:{route.port}"
+    return endpoint_url(c, tier)
+
+
 def rpc_endpoints(c: Cluster, tier: RpcTier) -> list[str]:
     """host:port of each worker on the RPC network, in --rpc order."""
     return [f"{address(c, w, c.rpc_network)}:{tier.rpc_port}" for w in tier.workers]

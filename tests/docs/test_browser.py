@@ -62,8 +62,12 @@ def test_site_in_a_real_browser(served, browser):
     assert browser.find_element(By.CSS_SELECTOR, "article h1").text == "beefcake2"
     browser.save_screenshot(str(ARTIFACTS / "home.png"))
 
-    # navigation reaches a runbook page
-    browser.find_element(By.LINK_TEXT, "Runbooks").click()
+    # navigation is grouped (Deploy / Operate / Troubleshoot / Reference) and reaches a runbook page
+    groups = [e.text for e in browser.find_elements(By.CSS_SELECTOR, ".md-sidebar--primary .md-nav__item--section > "
+                                                                     ".md-nav__link")]
+    assert groups[:4] == ["Deploy", "Operate", "Troubleshoot", "Reference"], groups
+    browser.find_element(By.XPATH, "//label[contains(@class, 'md-nav__link') and contains(., 'Deploy runbooks')]"
+                         ).click()
     link = browser.find_element(By.PARTIAL_LINK_TEXT, "Deploy the reasoning tier")
     link.click()
     WebDriverWait(browser, 10).until(ec.url_contains("/runbooks/deploy-slurm-reasoning/"))  # beefcake2: SLURM
@@ -83,3 +87,33 @@ def test_site_in_a_real_browser(served, browser):
     svg = WebDriverWait(browser, 15).until(lambda d: host.shadow_root.find_elements(By.CSS_SELECTOR, "svg"))
     assert svg
     browser.save_screenshot(str(ARTIFACTS / "architecture.png"))
+
+
+def test_api_tabs_admonitions_and_pictures_in_a_real_browser(served, browser):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    browser.get(served + "/api/")
+    tabs = browser.find_element(By.CSS_SELECTOR, ".tabbed-set")  # the first tier's examples
+    shown = {}
+    for title in ("curl", "Python (openai)", "Streaming (curl)", "Streaming (Python)", "Example response"):
+        tabs.find_element(By.XPATH, f".//label[normalize-space()='{title}']").click()
+        shown[title] = WebDriverWait(browser, 5).until(
+            lambda d: next((b.text for b in tabs.find_elements(By.CSS_SELECTOR, ".tabbed-block") if b.is_displayed()),
+                           None))
+    assert shown["curl"].startswith("curl -s https://") and "/v1/chat/completions" in shown["curl"]
+    assert "from openai import OpenAI" in shown["Python (openai)"] and "max_retries=" in shown["Python (openai)"]
+    assert '"stream": true' in shown["Streaming (curl)"] and "stream=True" in shown["Streaming (Python)"]
+    assert '"object": "chat.completion"' in shown["Example response"]
+    browser.save_screenshot(str(ARTIFACTS / "api-tabs.png"))
+    # beefcake2's reasoning model shows its chain of thought: the response shape and a tip say so
+    assert "reasoning_content" in browser.find_element(By.TAG_NAME, "article").text
+    notes = [e for e in browser.find_elements(By.CSS_SELECTOR, ".admonition") if e.is_displayed()]
+    assert any("During a recovery" in e.text for e in notes), [e.text[:60] for e in notes]
+
+    # a generated picture on the capacity page loads and has a size
+    browser.get(served + "/capacity/")
+    img = browser.find_element(By.CSS_SELECTOR, "article img[src$='.svg']")
+    browser.execute_script("arguments[0].scrollIntoView()", img)
+    WebDriverWait(browser, 10).until(lambda d: d.execute_script("return arguments[0].naturalWidth", img) > 0)

@@ -1,5 +1,6 @@
-"""Every shell block on the site parses: `bash -n` on each block the site shows, for the production cluster, the
-lab and the SLURM lab (a comment on a continued line or a broken quote would fail here, not in an operator's hands)."""
+"""Every shell block on the site parses (`bash -n` on each block the site shows) and every Python block compiles,
+for the production cluster, the lab and the SLURM lab (a comment on a continued line or a broken quote would fail
+here, not in an operator's hands)."""
 
 import html
 import re
@@ -10,11 +11,12 @@ import pytest
 from .test_site import build, needs_mermaid
 
 BLOCK = re.compile(r'<div class="language-(?:bash|sh|shell) highlight"><pre>(.*?)</pre></div>', re.S)
+PYTHON = re.compile(r'<div class="language-python highlight"><pre>(.*?)</pre></div>', re.S)
 
 
-def shell_blocks(site):
+def shell_blocks(site, pattern=BLOCK):
     for page in sorted(site.rglob("*.html")):
-        for match in BLOCK.finditer(page.read_text(errors="replace")):
+        for match in pattern.finditer(page.read_text(errors="replace")):
             yield page.relative_to(site), html.unescape(re.sub(r"<[^>]+>", "", match.group(1)))
 
 
@@ -27,6 +29,10 @@ def test_every_shell_block_on_the_site_parses(cluster, tmp_path):
     assert len(blocks) > 20, f"expected the site's shell blocks, found {len(blocks)}"
     broken = [f"{page}: {problem}\n{text[:400]}" for page, text in blocks for problem in problems(text)]
     assert not broken, "\n\n".join(broken)
+    python = list(shell_blocks(tmp_path, PYTHON))
+    assert len(python) >= 4, "expected the API page's Python examples"  # two per tier: a reply and a stream
+    for page, text in python:
+        compile(text, f"{page}", "exec")  # a SyntaxError names the page
 
 
 def problems(text: str) -> list[str]:

@@ -164,3 +164,13 @@ def test_troubleshooting_follows_the_manager(beefcake2_site):
     page = (beefcake2_site[0] / "troubleshooting/index.html").read_text()
     assert "systemctl" not in page  # beefcake2's tiers are SLURM jobs: no unit to restart
     assert "squeue -n llama-reasoning" in page and "scontrol requeue" in page
+
+
+def test_every_runbook_has_a_navigation_group():
+    """A runbook outside every group would build a page no navigation reaches."""
+    import yaml
+
+    from clusterbook.adapters.mkdocs_plugin import RUNBOOK_GROUPS
+    grouped = [rid for ids in RUNBOOK_GROUPS.values() for rid in ids]
+    ids = {yaml.safe_load(path.read_text())["id"] for path in (ROOT / "runbooks").glob("*.yaml")}
+    assert ids == set(grouped) and len(grouped) == len(set(grouped))

@@ -41,3 +41,29 @@ def fresh_lab():
     up = invoke("lab.up")
     assert up.returncode == 0, up.stdout + up.stderr
     return up
+
+
+def run_api_examples(cluster_file: Path, site: Path, ssh) -> list[str]:
+    """Build the cluster's docs and run every curl example of its API page against the lab, with the tier's real
+    key where the page says KEY=...; the outputs, one per example."""
+    import html
+    import re
+
+    from clusterbook.effects.probes import api_key
+
+    build = invoke("docs", "--out", str(site), cluster=cluster_file)
+    assert build.returncode == 0, build.stdout[-2000:] + build.stderr
+    cluster = load_cluster(cluster_file)
+    page = (site / "api/index.html").read_text()
+    blocks = [html.unescape(re.sub(r"<[^>]+>", "", b)) for b in
+              re.findall(r'<div class="language-bash highlight"><pre>(.*?)</pre></div>', page, re.S)]
+    keys = {t.name: api_key(ssh, cluster, t) for t in cluster.tiers}
+    outputs = []
+    for block in blocks:
+        tier = next(t for t in cluster.tiers if f'"model": "{t.served_models[0]}"' in block)
+        script = block.replace("KEY=...", f"KEY={keys[tier.name]}") if keys[tier.name] else block
+        run = subprocess.run(["bash", "-c", f"set -euo pipefail\n{script}"], capture_output=True, text=True,
+                             timeout=300)
+        assert run.returncode == 0, f"{block}\n{run.stderr}"
+        outputs.append(run.stdout)
+    return outputs

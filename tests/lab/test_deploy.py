@@ -7,7 +7,7 @@ import time
 import httpx
 import pytest
 
-from .conftest import LAB, NEEDS_LAB, ROOT, invoke
+from .conftest import LAB, NEEDS_LAB, ROOT, invoke, run_api_examples
 
 pytestmark = [pytest.mark.lab, NEEDS_LAB]
 DEPLOY = ("deploy.install", "models.fetch", "deploy.reasoning", "deploy.fast")
@@ -134,3 +134,12 @@ def test_run_log_is_json_lines():
     assert logs
     events = [json.loads(line) for line in logs[-1].read_text().splitlines()]
     assert {"step", "host", "action", "status", "seconds"} <= set(events[0])
+
+
+def test_the_api_pages_examples_run_against_the_lab(ssh, tmp_path):
+    """Each tier's curl and streaming curl example, as the lab's API page shows it, gets an answer."""
+    outputs = run_api_examples(LAB, tmp_path, ssh)
+    assert len(outputs) == 4  # two tiers, a reply and a stream each
+    for out in outputs:
+        assert '"chat.completion' in out and '"error"' not in out, out[:500]
+    assert sum("data: [DONE]" in out for out in outputs) == 2

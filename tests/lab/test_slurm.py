@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from .conftest import NEEDS_LAB, ROOT, invoke
+from .conftest import NEEDS_LAB, ROOT, invoke, run_api_examples
 
 pytestmark = [pytest.mark.lab, NEEDS_LAB]
 SLURM_LAB = ROOT / "lab/cluster-slurm.yaml"
@@ -83,3 +83,11 @@ def test_bench_recovery_under_slurm(slurm_lab, tmp_path):
         # the requeue hold (30 s in the lab) passes before the job runs again
         assert r["phases"]["job running"] >= 30 - 2, r
         assert r["load_s"] is not None and r["load_s"] > 0, r
+
+
+def test_the_api_pages_examples_run_against_the_slurm_lab(slurm_lab, ssh, tmp_path):
+    """Through the gateway, as the SLURM lab's API page shows them."""
+    outputs = run_api_examples(SLURM_LAB, tmp_path, ssh)
+    assert len(outputs) == 4
+    for out in outputs:
+        assert '"chat.completion' in out and '"error"' not in out, out[:500]
