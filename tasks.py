@@ -186,7 +186,15 @@ def docs_serve(c, cluster=None, address="127.0.0.1:8000"):
     commands.docs(cluster or commands.default_cluster(), "site", serve=True, address=address)
 
 
-ns.add_collection(Collection("docs", docs_build, docs_serve))
+@task(name="publish", help={"cluster": RUN_HELP["cluster"], "dry": RUN_HELP["dry"]})
+@command
+def docs_publish(c, cluster=None, dry=False):
+    """Build the docs site and publish it on the gateway node's nginx (gateway.docs_port, and /docs/ through
+    tailscale serve); the footer names the cluster file's digest and the build time, checked after the upload."""
+    commands.publish_docs(cluster or commands.default_cluster(), dry)
+
+
+ns.add_collection(Collection("docs", docs_build, docs_serve, docs_publish))
 
 
 @task(help={"cluster": RUN_HELP["cluster"],

@@ -4,7 +4,7 @@ runbook pages, pictures and file downloads added as generated files, all from on
 from mkdocs.structure.files import File
 from mkdocs_macros.plugin import MacrosPlugin
 
-from clusterbook.commands.docsite import Site, current_site, latest_report
+from clusterbook.commands.docsite import Site, build_stamp, built_at, current_site, latest_report
 from clusterbook.pure import docpages as pages
 from clusterbook.pure.operations import cluster_command, tier_command
 
@@ -18,6 +18,7 @@ class ClusterbookPlugin(MacrosPlugin):
         self.site = current_site()  # `invoke docs` hands the site it loaded; docs.serve computes it per rebuild
         cluster = self.site.cluster
         config["site_name"] = f"{cluster.cluster.name} · clusterbook"
+        config["copyright"] = build_stamp(self.site, built_at())  # the footer: which file, when
         if cluster.cluster.docs_url:
             config["site_url"] = cluster.cluster.docs_url
         fill_runbook_groups(config["nav"], self.site)
@@ -41,7 +42,7 @@ class ClusterbookPlugin(MacrosPlugin):
 RUNBOOK_GROUPS = {  # nav entry: the runbooks it lists (by id); the index page goes to the first group
     "Deploy runbooks": ("install", "models", "router", "gateway", "slurm", "deploy-rpc", "deploy-router",
                         "deploy-slurm"),
-    "Operate runbooks": ("status", "logs", "stop", "stop-slurm", "restart"),
+    "Operate runbooks": ("status", "logs", "stop", "stop-slurm", "restart", "publish-docs"),
 }
 
 

@@ -25,6 +25,7 @@ from clusterbook.commands.runbooks import (
 from clusterbook.commands.settings import DEFAULTS as SETTINGS_DEFAULTS
 from clusterbook.commands.settings import configure
 from clusterbook.commands.site import docs
+from clusterbook.commands.site import publish as publish_docs
 from clusterbook.effects.console import Failed
 
 __all__ = [
@@ -46,6 +47,7 @@ __all__ = [
     "lab_up",
     "logs",
     "plan",
+    "publish_docs",
     "recovery",
     "rehearse",
     "render",

@@ -50,10 +50,32 @@ def current_site() -> Site:
     return _current if _current is not None else build_site(settings.current().cluster)
 
 
-def handing(site: Site | None) -> None:
-    """Give the hooks and macros of the next in-process build this site (None: back to the configured cluster file)."""
-    global _current
-    _current = site
+def build_stamp(site: Site, built_at: str) -> str:
+    """The page footer: which cluster file (by the path given, and its digest) and when; docs.publish checks for it."""
+    from clusterbook.commands.reportstamp import file_digest
+
+    path = Path(site.cluster_file)
+    try:  # never the build machine's checkout: relative to the working directory, else the file's name
+        shown = path.resolve().relative_to(Path.cwd().resolve()).as_posix()
+    except ValueError:
+        shown = path.name
+    return f"Built by clusterbook from {shown} (sha256 {file_digest(path)[:12]}) at {built_at}"
+
+
+_built_at: str | None = None  # the build time the next in-process build shows (None: when it runs)
+
+
+def handing(site: Site | None, built_at: str | None = None) -> None:
+    """Give the hooks and macros of the next in-process build this site (None: back to the configured cluster file)
+    and, when given, the build time its footer shows."""
+    global _current, _built_at
+    _current, _built_at = site, built_at
+
+
+def built_at() -> str:
+    import time
+
+    return _built_at or time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
 def build_site(path: str) -> Site:
@@ -72,10 +94,13 @@ def _build_site(path: str, stamp: tuple) -> Site:
                 pages.slug(f"{op.collection}-slurm" if op.variables else op.runbook, op.tier))
                for op in operations(c) if op.steps is None]
     entries += [("status", None, "invoke status", {}, "status"), ("logs", None, "invoke logs", {}, "logs")]
+    if c.gateway and c.gateway.docs_port:
+        entries.append(("publish-docs", None, "invoke docs.publish", {"build_id": "BUILD-TIME"}, "publish-docs"))
     docs = []
     for runbook, tier, command, variables, slug in entries:
         try:
-            expansion = expand(books[runbook], c, tier, variables=variables)
+            extra = [packed_site(c, "(the site, packed by invoke docs.publish)")] if runbook == "publish-docs" else []
+            expansion = expand(books[runbook], c, tier, variables=variables, artifacts=render_artifacts(c) + extra)
         except InputError as exc:  # not possible for this cluster: no page; the index says why
             reason = "; ".join(p.message for p in exc.problems)
             docs.append(RunbookDoc(runbook, tier, f"{runbook}{' ' + tier if tier else ''}", None, "", command,
@@ -87,6 +112,12 @@ def _build_site(path: str, stamp: tuple) -> Site:
     plans = plan_cluster(c)
     pictures = {f"capacity-{node}.svg": svg for node, svg in node_pictures(plan_residency(c, plans)).items()}
     return Site(path, c, plans, render_artifacts(c), docs, pictures)
+
+
+def packed_site(c: Cluster, packed: str) -> Artifact:
+    """The built site as one upload for the gateway: a gzipped tar, base64 (uploads are text)."""
+    return Artifact(c.gateway.node, f"{c.gateway.docs_dir}/site.tar.gz.b64", packed, "archive",
+                    about="the docs site, packed")
 
 
 REPORTS = {  # report name: (what "not yet …" says, the task that writes it)

@@ -19,13 +19,14 @@ def default_cluster() -> str:
 
 def run_runbook(runbook_id: str, cluster_file: str, tier: str | None = None, dry: bool = False,
                 only: str | None = None, steps: str | None = None, quiet_recap: bool = False,
-                variables: dict | None = None):
+                variables: dict | None = None, extra_artifacts: list | None = None):
     """Expand a runbook for the cluster and run it over SSH (or print the plan with dry)."""
     import time as _time
 
     from clusterbook.effects.executor import Executor
     from clusterbook.effects.reporters import ConsoleReporter, RunLog, dry_run, recap, step_times
     from clusterbook.effects.ssh import SshTransport
+    from clusterbook.pure.render.artifacts import render_artifacts
     from clusterbook.pure.runbooks import available, expand
 
     cluster = load_cluster(cluster_file)
@@ -35,8 +36,9 @@ def run_runbook(runbook_id: str, cluster_file: str, tier: str | None = None, dry
         unknown = [n for n in only_nodes if n not in {x.name for x in cluster.nodes}]
         if unknown:
             raise Failed(f"--only: unknown node(s) {', '.join(unknown)}")
+    artifacts = render_artifacts(cluster) + list(extra_artifacts or [])  # e.g. the packed docs site
     expansion = expand(books[runbook_id], cluster, tier, only_nodes, steps.split(",") if steps else None,
-                       variables=variables)
+                       artifacts=artifacts, variables=variables)
     state_dir = Path(".clusterbook") / cluster.cluster.name / "deployed"
     if dry:
         dry_run(expansion, state_dir)

@@ -13,7 +13,8 @@ from clusterbook.effects.console import Failed, console
 MERMAID = Path("docs/assets/vendor/mermaid.min.js")
 
 
-def docs(cluster_file: str, out: str, serve: bool = False, address: str = "127.0.0.1:8000") -> None:
+def docs(cluster_file: str, out: str, serve: bool = False, address: str = "127.0.0.1:8000",
+         built: str | None = None) -> None:
     """Build the docs site strictly (or serve it) from a cluster file; nothing is fetched from outside."""
     site = build_site(cluster_file)  # loaded once; bad input: the usual FILE:LINE messages, before MkDocs starts
     if not MERMAID.exists():
@@ -32,7 +33,7 @@ def docs(cluster_file: str, out: str, serve: bool = False, address: str = "127.0
     started = time.monotonic()
     warnings = _Collect()
     logging.getLogger("mkdocs").addHandler(warnings)
-    handing(site)
+    handing(site, built)
     try:
         build(load_config("mkdocs.yml", site_dir=str(Path(out).resolve()), strict=True))
     except MkDocsException as exc:
@@ -55,3 +56,44 @@ class _Collect(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         self.lines.append(f"{record.levelname}: {record.getMessage()}")
+
+
+def publish(cluster_file: str, dry: bool) -> None:
+    """Build the site, pack it, and unpack it on the gateway node, where nginx serves it (runbook publish-docs)."""
+    import base64
+    import io
+    import tarfile
+    import tempfile
+
+    from clusterbook.commands.docsite import build_stamp, packed_site
+    from clusterbook.commands.runbooks import run_runbook
+    from clusterbook.model.loader import load_cluster
+
+    cluster = load_cluster(cluster_file)
+    if not cluster.gateway or not cluster.gateway.docs_port:
+        raise Failed(f"{cluster_file}: the gateway has no docs_port: nowhere to publish the site "
+                     "(set gateway.docs_port)")
+    built = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    with tempfile.TemporaryDirectory() as out:
+        docs(cluster_file, out, built=built)
+        buffer = io.BytesIO()
+        with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+            tar.add(out, arcname=".", filter=_readable)
+    packed = base64.b64encode(buffer.getvalue()).decode()
+    console.print(f"packed the site: {len(buffer.getvalue()) / 1e6:.1f} MB")
+    stamp = build_stamp(build_site(cluster_file), built)
+    gateway = cluster.gateway
+    run_runbook("publish-docs", cluster_file, dry=dry, variables={"build_id": built},
+                extra_artifacts=[packed_site(cluster, packed)])
+    if not dry:
+        where = f"http://{gateway.listen[0]}:{gateway.docs_port}/" + (f" and {gateway.url}/docs/" if gateway.url
+                                                                    else "")
+        console.print(f"[green]published[/] on {gateway.node}: {where} ({stamp})")
+
+
+def _readable(info):
+    """Every packed file readable by nginx's user, owned by root (the build's temporary folder is private)."""
+    info.mode = 0o755 if info.isdir() else 0o644
+    info.uid = info.gid = 0
+    info.uname = info.gname = "root"
+    return info

@@ -174,6 +174,8 @@ class Executor:
         good = result.ok and (cmd.until is None or cmd.until in result.stdout)
         status = "failed" if not good else ("changed" if cmd.changed_when == "always" else "ok")
         tail = result.tail() or (f"stdout: {result.stdout.strip()[-300:]}" if not good else "")
+        if not good and cmd.name:  # a failure names the command itself, not only its label
+            label = f"{label}: {cmd.command}"
         if good and cmd.until:  # a wait: show the line that satisfied it (e.g. the job id and endpoint)
             line = next((ln for ln in reversed(result.stdout.splitlines()) if cmd.until in ln), "")
             label = f"{label} → {line.strip()}" if line.strip() and line.strip() != cmd.until else label

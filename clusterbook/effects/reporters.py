@@ -75,6 +75,9 @@ def step_times(report: Report) -> Table:
     return table
 
 
+DIFF_LINES, DIFF_WIDTH = 400, 1000  # a longer diff (a packed file, a big rewrite) is summarised, not printed
+
+
 def dry_run(expansion: Expansion, state_dir: Path) -> None:
     """Print the plan: per step and host the exact commands and the files that would change. Connects to nothing."""
     console.print(f"[bold]{expansion.title}[/] [dim](dry run: nothing is contacted)[/]")
@@ -89,6 +92,8 @@ def dry_run(expansion: Expansion, state_dir: Path) -> None:
                         diff = list(difflib.unified_diff(known.read_text().splitlines(), action.content.splitlines(),
                                                          f"{host}:{action.path} (last uploaded)",
                                                          f"{host}:{action.path} (rendered)", lineterm=""))
+                        if len(diff) > DIFF_LINES or any(len(line) > DIFF_WIDTH for line in diff):
+                            diff = [f"(changed: {len(diff)} diff lines, too long to show)"] if diff else []
                         console.print("\n".join(f"      {line}" for line in diff) or "      (unchanged)",
                                       markup=False, highlight=False, soft_wrap=True)
                     else:

@@ -264,6 +264,8 @@ def _ports(c: Cluster) -> list[Finding]:
             claim(c.gateway.node, route.port, f"gateway route {route.path}", ("gateway", "routes", j, "port"))
         if c.gateway.path_port:
             claim(c.gateway.node, c.gateway.path_port, "the gateway's path port", ("gateway", "path_port"))
+        if c.gateway.docs_port:
+            claim(c.gateway.node, c.gateway.docs_port, "the gateway's docs port", ("gateway", "docs_port"))
     return out
 
 

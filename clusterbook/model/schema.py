@@ -388,6 +388,9 @@ class Gateway(Strict):
                                                      "(what tailscale serve does, for networks without it)")
     update_interval_s: int = Field(30, ge=5, description="how often the endpoint updater runs")
     upstream_dir: AbsPath = Field("/etc/nginx/clusterbook", description="generated upstream files")
+    docs_port: Port | None = Field(None, description="serve the published docs site on this port (and at /docs/ "
+                                                     "through tailscale serve and the path port): invoke docs.publish")
+    docs_dir: AbsPath = Field("/var/www/clusterbook", description="where docs.publish unpacks the site")
 
     @property
     def url(self) -> str | None:

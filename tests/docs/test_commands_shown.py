@@ -17,8 +17,8 @@ from .test_site import ROOT, build, needs_mermaid
 INVOKE = re.compile(r"invoke ([a-z][a-z0-9_.-]*[a-z0-9])(?![<\w.])(?: --tier ([A-Za-z0-9_.-]+))?")
 # tasks that are not runbooks: they exist for every cluster
 PLAIN = {"check", "render", "plan", "reference", "status", "logs", "verify", "demo", "docs", "docs.build",
-         "docs.serve", "bench", "bench.run", "bench.rehearse", "bench.tune", "bench.recovery", "lab.up", "lab.down",
-         "lab.status", "lab.ssh", "lab.restart"}
+         "docs.serve", "docs.publish", "bench", "bench.run", "bench.rehearse", "bench.tune", "bench.recovery",
+         "lab.up", "lab.down", "lab.status", "lab.ssh", "lab.restart"}
 
 
 def commands_on(site) -> set[tuple[str, str | None]]:

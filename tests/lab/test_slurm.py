@@ -91,3 +91,59 @@ def test_the_api_pages_examples_run_against_the_slurm_lab(slurm_lab, ssh, tmp_pa
     assert len(outputs) == 4
     for out in outputs:
         assert '"chat.completion' in out and '"error"' not in out, out[:500]
+
+
+def test_docs_publish_serves_the_site_from_the_gateway(slurm_lab):
+    """The site lands on the gateway's docs port and under /docs/ of its path port (as tailscale serve publishes
+    it); its footer names this cluster file's digest and this build; a real browser loads the published copy."""
+    import re
+
+    import httpx
+
+    from clusterbook.commands.reportstamp import file_digest
+
+    result = invoke("docs.publish", cluster=SLURM_LAB)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr
+    built = re.search(r"at (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)\)", result.stdout.replace("\n", " ")).group(1)
+    footer = f"Built by clusterbook from lab/cluster-slurm.yaml (sha256 {file_digest(SLURM_LAB)[:12]}) at {built}"
+    for url in ("http://10.213.0.11:8095/", "http://10.213.0.11:8090/docs/", "http://10.213.0.11:8090/docs/api/"):
+        page = httpx.get(url, timeout=10)
+        assert page.status_code == 200 and footer in page.text, (url, page.status_code)
+    again = invoke("docs.publish", cluster=SLURM_LAB)  # a second publish swaps in the new build, keeps the old
+    assert again.returncode == 0, again.stdout[-2000:] + again.stderr
+    assert footer not in httpx.get("http://10.213.0.11:8095/", timeout=10).text
+    browse_published("http://10.213.0.11:8090/docs/")
+
+
+def browse_published(url: str) -> None:
+    """Headless Chromium on the published copy: the page renders with its navigation and the API tabs switch."""
+    import shutil
+    import tempfile
+
+    if not (shutil.which("chromium") and shutil.which("chromedriver")):
+        pytest.skip("apt-get install chromium chromium-driver")
+    import os
+    os.environ.setdefault("SE_OFFLINE", "true")
+    from selenium import webdriver
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = shutil.which("chromium")
+    for flag in ("--headless", "--no-sandbox", "--disable-gpu", f"--user-data-dir={tempfile.mkdtemp()}",
+                 "--window-size=1400,1000"):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(options=options, service=webdriver.ChromeService(shutil.which("chromedriver")))
+    try:
+        driver.get(url)
+        assert driver.find_element(By.CSS_SELECTOR, "article h1").text == "lab"
+        assert "Built by clusterbook" in driver.find_element(By.CSS_SELECTOR, "footer").text
+        driver.get(url + "api/")
+        tabs = driver.find_element(By.CSS_SELECTOR, ".tabbed-set")
+        tabs.find_element(By.XPATH, ".//label[normalize-space()='Python (openai)']").click()
+        WebDriverWait(driver, 5).until(lambda d: any("from openai import OpenAI" in b.text for b in
+                                                     tabs.find_elements(By.CSS_SELECTOR, ".tabbed-block")
+                                                     if b.is_displayed()))
+        assert not [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+    finally:
+        driver.quit()

@@ -48,3 +48,26 @@ def test_dry_run_shows_a_diff_when_the_last_upload_is_known(tmp_path):
         dry_run(expansion, tmp_path)
     text = captured.get()
     assert "-    --ctx-size 4096 \\" in text and "+    --ctx-size 32768 \\" in text
+
+
+def test_dry_run_summarises_a_diff_too_long_to_read(tmp_path):
+    """docs.publish uploads the packed site as one long line: --dry says it changed instead of printing it."""
+    from clusterbook.commands.docsite import packed_site
+    from clusterbook.effects.console import console
+    from clusterbook.effects.reporters import dry_run
+    from clusterbook.model.loader import load_cluster
+    from clusterbook.pure.render.artifacts import render_artifacts
+    from clusterbook.pure.runbooks import available, expand
+
+    cluster = load_cluster(ROOT / "cluster.yaml")
+    site = packed_site(cluster, "A" * 50_000)
+    expansion = expand(available()["publish-docs"], cluster, variables={"build_id": "now"},
+                       artifacts=render_artifacts(cluster) + [site])
+    known = tmp_path / "slurm-ctl" / site.path.lstrip("/")
+    known.parent.mkdir(parents=True)
+    known.write_text("B" * 50_000)
+    with console.capture() as captured:
+        dry_run(expansion, tmp_path)
+    text = captured.get()
+    assert "diff lines, too long to show)" in text and "AAAA" not in text
+    assert "curl -sf http://127.0.0.1:8082/ | grep -q now" in text

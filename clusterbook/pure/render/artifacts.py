@@ -19,7 +19,7 @@ from clusterbook.pure.planner.capacity import plan_tier
 from clusterbook.pure.planner.loadtime import predict_load
 from clusterbook.pure.render.escaping import LANGUAGE, Quoted, UnsafeValue, checked_target, guard
 
-Kind = Literal["unit", "env", "script", "config", "nginx", "nftables", "ini"]
+Kind = Literal["unit", "env", "script", "config", "nginx", "nftables", "ini", "archive"]
 SELECTOR_NAME = "llama-model-selector"
 UPDATER_SCRIPT = "/usr/local/sbin/clusterbook-upstreams"
 KEEPER_SCRIPT = "/usr/local/sbin/clusterbook-keeper"
