@@ -4,7 +4,7 @@ runbook pages, pictures and file downloads added as generated files, all from on
 from mkdocs.structure.files import File
 from mkdocs_macros.plugin import MacrosPlugin
 
-from clusterbook.commands.docsite import Site, build_stamp, built_at, current_site, latest_report
+from clusterbook.commands.docsite import Site, build_stamp, built_at, current_site, latest_report, result_picture
 from clusterbook.pure import docpages as pages
 from clusterbook.pure.operations import cluster_command, tier_command
 
@@ -85,4 +85,5 @@ def sections(site: Site) -> dict:
         "tier_command": lambda action, tier: tier_command(c, action, tier),
         "cluster_command": lambda task: cluster_command(c, task),
         "latest_report": lambda name: latest_report(name, site),
+        "result_picture": lambda name, caption: result_picture(name, site, caption),
     }

@@ -111,7 +111,56 @@ def _build_site(path: str, stamp: tuple) -> Site:
         docs.append(RunbookDoc(runbook, tier, expansion.title, f"runbooks/{slug}.md", body, command))
     plans = plan_cluster(c)
     pictures = {f"capacity-{node}.svg": svg for node, svg in node_pictures(plan_residency(c, plans)).items()}
+    pictures.update(result_pictures(c, path))
     return Site(path, c, plans, render_artifacts(c), docs, pictures)
+
+
+GPU_LOAD_TIMES = Path("benchmarks/results/h100x2-load-time")  # measured on the device machine (benchmarks/README.md)
+
+
+def _matching(name: str, c: Cluster, path: str) -> dict | None:
+    """A report's JSON when its summary measured this cluster file as it is now (the stamp), else None."""
+    import json
+
+    reports = settings.current().reports
+    summary, data = reports / f"{name}-summary.md", reports / f"{name}.json"
+    if not (summary.exists() and data.exists()) or report_for(summary.read_text(), c.cluster.name, path)[0] is None:
+        return None
+    return json.loads(data.read_text())
+
+
+def result_pictures(c: Cluster, path: str) -> dict[str, str]:
+    """The results pages' pictures: this cluster's own bench and recovery reports (only when they measured this
+    very file), and the GPU load times of benchmarks/, labelled with their card."""
+    import json
+
+    from clusterbook.pure import charts
+
+    out = {}
+    bench = _matching("bench", c, path)
+    if bench and bench.get("concurrency"):
+        targets = c.targets_for(bench["tier"])
+        target = targets.decode_tps.target if targets and targets.decode_tps else None
+        out["bench.svg"] = charts.concurrency_chart(
+            bench["concurrency"], bench.get("decode_bound_tps"), target,
+            f"{bench['tier']} on {c.cluster.name}: decode speed by clients ({bench['started']})")
+    recovery = _matching("bench-recovery", c, path)
+    if recovery and recovery.get("runs"):
+        out["bench-recovery.svg"] = charts.recovery_chart(
+            recovery["runs"], recovery["predicted"]["recovery_s"], recovery.get("target_s"),
+            f"{recovery['tier']} on {c.cluster.name} ({recovery['card']}): each recovery's phases")
+    loads = GPU_LOAD_TIMES / "load-times.json"
+    if loads.exists():
+        gpus = [line.split(",")[1].strip() for line in (GPU_LOAD_TIMES / "gpus.txt").read_text().splitlines()
+                if line.strip()]
+        card = f"{len(gpus)} x {gpus[0]} (the device machine, not this cluster)"
+        out["gpu-load-times.svg"] = charts.load_time_chart(json.loads(loads.read_text()), card)
+    return out
+
+
+def result_picture(name: str, site: Site, caption: str) -> str:
+    """Markdown for one of the results pictures, or nothing when this site has none of that kind."""
+    return f"![{caption}]({name}.svg)\n" if f"{name}.svg" in site.pictures else ""
 
 
 def packed_site(c: Cluster, packed: str) -> Artifact:

@@ -1,5 +1,6 @@
 """Pictures for the docs site, drawn as SVG text at build time (matplotlib, no fonts or scripts from outside):
-per node, one panel per device with a stacked bar for each set of tiers that can hold it at once."""
+per node, one panel per device with a stacked bar for each set of tiers that can hold it at once; and the
+measured results beside the plan: decode speed per client count, the phases of each recovery, load times by card."""
 
 from __future__ import annotations
 
@@ -65,3 +66,92 @@ def node_pictures(cplan: ClusterPlan) -> dict[str, str]:
     for (node, _device), options in cplan.alternatives.items():
         nodes.setdefault(node, []).append(options)
     return {node: _node(node, devices) for node, devices in nodes.items()}
+
+
+def _figure(width: float, height: float):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+    from matplotlib.figure import Figure
+
+    plt.rcParams["svg.hashsalt"] = "clusterbook"
+    plt.rcParams["svg.fonttype"] = "none"
+    fig = Figure(figsize=(width, height))
+    return fig, fig.subplots()
+
+
+def _svg(fig) -> str:
+    fig.tight_layout()
+    out = io.StringIO()
+    fig.savefig(out, format="svg", metadata={"Date": None, "Creator": None})
+    return out.getvalue()
+
+
+def concurrency_chart(points: list[dict], bound_tps: float | None, target_tps: float | None, title: str) -> str:
+    """Decode speed per number of clients (aggregate and per client), beside the planner's bound for one stream
+    and the tier's decode target."""
+    fig, ax = _figure(7, 3.6)
+    clients = [p["clients"] for p in points]
+    ax.plot(clients, [p["aggregate_tps"] for p in points], marker="o", color="#4c72b0", label="all clients, tok/s")
+    ax.plot(clients, [p["per_client_tps"] for p in points], marker="s", color="#55a868", label="per client, tok/s")
+    if bound_tps:
+        ax.axhline(bound_tps, color="black", linestyle="--", linewidth=1, label=f"planner bound, one stream "
+                                                                                  f"({bound_tps:.1f})")
+    if target_tps:
+        ax.axhline(target_tps, color="#c44e52", linestyle=":", linewidth=1.5, label=f"target ({target_tps:g})")
+    ax.set_xticks(clients)
+    ax.set_xlabel("clients at once", fontsize=9)
+    ax.set_ylabel("decode tok/s", fontsize=9)
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize=8, loc="lower right")
+    ax.set_title(title, fontsize=10, loc="left")
+    return _svg(fig)
+
+
+PHASE_COLOURS = {"head aborted": "#dd8452", "worker back": "#8172b2", "job left running": "#dd8452",
+                 "head started": "#937860", "job running": "#937860", "loading": "#da8bc3",
+                 "model loaded": "#55a868", "first answer": "#4c72b0"}
+
+
+def recovery_chart(runs: list[dict], predicted_s: float, target_s: float | None, title: str) -> str:
+    """One row per run: a mark for each phase, seconds after the disruption, beside the predicted recovery and
+    the target."""
+    fig, ax = _figure(8, 0.45 * len(runs) + 1.6)
+    seen = set()
+    for y, run in enumerate(runs):
+        phases = run.get("phases", {})
+        if phases.get("first answer") is not None:
+            ax.barh(y, phases["first answer"], color="#e0e0e0", height=0.5)
+        for phase, seconds in sorted(phases.items(), key=lambda item: item[1]):
+            label = phase if phase not in seen else None
+            seen.add(phase)
+            ax.plot(seconds, y, marker="|", markersize=14, mew=2.5, color=PHASE_COLOURS.get(phase, "black"),
+                    linestyle="none", label=label)
+    ax.axvline(predicted_s, color="black", linestyle="--", linewidth=1, label=f"predicted ({predicted_s:.0f} s)")
+    if target_s:
+        ax.axvline(target_s, color="#c44e52", linestyle=":", linewidth=1.5, label=f"target ({target_s:g} s)")
+    ax.set_yticks(range(len(runs)), [f"{r['case']}, cache {r['page_cache']}" for r in runs], fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlim(left=0)
+    ax.set_xlabel("seconds after the disruption", fontsize=9)
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
+    ax.set_title(title, fontsize=10, loc="left")
+    return _svg(fig)
+
+
+def load_time_chart(rows: list[dict], card: str) -> str:
+    """Load time of each model size on one GPU and split 1:1 over RPC (the runs of a benchmark), by card."""
+    fig, ax = _figure(7, 3.2)
+    sizes = sorted({r["bytes"] for r in rows})
+    for offset, (key, label, colour) in enumerate((("one_gpu_s", "one GPU", "#4c72b0"),
+                                                   ("split_s", "split 1:1 over RPC", "#c44e52"))):
+        for i, size in enumerate(sizes):
+            values = [r[key] for r in rows if r["bytes"] == size]
+            ax.bar([i * 3 + offset + 0.2 * k for k in range(len(values))], values, width=0.2, color=colour,
+                   label=label if i == 0 else None)
+    ax.set_xticks([i * 3 + 0.6 for i in range(len(sizes))], [f"{s / 1e9:.2f} GB model" for s in sizes], fontsize=8)
+    ax.set_ylabel("seconds to /health 200", fontsize=9)
+    ax.legend(fontsize=8)
+    ax.set_title(f"Load time, {card}", fontsize=10, loc="left")
+    return _svg(fig)

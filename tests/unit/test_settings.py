@@ -78,3 +78,34 @@ def test_one_cluster_and_one_dry_count_for_every_task_of_the_command_line():
     twice = subprocess.run([sys.executable, "-m", "invoke", "status", "--cluster", "a.yaml", "logs", "--cluster",
                             "b.yaml"], cwd=ROOT, capture_output=True, text=True, env=clean, timeout=60)
     assert twice.returncode == 2 and "--cluster given twice" in twice.stderr, twice.stderr
+
+
+def test_result_pictures_are_drawn_only_from_this_clusters_reports(tmp_path):
+    import json
+
+    from clusterbook.commands.docsite import result_pictures
+    from clusterbook.model.loader import load_cluster
+
+    before = settings.current()
+    lab_file = str(ROOT / "lab/cluster.yaml")
+    lab, production = load_cluster(lab_file), load_cluster(ROOT / "cluster.yaml")
+    bench = {"tier": "reasoning", "started": "2026-11-26 07:58 UTC", "decode_bound_tps": 516.1,
+             "concurrency": [{"clients": 1, "aggregate_tps": 226.0, "per_client_tps": 266.0},
+                             {"clients": 2, "aggregate_tps": 262.9, "per_client_tps": 307.7}]}
+    recovery = {"tier": "reasoning", "card": "CPU only (3 nodes)", "predicted": {"recovery_s": 2.1}, "target_s": 20,
+                "runs": [{"case": "worker killed", "page_cache": "warm",
+                          "phases": {"head aborted": 0.08, "worker back": 1.1, "first answer": 2.6}}]}
+    try:
+        settings.configure({"reports": tmp_path})
+        for name, data in (("bench", bench), ("bench-recovery", recovery)):
+            (tmp_path / f"{name}.json").write_text(json.dumps(data))
+            (tmp_path / f"{name}-summary.md").write_text(stamped("…\n", "lab", lab_file))
+        drawn = result_pictures(lab, lab_file)
+        assert {"bench.svg", "bench-recovery.svg", "gpu-load-times.svg"} <= set(drawn)
+        assert "planner bound, one stream (516.1)" in drawn["bench.svg"]
+        assert "predicted (2 s)" in drawn["bench-recovery.svg"] and "target (20 s)" in drawn["bench-recovery.svg"]
+        assert "NVIDIA H100 80GB HBM3 (the device machine, not this cluster)" in drawn["gpu-load-times.svg"]
+        # beefcake2's site draws none of the lab's figures, only the labelled GPU benchmark
+        assert set(result_pictures(production, str(ROOT / "cluster.yaml"))) == {"gpu-load-times.svg"}
+    finally:
+        settings.configure(vars(before))
