@@ -514,7 +514,8 @@ def files_verbatim(artifacts: list[Artifact]) -> str:
     out = []
     lang = {"unit": "ini", "env": "bash", "script": "bash", "nginx": "nginx", "nftables": "text", "ini": "ini"}
     for a in artifacts:  # each file folded (pymdownx.details): the page lists them all, opened one at a time
-        body = "\n".join(("    " + line) if line else "" for line in code(a.text, lang.get(a.kind, "text")).splitlines())
+        block = code(a.text, lang.get(a.kind, "text"))
+        body = "\n".join(("    " + line) if line else "" for line in block.splitlines())
         out.append(f"### {a.node}: `{a.path}`\n\n{a.about} · [download](files/{a.node}{a.path})\n\n"
                    f'??? note "{a.path} ({len(a.text.splitlines())} lines)"\n\n{body}\n')
     return "\n".join(out)

@@ -117,7 +117,8 @@ def test_api_tabs_admonitions_and_pictures_in_a_real_browser(served, browser):
         browser.get(f"{served}/{page}/")
         img = browser.find_element(By.CSS_SELECTOR, "article img[src$='.svg']")
         browser.execute_script("arguments[0].scrollIntoView()", img)
-        WebDriverWait(browser, 10).until(lambda d: d.execute_script("return arguments[0].naturalWidth", img) > 0)
+        WebDriverWait(browser, 10).until(lambda d, img=img: d.execute_script("return arguments[0].naturalWidth",
+                                                                              img) > 0)
         browser.save_screenshot(str(ARTIFACTS / f"{page}.png"))
     # beefcake2's results page shows the labelled GPU benchmark, never a lab figure
     article = browser.find_element(By.TAG_NAME, "article").text
