@@ -1,5 +1,6 @@
 """The docs site: strict build, values only from the cluster file, shell survives Jinja, nothing loaded from outside."""
 
+import html
 import os
 import re
 import subprocess
@@ -174,3 +175,19 @@ def test_every_runbook_has_a_navigation_group():
     grouped = [rid for ids in RUNBOOK_GROUPS.values() for rid in ids]
     ids = {yaml.safe_load(path.read_text())["id"] for path in (ROOT / "runbooks").glob("*.yaml")}
     assert ids == set(grouped) and len(grouped) == len(set(grouped))
+
+
+def test_what_the_seeds_knew_is_on_the_site(beefcake2_site):
+    """Seed 004's content the first sites lost: preemption priorities, tailnet access control, the troubleshooting
+    entries and debug commands, the GPU memory profile; and the warnings that matter, as admonitions."""
+    site, _ = beefcake2_site
+    text = html.unescape(re.sub(r"<[^>]+>", "", text_of(site)))
+    for expected in ("vasp_priority", "gpu_vasp", "tag:ai-gateway", "group:ai-users", "model not found",
+                     "A tier's SLURM job stays PENDING", "takes many seconds; later ones are fast",
+                     "GGML_RPC_DEBUG=1", "dmesg -T", "oom|kill|xid",
+                     "nvidia-smi --query-gpu=memory.used,memory.total --format=csv -l 2", "28,708 MiB",
+                     "No flash attention on Tesla V100S-PCIE-32GB", "RPC has no authentication",
+                     "A lost worker means a full reload", "VASP jobs preempt this tier", "During a recovery"):
+        assert expected in text, expected
+    assert text_of(site).count('class="admonition') >= 6
+    assert 'class="tabbed-set' in (site / "guide/index.html").read_text()  # systemd / SLURM
