@@ -71,6 +71,7 @@ def sections(site: Site) -> dict:
         "models_table": lambda: pages.models(c),
         "tier_flags": lambda: pages.tier_flags(c),
         "preemption": lambda: pages.preemption(c),
+        "monitoring": lambda: pages.monitoring(c),
         "capacity": lambda: pages.capacity(c, site.plans),
         "router_table": lambda: pages.router(c),
         "troubleshooting": lambda: pages.troubleshooting(c),

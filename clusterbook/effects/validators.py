@@ -1,4 +1,5 @@
-"""Check rendered files with the real tools: systemd-analyze verify, bash -n, shellcheck, nginx -t, nft -c."""
+"""Check rendered files with the real tools: systemd-analyze verify, bash -n, shellcheck, nginx -t, nft -c, and
+promtool (check config, check rules, test rules)."""
 
 from __future__ import annotations
 
@@ -21,8 +22,11 @@ TOOLS = {  # executable -> Debian package that provides it
     "nft": "nftables",
     "unshare": "util-linux",
     "ip": "iproute2",
+    "promtool": "prometheus",
 }
 SYSTEM_UNITS = Path("/lib/systemd/system")
+PROMTOOL = {"prometheus": ["check", "config", "--syntax-only"], "rules": ["check", "rules"],
+            "rule-tests": ["test", "rules"]}
 
 
 @dataclass(frozen=True)
@@ -80,6 +84,9 @@ def _single(roots: Path, a: Artifact) -> list[Verdict]:
     if a.kind == "nftables":
         ok, text = _run(["nft", "-c", "-f", str(path)])
         return [Verdict(a.node, a.path, "nft -c", ok, text)]
+    if a.kind in PROMTOOL:  # each file beside the others of its node: the configuration names the rules
+        ok, text = _run(["promtool", *PROMTOOL[a.kind], path.name], cwd=path.parent)
+        return [Verdict(a.node, a.path, "promtool " + " ".join(PROMTOOL[a.kind][:2]), ok, text)]
     if a.kind == "env":
         bad = [line for line in a.text.splitlines()
                if line and not line.startswith("#") and not re.match(r"^[A-Za-z_][A-Za-z0-9_]*=\S*$", line)]

@@ -266,6 +266,12 @@ def _ports(c: Cluster) -> list[Finding]:
             claim(c.gateway.node, c.gateway.path_port, "the gateway's path port", ("gateway", "path_port"))
         if c.gateway.docs_port:
             claim(c.gateway.node, c.gateway.docs_port, "the gateway's docs port", ("gateway", "docs_port"))
+    if c.monitoring:
+        m = c.monitoring
+        claim(m.node, m.port, "Prometheus", ("monitoring", "port"))
+        claim(m.node, m.alertmanager_port, "Alertmanager", ("monitoring", "alertmanager_port"))
+        for node in c.nodes:
+            claim(node.name, m.node_exporter_port, "the node exporter", ("monitoring", "node_exporter_port"))
     return out
 
 

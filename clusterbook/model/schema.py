@@ -527,6 +527,20 @@ class SlurmSite(Strict):
                                                           "looks at each)")
 
 
+class Monitoring(Strict):
+    """Prometheus, Alertmanager and the node exporters (Debian's packages), rendered from the cluster."""
+
+    node: Name = Field(description="node running Prometheus and Alertmanager")
+    port: Port = Field(9090, description="Prometheus's port")
+    alertmanager_port: Port = Field(9093, description="Alertmanager's port")
+    node_exporter_port: Port = Field(9100, description="the node exporter's port on every node")
+    scrape_interval_s: int = Field(15, ge=5, le=300, description="how often every target is scraped")
+    retention_days: int = Field(15, ge=1, le=3650, description="how long Prometheus keeps samples")
+    alert_webhook: Url | None = Field(None, description="where Alertmanager sends alerts (none: its web UI only)")
+    journald_max_use: str = Field("1G", pattern=r"^\d+[KMG]$", description="journald's SystemMaxUse= on every node "
+                                                                         "(the services log to the journal)")
+
+
 class Planner(Strict):
     """Constants of the capacity planner."""
 
@@ -575,6 +589,8 @@ class Cluster(Strict):
     troubleshooting: list[Trouble] = Field(default_factory=list, description="symptom -> cause -> fix")
     planner: Planner = Field(default_factory=Planner, description="capacity planner constants")
     slurm: SlurmCluster | None = Field(None, description="the SLURM cluster, when clusterbook configures it")
+    monitoring: Monitoring | None = Field(None, description="Prometheus scraping every tier, node and GPU; alerts "
+                                                            "from the targets")
     slurm_site: SlurmSite | None = Field(None, description="the site's SLURM, when it is managed elsewhere: QoS and "
                                                            "partitions (docs and troubleshooting)")
 

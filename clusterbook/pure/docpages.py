@@ -548,3 +548,52 @@ def runbook_page(expansion: Expansion) -> str:
 
 def slug(runbook_id: str, tier: str | None) -> str:
     return f"{runbook_id}-{tier}" if tier else runbook_id
+
+
+def monitoring(c: Cluster) -> str:
+    """What Prometheus scrapes, every alert with its threshold and troubleshooting entry, and the targets' PromQL."""
+    from clusterbook.pure.render import monitoring as mon
+
+    m = c.monitoring
+    if not m:
+        return "This cluster file has no `monitoring` section: nothing is scraped and no alert is rendered.\n"
+    out = [f"Prometheus and Alertmanager run on {m.node} (port {m.port}, alerts on {m.alertmanager_port}), scraping "
+           f"every {m.scrape_interval_s} s and keeping {m.retention_days} days; journald keeps at most "
+           f"{m.journald_max_use} on every node. The files are on the [service files](files.md) page; "
+           "`invoke check` runs `promtool check config`, `promtool check rules` and the generated "
+           "`promtool test rules` on them.\n", "## What is scraped\n"]
+    rows = [["`node`", ", ".join(n.name for n in c.nodes), f"the node exporter, port {m.node_exporter_port}"
+             + ("; GPU figures from nvidia-smi through its textfile collector on "
+                + ", ".join(n.name for n in c.nodes if n.gpus) if any(n.gpus for n in c.nodes) else "")]]
+    for t in c.tiers:
+        how = ("where its SLURM job runs: the endpoint registry, rewritten into a target file every "
+               f"{m.scrape_interval_s} s" if t.manager == "slurm" else f"`{topo.endpoint_url(c, t)}`")
+        if isinstance(t, RouterTier):
+            how += "; one target per model (`?model=ID&autoload=false`: scraping never loads a model)"
+        rows.append([f"`{mon.job(t)}`", t.name, f"llama-server's `/metrics`, {how}"])
+    out.append(table(["job", "what", "how"], rows))
+    out.append("\n## Alerts\n")
+    entries = {t.id: t.symptom for t in c.troubleshooting}
+    rows = []
+    for rule in mon.alerts(c):
+        entry = rule["annotations"].get("troubleshooting")
+        link = f"[{entries[entry]}](troubleshooting.md)" if entry in entries else "–"
+        rows.append([f"**{rule['alert']}**", rule["labels"].get("tier", "–"), rule["annotations"]["summary"],
+                     rule["for"], link])
+    out.append(table(["alert", "tier", "when", "for", "troubleshooting"], rows))
+    out.append("\nTheir expressions:\n")
+    out.append(code("\n".join(f"# {r['alert']}{' (' + r['labels']['tier'] + ')' if 'tier' in r['labels'] else ''}"
+                               f"\n{r['expr']}" for r in mon.alerts(c)), "text"))
+    routers = [t.name for t in c.tiers if isinstance(t, RouterTier)]
+    if routers:
+        out.append(f'\n!!! note "No down alert for router mode"\n    {", ".join(routers)} serves metrics per loaded '
+                   "model, so a router with nothing loaded has no target up without being down; its decode and "
+                   "memory alerts apply, and the gateway's 503s show an outage.\n")
+    out.append("\n## The targets as PromQL\n")
+    queries = []
+    for t in c.tiers:
+        queries.append(f"# {t.name}: decode tok/s over the last 5 minutes\n{mon.DECODE.format(job=mon.job(t))}")
+        queries.append(f"# {t.name}: requests being processed\nllamacpp:requests_processing{{job=\"{mon.job(t)}\"}}")
+    queries.append(f"# GPU memory in GiB, per node and GPU\n{mon.GPU_METRICS}_memory_used_bytes / 2^30")
+    out.append(code("\n\n".join(queries), "text"))
+    return "\n".join(out)

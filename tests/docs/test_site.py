@@ -191,3 +191,16 @@ def test_what_the_seeds_knew_is_on_the_site(beefcake2_site):
         assert expected in text, expected
     assert text_of(site).count('class="admonition') >= 6
     assert 'class="tabbed-set' in (site / "guide/index.html").read_text()  # systemd / SLURM
+
+
+def test_the_monitoring_page_lists_every_alert_from_the_targets(beefcake2_site):
+    from clusterbook.model.loader import load_cluster
+    from clusterbook.pure.render.monitoring import alerts
+
+    site, _ = beefcake2_site
+    text = html.unescape(re.sub(r"<[^>]+>", "", (site / "monitoring/index.html").read_text()))
+    rules = alerts(load_cluster(ROOT / "cluster.yaml"))
+    assert {r["alert"] for r in rules} == {"NodeExporterDown", "TierDown", "DecodeSlow", "GpuMemoryHigh"}
+    for rule in rules:
+        assert rule["annotations"]["summary"] in text and rule["expr"] in text
+    assert "tier reasoning decodes below 8 tok/s (target 15)" in text  # beefcake2's critical and target levels

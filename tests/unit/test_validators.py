@@ -1,11 +1,14 @@
 """The real validators run on every rendered file, pass on good clusters, and catch broken files."""
 
 import shutil
+from pathlib import Path
 
 import pytest
 
 from clusterbook.effects.validators import TOOLS, validate
 from clusterbook.pure.render.artifacts import Artifact, render_artifacts
+
+ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = [pytest.mark.tools,
               pytest.mark.skipif(any(shutil.which(t) is None for t in TOOLS),
@@ -44,3 +47,27 @@ def test_every_artifact_is_checked_and_passes(name, request):
 def test_broken_files_fail(artifact, validator):
     verdicts = [v for v in validate([artifact]) if v.validator == validator]
     assert verdicts and not verdicts[0].ok
+
+
+def test_promtool_checks_the_monitoring_files_and_the_generated_tests_catch_a_wrong_threshold():
+    """The rendered Prometheus files pass promtool; the rule tests generated from the targets fail when a rule's
+    threshold no longer matches its target (so they test the rules, not themselves)."""
+    import dataclasses
+
+    from clusterbook.effects.validators import validate
+    from clusterbook.model.loader import load_cluster
+    from clusterbook.pure.render.artifacts import render_artifacts
+
+    c = load_cluster(ROOT / "cluster.yaml")
+    files = [a for a in render_artifacts(c) if a.kind in ("prometheus", "rules", "rule-tests")]
+    assert {a.kind for a in files} == {"prometheus", "rules", "rule-tests"}
+    verdicts = validate(files)
+    assert [v.validator for v in verdicts] == ["promtool check config", "promtool test rules", "promtool check rules"]
+    assert all(v.ok for v in verdicts), [v.output for v in verdicts if not v.ok]
+    rules = next(a for a in files if a.kind == "rules")
+    critical = c.targets_for("reasoning").decode_tps.critical
+    broken = dataclasses.replace(rules, text=rules.text.replace(f"< {critical:g}", f"< {critical / 4:g}"))
+    assert broken.text != rules.text
+    verdicts = validate([broken if a is rules else a for a in files])
+    failed = [v for v in verdicts if not v.ok]
+    assert [v.validator for v in failed] == ["promtool test rules"] and "DecodeSlow" in failed[0].output

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import posixpath
 from dataclasses import dataclass
@@ -17,9 +18,11 @@ from clusterbook.pure import flags as fl
 from clusterbook.pure import topology as topo
 from clusterbook.pure.planner.capacity import plan_tier
 from clusterbook.pure.planner.loadtime import predict_load
+from clusterbook.pure.render import monitoring as mon
 from clusterbook.pure.render.escaping import LANGUAGE, Quoted, UnsafeValue, checked_target, guard
 
-Kind = Literal["unit", "env", "script", "config", "nginx", "nftables", "ini", "archive"]
+Kind = Literal["unit", "env", "script", "config", "nginx", "nftables", "ini", "archive", "prometheus",
+               "rules", "rule-tests"]
 SELECTOR_NAME = "llama-model-selector"
 UPDATER_SCRIPT = "/usr/local/sbin/clusterbook-upstreams"
 KEEPER_SCRIPT = "/usr/local/sbin/clusterbook-keeper"
@@ -96,7 +99,66 @@ def render_artifacts(c: Cluster) -> list[Artifact]:
     if c.slurm:
         out += _slurm_conf(c)
     out += _keeper(c)
+    if c.monitoring:
+        out += _monitoring(c)
     return sorted(out, key=lambda a: (a.node, a.path))
+
+
+def _monitoring(c: Cluster) -> list[Artifact]:
+    """Prometheus's configuration, rules and their tests on the monitoring node; the GPU collector on every GPU
+    node; the SLURM tiers' scrape targets from the endpoint registry; journald's size limit everywhere."""
+    m = c.monitoring
+    h = header(c)
+    files = [
+        Artifact(m.node, f"{mon.PROMETHEUS_DIR}/prometheus.yml", mon.prometheus_config(c, h), "prometheus",
+                 about="monitoring: what Prometheus scrapes"),
+        Artifact(m.node, f"{mon.PROMETHEUS_DIR}/{mon.RULES}", mon.rules_file(c, h), "rules",
+                 about="monitoring: alerts from the targets"),
+        Artifact(m.node, f"{mon.PROMETHEUS_DIR}/{mon.RULE_TESTS}", mon.rule_tests(c, h), "rule-tests",
+                 about="monitoring: promtool tests of every alert"),
+        Artifact(m.node, "/etc/default/prometheus",
+                 f"# {h}\nARGS=--storage.tsdb.retention.time={m.retention_days}d\n", "env",
+                 about="monitoring: Prometheus's retention"),
+    ]
+    gpu_nodes = [n.name for n in c.nodes if n.gpus]
+    script = "/usr/local/sbin/clusterbook-gpu-metrics"
+    for node in gpu_nodes:
+        files += [
+            Artifact(node, script, template("gpu-metrics.sh.j2", header=h, textfile_dir=mon.TEXTFILE_DIR,
+                                            prefix=mon.GPU_METRICS), "script", 0o755,
+                     about="monitoring: nvidia-smi -> node exporter textfile"),
+            Artifact(node, f"{SYSTEMD_DIR}/clusterbook-gpu-metrics.service",
+                     template("oneshot.service.j2", header=h, script=script, after=None,
+                              description=Quoted("clusterbook: GPU figures for the node exporter")), "unit",
+                     about="monitoring: GPU collector service"),
+            Artifact(node, f"{SYSTEMD_DIR}/clusterbook-gpu-metrics.timer",
+                     template("periodic.timer.j2", header=h, interval=m.scrape_interval_s,
+                              description=f"clusterbook: GPU figures every {m.scrape_interval_s} s"), "unit",
+                     about="monitoring: GPU collector timer"),
+        ]
+    # model ids are Names (letters, digits, . _ -): their JSON array is safe inside the script's single quotes
+    slurm = [{"name": t.name, "models": Quoted(json.dumps(t.models)) if isinstance(t, RouterTier) else None}
+             for t in c.tiers if t.manager == "slurm"]
+    if slurm:
+        targets = "/usr/local/sbin/clusterbook-scrape-targets"
+        files += [
+            Artifact(m.node, targets, template("scrape-targets.sh.j2", header=h, sd_dir=mon.SD_DIR,
+                                               endpoint_dir=c.storage.endpoint_dir, tiers=slurm), "script", 0o755,
+                     about="monitoring: endpoint registry -> Prometheus targets"),
+            Artifact(m.node, f"{SYSTEMD_DIR}/clusterbook-scrape-targets.service",
+                     template("oneshot.service.j2", header=h, script=targets, after=None,
+                              description=Quoted("clusterbook: Prometheus targets of the SLURM tiers")), "unit",
+                     about="monitoring: scrape targets service"),
+            Artifact(m.node, f"{SYSTEMD_DIR}/clusterbook-scrape-targets.timer",
+                     template("periodic.timer.j2", header=h, interval=m.scrape_interval_s,
+                              description=f"clusterbook: targets of the SLURM tiers every {m.scrape_interval_s} s"),
+                     "unit", about="monitoring: scrape targets timer"),
+        ]
+    for node in c.nodes:
+        files.append(Artifact(node.name, "/etc/systemd/journald.conf.d/clusterbook.conf",
+                              f"# {h}\n[Journal]\nSystemMaxUse={m.journald_max_use}\n", "ini",
+                              about="monitoring: journald's size limit for the services' logs"))
+    return files
 
 
 def keeper_marker_dir(c: Cluster) -> str:
