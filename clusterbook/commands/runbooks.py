@@ -130,6 +130,37 @@ def status(cluster_file: str, only: str | None = None, dry: bool = False) -> Non
             table.add_row(j["job"], j["id"] or "-", shown, j["reason"] or "-", j["nodes"] or "-", j["start"] or "-",
                           j["endpoint"] or "-")
         console.print(table)
+    cluster = load_cluster(cluster_file)
+    if cluster.monitoring and not only:
+        _live_figures(cluster)
+
+
+def _live_figures(cluster) -> None:
+    """Each tier's decode speed and requests in flight, and each GPU's memory, as Prometheus has them now."""
+    from clusterbook.effects.probes import prometheus_query
+    from clusterbook.effects.ssh import SshTransport
+    from clusterbook.pure.render.monitoring import DECODE, GPU_METRICS, job
+
+    transport = SshTransport(cluster)
+    try:
+        table = Table("tier", "decode tok/s (last 5 min)", "requests in flight",
+                      title=f"live, from Prometheus on {cluster.monitoring.node}")
+        for tier in cluster.tiers:
+            decode = prometheus_query(transport, cluster, f"sum({DECODE.format(job=job(tier))})")
+            busy = prometheus_query(transport, cluster, f'sum(llamacpp:requests_processing{{job="{job(tier)}"}})')
+            table.add_row(tier.name, f"{float(decode[0]['value'][1]):.1f}" if decode else "- (no generation)",
+                          busy[0]["value"][1] if busy else "- (not scraped)")
+        console.print(table)
+        gpus = prometheus_query(transport, cluster, f"{GPU_METRICS}_memory_used_bytes / 2^30")
+        if gpus:
+            table = Table("node", "GPU", "memory used (GiB)", title="GPU memory, from Prometheus")
+            for g in sorted(gpus, key=lambda g: (g["metric"].get("node", ""), g["metric"].get("gpu", ""))):
+                table.add_row(g["metric"].get("node", "?"), g["metric"].get("gpu", "?"), f"{float(g['value'][1]):.2f}")
+            console.print(table)
+    except RuntimeError as exc:
+        console.print(f"[dim]no live figures: {exc} (invoke deploy.monitoring)[/]")
+    finally:
+        transport.close(cluster.monitoring.node)
 
 
 def logs(cluster_file: str, only: str | None = None, tier: str | None = None, dry: bool = False) -> None:

@@ -220,3 +220,17 @@ def registered_endpoint(transport, c: Cluster, tier) -> dict | None:
 
     out = transport.run(c.slurm_controller, f"cat {c.storage.endpoint_dir}/{tier.name}.json 2>/dev/null")
     return json.loads(out.stdout) if out.ok and out.stdout.strip() else None
+
+
+def prometheus_query(transport, c: Cluster, promql: str) -> list[dict]:
+    """An instant PromQL query, asked on the monitoring node itself (its port need not be reachable from here):
+    the result's series, each {"metric": labels, "value": [time, "text"]}."""
+    import json
+
+    command = (f"curl -sfG http://localhost:{c.monitoring.port}/api/v1/query "
+               f"--data-urlencode {shlex.quote('query=' + promql)}")
+    out = transport.run(c.monitoring.node, command, timeout=30)
+    if not out.ok:
+        raise RuntimeError(f"{c.monitoring.node}: Prometheus did not answer `{promql}` (exit {out.returncode}): "
+                           f"{out.tail()}")
+    return json.loads(out.stdout)["data"]["result"]

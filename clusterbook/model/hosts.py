@@ -25,7 +25,8 @@ def router_nodes(c: Cluster) -> list[str]:
 
 
 def resolve_hosts(c: Cluster, selector: str) -> list[str]:
-    """Node names for a selector: local, all, tiers, a node, a role, gateway, or TIER.head / .workers / .nodes."""
+    """Node names for a selector: local, all, tiers, gpus, monitoring, a node, a role, gateway, or TIER.head /
+    .workers / .nodes."""
     if selector == "local":
         return []
     names = [n.name for n in c.nodes]
@@ -42,6 +43,10 @@ def resolve_hosts(c: Cluster, selector: str) -> list[str]:
             return []
         used = {c.slurm.controller} | {n for p in c.slurm.partitions for n in p.nodes}
         return [n for n in names if n in used]
+    if selector == "monitoring":  # the node running Prometheus
+        return [c.monitoring.node] if c.monitoring else []
+    if selector == "gpus":  # every node with a GPU
+        return [n.name for n in c.nodes if n.gpus]
     if selector == "router":  # nodes that get the model selector script
         return router_nodes(c)
     if selector == "tiers":  # every node that runs (or may run) a tier, in node order

@@ -79,6 +79,10 @@ def cluster_operations(c: Cluster) -> list[Operation]:
     if c.gateway:
         ops.append(Operation("deploy", "gateway", "gateway",
                              "nginx on the gateway node, and the endpoint updater for SLURM tiers."))
+    if c.monitoring:
+        ops.append(Operation("deploy", "monitoring", "monitoring",
+                             "Prometheus, Alertmanager and the node exporters (GPU figures too); checks every scrape "
+                             "job is up."))
     if c.slurm:
         ops.append(Operation("deploy", "slurm", "slurm",
                              "slurm.conf, munge, slurmctld and slurmd (SLURM that clusterbook configures)."))

@@ -140,6 +140,12 @@ def template_context(c: Cluster, tier: RouterTier | RpcTier | None, host: str | 
                  "ld_library_path": ld_library_path(c),
                  "units_of": topo.units,
                  "endpoint_of": lambda t: topo.endpoint_url(c, t)}
+    if c.monitoring:  # what deploy.monitoring checks: the scrape jobs that must be up, the key files it reads
+        from clusterbook.pure.render import monitoring as mon
+        routers = [mon.job(t) for t in c.tiers if isinstance(t, RouterTier)]
+        ctx["monitoring"] = {"router_jobs": "|".join(routers), "jobs": 1 + len(c.tiers) - len(routers),
+                             "key_files": [t.api_key.file for t in c.tiers if t.api_key and t.api_key.file
+                                      and c.monitoring.node in t.nodes]}
     if tier is not None:
         from clusterbook.pure.render.artifacts import keeper_marker_dir, sbatch_path
         ctx.update(units=topo.units(tier), endpoint=topo.endpoint_url(c, tier), sbatch_path=sbatch_path(c, tier),
@@ -238,7 +244,7 @@ def _concrete(action, path, files, host, tpl, problems, doc) -> Concrete | None:
     if isinstance(action, Run):
         return Command(tpl(action.run, path + ("run",)).strip(),
                        tpl(action.unless, path + ("unless",)).strip() if action.unless else None,
-                       action.until, action.changed_when, **common,
+                       tpl(action.until, path + ("until",)) if action.until else None, action.changed_when, **common,
                        name=tpl(action.name, path + ("name",)) if action.name else None)
     tries = max(action.retries, int(action.timeout / max(action.delay, 0.5)))
     if isinstance(action, WaitPort):

@@ -632,3 +632,104 @@ def _logs_show_the_end(cluster_file, context, measured):
     assert f"rpc-worker-{context['node']} ended" in text, \
         f"expected the job log to say the worker step on {context['node']} ended:\n{text[-3000:]}"
     measured(f"{tier.name} logs", "job state, end reason and the worker step's end shown")
+
+
+# --- monitoring ---------------------------------------------------------------------------------------------
+def monitored(cluster):
+    if not cluster.monitoring:
+        pytest.skip("no monitoring section in this cluster file")
+    return cluster.monitoring
+
+
+def alert_firing(cluster, transport, tier) -> bool:
+    return bool(probes.prometheus_query(
+        transport, cluster, f'ALERTS{{alertname="TierDown", tier="{tier.name}", alertstate="firing"}}'))
+
+
+@then("every node exporter and every RPC tier's server is up in Prometheus")
+def _scraped(cluster, transport, measured):
+    monitored(cluster)
+    from clusterbook.pure.render.monitoring import job
+
+    deadline, down = time.monotonic() + 4 * cluster.monitoring.scrape_interval_s + 30, ["?"]
+    expected = {f"node {n.name}" for n in cluster.nodes} | {f"{job(t)}" for t in rpc_tiers(cluster)}
+    while time.monotonic() < deadline:
+        series = probes.prometheus_query(transport, cluster, "up")
+        seen = {(f"node {s['metric'].get('node')}" if s["metric"]["job"] == "node" else s["metric"]["job"]):
+                s["value"][1] for s in series}
+        down = sorted(name for name in expected if seen.get(name) != "1")
+        if not down:
+            measured("targets up", len(series))
+            routers = {s["metric"]["job"]: s["value"][1] for s in series if s["metric"].get("model")}
+            if routers:
+                measured("router-mode targets (up while their model is loaded)", routers)
+            return
+        time.sleep(3)
+    pytest.fail(f"expected every node exporter and RPC tier up in Prometheus; not up: {', '.join(down)}")
+
+
+@when("the first RPC tier generates 32 tokens")
+def _generate(cluster, transport, context):
+    monitored(cluster)
+    if not rpc_tiers(cluster):
+        pytest.skip("no RPC tier in this cluster file")
+    from clusterbook.pure.render.monitoring import job
+
+    tier = rpc_tiers(cluster)[0]
+    counter = f'sum(llamacpp:tokens_predicted_total{{job="{job(tier)}"}})'
+    before = probes.prometheus_query(transport, cluster, counter)
+    probes.chat(url_of(cluster, transport, tier), tier.served_models[0], probes.api_key(transport, cluster, tier),
+                max_tokens=32)
+    context.update(tier=tier, counter=counter, before=float(before[0]["value"][1]) if before else 0.0)
+
+
+@then("Prometheus sees that tier's generated-token counter grow by at least 32")
+def _counter_grows(cluster, transport, context, measured):
+    deadline, grown = time.monotonic() + 3 * cluster.monitoring.scrape_interval_s + 15, 0.0
+    while time.monotonic() < deadline:
+        after = probes.prometheus_query(transport, cluster, context["counter"])
+        grown = (float(after[0]["value"][1]) if after else 0.0) - context["before"]
+        if grown >= 32:
+            measured(f"{context['tier'].name} tokens counted by Prometheus", grown)
+            return
+        time.sleep(2)
+    pytest.fail(f"tier {context['tier'].name}: expected llamacpp:tokens_predicted_total to grow by 32, grew by "
+                f"{grown:g}")
+
+
+@when("the first RPC tier is stopped until its tier-down alert fires")
+def _down_until_alert(cluster, cluster_file, transport, context, measured):
+    monitored(cluster)
+    if not rpc_tiers(cluster):
+        pytest.skip("no RPC tier in this cluster file")
+    tier = rpc_tiers(cluster)[0]
+    targets = cluster.targets_for(tier.name)
+    window = targets.recovery_s.critical if targets and targets.recovery_s else 300
+    result = run_invoke(cluster_file, f"stop.{tier.name}")
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr
+    started = time.monotonic()
+    context.update(tier=tier, window=window)
+    try:
+        limit = window + 4 * cluster.monitoring.scrape_interval_s + 60
+        while time.monotonic() - started < limit and not alert_firing(cluster, transport, tier):
+            time.sleep(5)
+        context["fired_after"] = time.monotonic() - started if alert_firing(cluster, transport, tier) else None
+    finally:
+        result = run_invoke(cluster_file, f"deploy.{tier.name}")  # the tier comes back whatever happened
+        assert result.returncode == 0, result.stdout[-2000:] + result.stderr
+        context["back"] = time.monotonic()
+    measured(f"{tier.name} TierDown for window s", window)
+    measured(f"{tier.name} TierDown fired after s", round(context["fired_after"], 1)
+             if context["fired_after"] is not None else "never")
+
+
+@then("the alert fired once its for window had passed, and resolves after the tier is deployed again")
+def _alert_cycle(cluster, transport, context, measured):
+    tier, window, fired = context["tier"], context["window"], context["fired_after"]
+    assert fired is not None, f"tier {tier.name}: TierDown did not fire within {window:g} s and the scrapes after"
+    assert fired >= window, f"tier {tier.name}: TierDown fired after {fired:.0f} s, before its {window:g} s window"
+    deadline = context["back"] + 4 * cluster.monitoring.scrape_interval_s + 30
+    while time.monotonic() < deadline and alert_firing(cluster, transport, tier):
+        time.sleep(3)
+    assert not alert_firing(cluster, transport, tier), f"tier {tier.name}: TierDown still fires after redeploy"
+    measured(f"{tier.name} TierDown resolved after redeploy s", round(time.monotonic() - context["back"], 1))

@@ -113,7 +113,7 @@ def test_nothing_loads_from_outside(beefcake2_site):
 
     c = load_cluster(ROOT / "cluster.yaml")
     own = {a for n in c.nodes for a in n.addresses.values()} | set(c.gateway.listen) | {c.gateway.tailscale_name}
-    own |= {upstream_name(t.name) for t in c.tiers}
+    own |= {upstream_name(t.name) for t in c.tiers} | {"localhost"}  # commands the runbooks run on a node
     docs_links = {"huggingface.co", "squidfunk.github.io", "github.com", "www.w3.org"}  # plain links, not loads
     site = beefcake2_site[0]
     loads, unknown = [], []

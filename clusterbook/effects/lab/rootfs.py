@@ -13,9 +13,10 @@ CACHE = Path("/var/cache/clusterbook/rootfs")
 SUITE = "bookworm"
 # What a node needs to boot, be reached and run the llama.cpp binaries; the tiers are deploy's job.
 PACKAGES = ("systemd", "systemd-sysv", "dbus", "openssh-server", "iproute2", "curl", "procps", "ca-certificates",
-            "libgomp1", "numactl", "nftables", "python3", "slurm-wlm", "munge", "nginx-light", "jq")
-# Installed but left off: the slurm and gateway runbooks enable them on the nodes that need them.
-DISABLED = ("slurmctld", "slurmd", "nginx")
+            "libgomp1", "numactl", "nftables", "python3", "slurm-wlm", "munge", "nginx-light", "jq",
+            "prometheus", "prometheus-alertmanager", "prometheus-node-exporter", "iperf3")
+# Installed but left off: the slurm, gateway and monitoring runbooks enable them on the nodes that need them.
+DISABLED = ("slurmctld", "slurmd", "nginx", "prometheus", "prometheus-alertmanager", "prometheus-node-exporter")
 
 
 def base_dir(cache: Path = CACHE) -> Path:

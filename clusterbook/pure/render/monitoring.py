@@ -50,6 +50,8 @@ def prometheus_config(c: Cluster, header: str) -> str:
         entry: dict = {"job_name": job(tier), "metrics_path": "/metrics"}
         if isinstance(tier, RouterTier):  # router mode serves each model's metrics, never loading one for it
             entry["params"] = {"autoload": ["false"]}
+        if tier.api_key and tier.api_key.file:  # /metrics needs the key (deploy.monitoring lets Prometheus read it)
+            entry["authorization"] = {"type": "Bearer", "credentials_file": tier.api_key.file}
         if tier.manager == "slurm":  # follows the job wherever SLURM runs it
             entry["file_sd_configs"] = [{"files": [posixpath.join(SD_DIR, f"{tier.name}.json")],
                                          "refresh_interval": f"{m.scrape_interval_s}s"}]
