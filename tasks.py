@@ -213,8 +213,8 @@ ns.add_task(verify)
 @task(help={"cluster": LAB_HELP})
 @command
 def demo(c, cluster=commands.LAB_CLUSTER):
-    """The main job on the lab: lab.up, install, models, router, every tier, verify --disruptive, then the docs
-    (built even when a scenario fails: its Results page shows the failure; the exit status still reports it)."""
+    """The main job on the lab: lab.up, install, models, router, every tier, monitoring, verify --disruptive, then the
+    docs (built even when a scenario fails: its Results page shows the failure; the exit status still reports it)."""
     commands.demo(cluster)
 
 

@@ -75,7 +75,8 @@ def verify(cluster_file: str, disruptive: bool, only: str | None) -> None:
 
 
 def demo(cluster_file: str = LAB_CLUSTER) -> None:
-    """The main job on the lab: boot it, install, fetch models, deploy every tier, verify, build the docs."""
+    """The main job on the lab: boot it, install, fetch models, deploy every tier and the monitoring, verify, build
+    the docs."""
     import os
 
     os.environ.update(settings.as_environment(cluster=cluster_file))  # the scenarios' own invoke commands
@@ -86,6 +87,8 @@ def demo(cluster_file: str = LAB_CLUSTER) -> None:
     cluster = load_cluster(cluster_file)
     for tier in cluster.tiers:
         run_operation(cluster_file, "deploy", tier.name)
+    if cluster.monitoring:  # after the tiers: it ends when Prometheus scrapes every one of them
+        run_runbook("monitoring", cluster_file)
     try:  # a failed scenario still gets its docs: the results page is where the operator reads it
         verify(cluster_file, disruptive=True, only=None)
         failure = None

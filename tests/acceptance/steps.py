@@ -660,7 +660,7 @@ def _scraped(cluster, transport, measured):
         down = sorted(name for name in expected if seen.get(name) != "1")
         if not down:
             measured("targets up", len(series))
-            routers = {s["metric"]["job"]: s["value"][1] for s in series if s["metric"].get("model")}
+            routers = {s["metric"]["model"]: s["value"][1] for s in series if s["metric"].get("model")}
             if routers:
                 measured("router-mode targets (up while their model is loaded)", routers)
             return

@@ -10,7 +10,8 @@ from .conftest import NEEDS_LAB, ROOT, invoke, run_api_examples
 
 pytestmark = [pytest.mark.lab, NEEDS_LAB]
 SLURM_LAB = ROOT / "lab/cluster-slurm.yaml"
-DEPLOY = ("deploy.install", "models.fetch", "deploy.router", "deploy.gateway", "deploy.fast", "deploy.reasoning")
+DEPLOY = ("deploy.install", "models.fetch", "deploy.router", "deploy.gateway", "deploy.fast", "deploy.reasoning",
+          "deploy.monitoring")
 
 
 @pytest.fixture(scope="module")

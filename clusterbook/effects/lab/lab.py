@@ -151,6 +151,9 @@ class Lab:
         self.ensure_source()
         started = []
         for m in self.machines:
+            if m.running and machines.outdated(m, base):  # the lab is disposable: bring it to the current recipe
+                with step(f"{m.name} runs an older root file system: power it off and build it again"):
+                    machines.stop(m, [veth for _, veth, _ in machines.interfaces(self.c, m)])
             machines.prepare(self.c, m, base, public_key, host_keys[m.name])
             if not m.running:
                 machines.start(self.c, m)

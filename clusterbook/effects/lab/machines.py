@@ -65,6 +65,12 @@ def _state(pid: int) -> str | None:
     return stat.rsplit(")", 1)[1].split()[0]  # the command name in (…) may contain spaces
 
 
+def outdated(machine: Machine, base: Path) -> bool:
+    """Whether the machine's root file system was copied from another base than this one (the recipe changed)."""
+    marker = machine.root / ".clusterbook-base"
+    return machine.root.exists() and not (marker.exists() and marker.read_text() == base.name)
+
+
 def prepare(c: Cluster, machine: Machine, base: Path, public_key: str, host_key: Path) -> None:
     """Copy the base root file system and configure hostname, addresses, SSH key and host key."""
     marker = machine.root / ".clusterbook-base"
