@@ -1,5 +1,5 @@
-"""Check rendered files with the real tools: systemd-analyze verify, bash -n, shellcheck, nginx -t, nft -c, and
-promtool (check config, check rules, test rules)."""
+"""Check rendered files with the real tools: systemd-analyze verify, bash -n, shellcheck, nginx -t, nft -c,
+promtool (check config, check rules, test rules) and amtool check-config."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ TOOLS = {  # executable -> Debian package that provides it
     "unshare": "util-linux",
     "ip": "iproute2",
     "promtool": "prometheus",
+    "amtool": "prometheus-alertmanager",
 }
 SYSTEM_UNITS = Path("/lib/systemd/system")
 PROMTOOL = {"prometheus": ["check", "config", "--syntax-only"], "rules": ["check", "rules"],
@@ -87,6 +88,9 @@ def _single(roots: Path, a: Artifact) -> list[Verdict]:
     if a.kind in PROMTOOL:  # each file beside the others of its node: the configuration names the rules
         ok, text = _run(["promtool", *PROMTOOL[a.kind], path.name], cwd=path.parent)
         return [Verdict(a.node, a.path, "promtool " + " ".join(PROMTOOL[a.kind][:2]), ok, text)]
+    if a.kind == "alertmanager":
+        ok, text = _run(["amtool", "check-config", str(path)])
+        return [Verdict(a.node, a.path, "amtool check-config", ok, text)]
     if a.kind == "env":
         bad = [line for line in a.text.splitlines()
                if line and not line.startswith("#") and not re.match(r"^[A-Za-z_][A-Za-z0-9_]*=\S*$", line)]

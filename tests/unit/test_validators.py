@@ -71,3 +71,18 @@ def test_promtool_checks_the_monitoring_files_and_the_generated_tests_catch_a_wr
     verdicts = validate([broken if a is rules else a for a in files])
     failed = [v for v in verdicts if not v.ok]
     assert [v.validator for v in failed] == ["promtool test rules"] and "DecodeSlow" in failed[0].output
+
+
+def test_alertmanager_sends_to_the_webhook_when_one_is_set():
+    from clusterbook.effects.validators import validate
+    from clusterbook.model.loader import load_cluster
+    from clusterbook.pure.render.monitoring import alertmanager_config
+
+    c = load_cluster(ROOT / "cluster.yaml")
+    hooked = c.model_copy(update={"monitoring": c.monitoring.model_copy(
+        update={"alert_webhook": "https://hooks.example.org/alerts"})})
+    for cluster, sends in ((c, False), (hooked, True)):
+        text = alertmanager_config(cluster, "test")
+        assert ("url: https://hooks.example.org/alerts" in text) == sends
+        verdicts = validate([Artifact("slurm-ctl", "/etc/prometheus/alertmanager.yml", text, "alertmanager")])
+        assert [(v.validator, v.ok) for v in verdicts] == [("amtool check-config", True)], verdicts

@@ -22,7 +22,7 @@ from clusterbook.pure.render import monitoring as mon
 from clusterbook.pure.render.escaping import LANGUAGE, Quoted, UnsafeValue, checked_target, guard
 
 Kind = Literal["unit", "env", "script", "config", "nginx", "nftables", "ini", "archive", "prometheus",
-               "rules", "rule-tests"]
+               "rules", "rule-tests", "alertmanager"]
 SELECTOR_NAME = "llama-model-selector"
 UPDATER_SCRIPT = "/usr/local/sbin/clusterbook-upstreams"
 KEEPER_SCRIPT = "/usr/local/sbin/clusterbook-keeper"
@@ -116,6 +116,8 @@ def _monitoring(c: Cluster) -> list[Artifact]:
                  about="monitoring: alerts from the targets"),
         Artifact(m.node, f"{mon.PROMETHEUS_DIR}/{mon.RULE_TESTS}", mon.rule_tests(c, h), "rule-tests",
                  about="monitoring: promtool tests of every alert"),
+        Artifact(m.node, f"{mon.PROMETHEUS_DIR}/alertmanager.yml", mon.alertmanager_config(c, h), "alertmanager",
+                 about="monitoring: where alerts go"),
         Artifact(m.node, "/etc/default/prometheus",
                  f"# {h}\nARGS=--storage.tsdb.retention.time={m.retention_days}d\n", "env",
                  about="monitoring: Prometheus's retention"),

@@ -172,3 +172,15 @@ def rule_tests(c: Cluster, header: str) -> str:
                           "alert_rule_test": [{"eval_time": f"{wait}m", "alertname": rule["alert"],
                                                "exp_alerts": alerts_expected}]})
     return _dump(header, {"rule_files": [posixpath.basename(RULES)], "evaluation_interval": "1m", "tests": tests})
+
+
+def alertmanager_config(c: Cluster, header: str) -> str:
+    """alertmanager.yml: every alert to the cluster's webhook, grouped per alert and tier; none set, a receiver
+    with nowhere to send (the alerts show in Alertmanager's web UI)."""
+    hook = c.monitoring.alert_webhook
+    receiver = {"name": "cluster"}
+    if hook:
+        receiver["webhook_configs"] = [{"url": hook, "send_resolved": True}]
+    return _dump(header, {"route": {"receiver": "cluster", "group_by": ["alertname", "tier"], "group_wait": "30s",
+                                    "group_interval": "5m", "repeat_interval": "4h"},
+                          "receivers": [receiver]})
