@@ -146,6 +146,17 @@ collections = {name: Collection(name) for name in ("deploy", "models", "stop", "
 for _op in commands.task_operations(_cluster):
     collections[_op.collection].add_task(_operation_task(_op))
 collections["deploy"].add_task(_any_tier_task("deploy", "Deploy any tier of the cluster file by name (--tier NAME)."))
+
+
+@task(name="hash", help={"cluster": CLUSTER_HELP})
+@command
+def models_hash(c, cluster=None):
+    """sha256 of every model file, computed on a node that holds it; prints the lines to paste into the cluster
+    file, and fails where a declared sha256 differs."""
+    commands.models_hash(cluster or commands.default_cluster())
+
+
+collections["models"].add_task(models_hash)
 collections["stop"].add_task(_any_tier_task("stop", "Stop any tier by name (--tier NAME)."))
 collections["restart"].add_task(_any_tier_task("restart", "Restart any tier by name (--tier NAME)."))
 for _collection in collections.values():
@@ -219,6 +230,29 @@ def demo(c, cluster=commands.LAB_CLUSTER):
 
 
 ns.add_task(demo)
+
+
+@task(name="fabric", help={"cluster": RUN_HELP["cluster"], "tier": "an RPC tier (default: every RPC tier)",
+                           "seconds": "seconds of each iperf3 run (default 5)"})
+@command
+def fabric_task(c, cluster=None, tier=None, seconds=5):
+    """Measure the fabric: iperf3 from each RPC tier's head to each worker over the RPC network, beside the tier's
+    fabric_gbps target and the network's declared bandwidth; fails below the acceptable level."""
+    commands.fabric(cluster or commands.default_cluster(), tier, int(seconds))
+
+
+ns.add_task(fabric_task)
+
+
+@task(name="preflight", help={"cluster": RUN_HELP["cluster"], "only": RUN_HELP["only"]})
+@command
+def preflight_task(c, cluster=None, only=None):
+    """Check every node before anything starts: its GPUs and their memory against the cluster file, the driver's
+    CUDA, free space for its models, its RPC network interface up with the declared MTU, its clock."""
+    commands.preflight(cluster or commands.default_cluster(), only)
+
+
+ns.add_task(preflight_task)
 
 
 BENCH_HELP = {"cluster": RUN_HELP["cluster"], "tier": "tier name (default: the first RPC tier)",

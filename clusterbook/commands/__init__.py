@@ -1,8 +1,8 @@
 """What each task does, in terms of the layers: load, plan, render, run, check, report. tasks.py calls these."""
 
 from clusterbook.commands.acceptance import demo, verify
-from clusterbook.commands.bench import bench, recovery, rehearse, tune
-from clusterbook.commands.cluster import check, plan, render, write_reference
+from clusterbook.commands.bench import bench, fabric, recovery, rehearse, tune
+from clusterbook.commands.cluster import check, models_hash, plan, preflight, render, write_reference
 from clusterbook.commands.lab import (
     LAB_CLUSTER,
     LAB_SLURM_CLUSTER,
@@ -41,12 +41,15 @@ __all__ = [
     "default_cluster",
     "demo",
     "docs",
+    "fabric",
     "lab_down",
     "lab_restart",
     "lab_status",
     "lab_up",
     "logs",
+    "models_hash",
     "plan",
+    "preflight",
     "publish_docs",
     "recovery",
     "rehearse",

@@ -289,3 +289,62 @@ def recovery(cluster_file: str, tier_name: str | None, cases: tuple[str, ...], r
     failed = [r for r in results if r.error]
     if failed:
         raise Failed(f"{len(failed)} of {len(results)} runs did not recover: {failed[0].error}")
+
+
+def fabric(cluster_file: str, tier_name: str | None, seconds: int) -> None:
+    """iperf3 from each RPC tier's head to its workers over the RPC network, beside the tier's fabric_gbps target and
+    the network's declared bandwidth; reports/fabric-summary.md (on the Results page)."""
+    import json
+
+    from clusterbook.commands.reportstamp import stamped
+    from clusterbook.effects.fabric import measure
+    from clusterbook.effects.ssh import SshTransport
+    from clusterbook.model.schema import RpcTier
+
+    cluster = load_cluster(cluster_file)
+    tiers = [t for t in cluster.tiers if isinstance(t, RpcTier) and tier_name in (None, t.name)]
+    if not tiers:
+        raise Failed(f"no RPC tier{' named ' + tier_name if tier_name else ''} in {cluster_file}: the fabric carries "
+                     "RPC traffic between a head and its workers")
+    transport = SshTransport(cluster)
+    network = cluster.networks[cluster.rpc_network]
+    links, verdicts = [], []
+    for tier in tiers:
+        with console.status(f"iperf3 {tier.head} -> {', '.join(tier.workers)} ({seconds} s each) …"):
+            try:
+                measured = measure(cluster, transport, tier, seconds)
+            except RuntimeError as exc:
+                raise Failed(str(exc)) from None
+        targets = cluster.targets_for(tier.name)
+        level = targets.fabric_gbps if targets else None
+        for link in measured:
+            verdict = "—" if not level else ("meets the target" if link.gbps >= level.target else
+                                             "acceptable" if link.gbps >= level.acceptable else
+                                             "below acceptable" if link.gbps >= level.critical else "critical")
+            links.append(link)
+            verdicts.append((link, level, verdict))
+    table = Table(title=f"fabric: {cluster.rpc_network} ({network.link}, declared {network.bandwidth_gbps:g} Gbit/s)")
+    for column in ("tier", "head -> worker", "addresses", "Gbit/s", "retransmits", "target", "verdict"):
+        table.add_column(column)
+    lines = [f"TCP bandwidth over the {cluster.rpc_network} network ({network.link}, declared "
+             f"{network.bandwidth_gbps:g} Gbit/s), measured by `invoke fabric` with iperf3 for {seconds} s from "
+             "each RPC tier's head to each worker, bound to their RPC addresses.", "",
+             "| tier | head → worker | Gbit/s | retransmits | target (acceptable, critical) | verdict |",
+             "|---|---|---|---|---|---|"]
+    for link, level, verdict in verdicts:
+        goal = f"≥ {level.target:g} ({level.acceptable:g}, {level.critical:g})" if level else "no fabric_gbps target"
+        table.add_row(link.tier, f"{link.head} -> {link.worker}", f"{link.source} -> {link.target}",
+                      f"{link.gbps:.2f}", str(link.retransmits), goal, verdict)
+        lines.append(f"| {link.tier} | {link.head} → {link.worker} | {link.gbps:.2f} | {link.retransmits} | {goal} | "
+                     f"{verdict} |")
+    console.print(table)
+    reports = settings.current().reports
+    reports.mkdir(parents=True, exist_ok=True)
+    (reports / "fabric.json").write_text(json.dumps({"network": cluster.rpc_network, "seconds": seconds,
+                                                     "links": [link.to_json() for link in links]}, indent=2))
+    (reports / "fabric-summary.md").write_text(stamped("\n".join(lines) + "\n", cluster.cluster.name, cluster_file))
+    console.print(f"[dim]written: {reports}/fabric.json, {reports}/fabric-summary.md[/]")
+    low = [f"{link.head} -> {link.worker} {link.gbps:.2f} Gbit/s (acceptable {level.acceptable:g})"
+           for link, level, _ in verdicts if level and link.gbps < level.acceptable]
+    if low:
+        raise Failed("fabric below its acceptable bandwidth: " + "; ".join(low))

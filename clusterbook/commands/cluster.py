@@ -119,3 +119,76 @@ def _print_residency(cplan) -> None:
     console.print("  run at the same time: " + "; ".join(" + ".join(g) for g in cplan.groups))
     for sentence in exclusion_text(cplan):
         console.print(f"  [yellow]{sentence}[/]")
+
+
+def preflight(cluster_file: str, only: str | None = None) -> None:
+    """Every node's GPUs, driver, free space for its models, RPC interface and clock, against the cluster file."""
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    from clusterbook.effects.ssh import SshTransport
+    from clusterbook.pure.preflight import Check, facts_command, judge, parse_facts
+
+    cluster = load_cluster(cluster_file)
+    nodes = [n.name for n in cluster.nodes if not only or n.name in only.split(",")]
+    transport = SshTransport(cluster)
+
+    def one(node: str) -> list[Check]:
+        started = time.time()
+        out = transport.run(node, facts_command(cluster, node), timeout=60)
+        if not out.ok:
+            return [Check(node, "reachable", "the facts command runs over SSH",
+                          f"exit {out.returncode}: {out.tail(2) or out.stdout[-200:]}", "failed")]
+        return judge(cluster, node, parse_facts(out.stdout), (started + time.time()) / 2)
+
+    with console.status(f"preflight of {', '.join(nodes)} …"), ThreadPoolExecutor(max_workers=len(nodes)) as pool:
+        checks = [c for result in pool.map(one, nodes) for c in result]
+    table = Table("node", "check", "expected", "found", "verdict", title=f"preflight: {cluster.cluster.name}")
+    style = {"ok": "[green]ok[/]", "failed": "[red]FAILED[/]", "skipped": "[dim]skipped[/]"}
+    for c in checks:
+        table.add_row(c.node, c.check, c.expected, c.found, style[c.verdict])
+    console.print(table)
+    failed = [c for c in checks if c.verdict == "failed"]
+    if failed:
+        raise Failed("preflight failed: " + "; ".join(f"{c.node}: {c.check}: expected {c.expected}, found {c.found}"
+                                                      for c in failed))
+    console.print(f"[green]preflight passed[/] on {len(nodes)} node(s)")
+
+
+def models_hash(cluster_file: str) -> None:
+    """Each model's sha256, computed where it lies (on a node that serves it), beside the cluster file's."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from clusterbook.effects.ssh import SshTransport
+    from clusterbook.pure.runbooks import models_for_host
+
+    cluster = load_cluster(cluster_file)
+    holder = {}
+    for node in cluster.nodes:
+        for model in models_for_host(cluster, node.name):
+            holder.setdefault(model.id, node.name)
+    transport = SshTransport(cluster)
+
+    def one(model_id: str) -> tuple[str, str, str]:
+        model, node = cluster.model(model_id), holder[model_id]
+        out = transport.run(node, f"sha256sum {cluster.storage.models_dir}/{model.file}", timeout=3600)
+        return model_id, node, out.stdout.split()[0] if out.ok and out.stdout else f"(not there: {out.tail(1)})"
+
+    with console.status(f"sha256 of {len(holder)} model file(s) on their nodes …"), \
+            ThreadPoolExecutor(max_workers=max(1, len(holder))) as pool:
+        rows = list(pool.map(one, holder))
+    table = Table("model", "node", "sha256", "cluster file", title="model checksums")
+    wrong = []
+    for model_id, node, digest in rows:
+        declared = cluster.model(model_id).sha256
+        verdict = "not declared" if not declared else "[green]same[/]" if declared == digest else "[red]DIFFERS[/]"
+        if declared and declared != digest:
+            wrong.append(f"{model_id} on {node}: {digest}, the cluster file says {declared}")
+        table.add_row(model_id, node, digest, verdict)
+    console.print(table)
+    console.print("To paste under each model in the cluster file:")
+    for model_id, _node, digest in rows:
+        if len(digest) == 64:
+            console.print(f"  - id: {model_id}\n    sha256: {digest}", markup=False, highlight=False)
+    if wrong:
+        raise Failed("model files differ from their declared sha256: " + "; ".join(wrong))

@@ -173,6 +173,7 @@ REPORTS = {  # report name: (what "not yet …" says, the task that writes it)
     "verify": ("verified", "invoke verify"),
     "bench": ("benched", "invoke bench"),
     "bench-recovery": ("timed through a recovery", "invoke bench.recovery"),
+    "fabric": ("measured", "invoke fabric"),
 }
 
 

@@ -146,6 +146,9 @@ class Engine(Strict):
                           f"ggml-rpc-server from {RPC_RENAME_BUILD})")
     bench_binary: FileName = Field("llama-bench", description="benchmark binary name")
     release_url: Url | None = Field(None, description="where the install runbook fetches the release tarball")
+    cuda_version: str | None = Field(None, pattern=r"^\d+\.\d+$",
+                                     description='CUDA runtime the build links, e.g. "12.4" (preflight checks every '
+                                                 "GPU node's driver supports it)")
 
     @property
     def rpc_worker_binary(self) -> str:

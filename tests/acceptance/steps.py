@@ -733,3 +733,21 @@ def _alert_cycle(cluster, transport, context, measured):
         time.sleep(3)
     assert not alert_firing(cluster, transport, tier), f"tier {tier.name}: TierDown still fires after redeploy"
     measured(f"{tier.name} TierDown resolved after redeploy s", round(time.monotonic() - context["back"], 1))
+
+
+# --- the fabric ---------------------------------------------------------------------------------------------
+@then("iperf3 from the head to each worker over the RPC network reaches the tier's fabric target")
+def _fabric(cluster, transport, measured):
+    from clusterbook.effects.fabric import measure
+
+    if not rpc_tiers(cluster):
+        pytest.skip("no RPC tier in this cluster file")
+    for tier in rpc_tiers(cluster):
+        targets = cluster.targets_for(tier.name)
+        level = targets.fabric_gbps if targets else None
+        for link in measure(cluster, transport, tier, seconds=3):
+            measured(f"{link.head} -> {link.worker} Gbit/s", link.gbps)
+            if level:
+                assert link.gbps >= level.target, (f"tier {tier.name}: expected ≥ {level.target:g} Gbit/s from "
+                                                   f"{link.head} to {link.worker} ({link.source} -> {link.target}), "
+                                                   f"measured {link.gbps:.2f}")

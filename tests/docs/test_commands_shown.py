@@ -18,7 +18,8 @@ INVOKE = re.compile(r"invoke ([a-z][a-z0-9_.-]*[a-z0-9])(?![<\w.])(?: --tier ([A
 # tasks that are not runbooks: they exist for every cluster
 PLAIN = {"check", "render", "plan", "reference", "status", "logs", "verify", "demo", "docs", "docs.build",
          "docs.serve", "docs.publish", "bench", "bench.run", "bench.rehearse", "bench.tune", "bench.recovery",
-         "lab.up", "lab.down", "lab.status", "lab.ssh", "lab.restart"}
+         "lab.up", "lab.down", "lab.status", "lab.ssh", "lab.restart", "fabric",
+         "preflight", "models.hash"}
 
 
 def commands_on(site) -> set[tuple[str, str | None]]:

@@ -11,3 +11,7 @@ Feature: RPC workers
     Given the cluster file
     Then from each tier head, the RPC port of every worker is closed on the worker's other addresses
     And every worker's firewall table is loaded and drops the RPC port for addresses outside the tier
+
+  Scenario: The RPC network carries the tier's fabric target
+    Given the cluster file
+    Then iperf3 from the head to each worker over the RPC network reaches the tier's fabric target

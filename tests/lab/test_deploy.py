@@ -143,3 +143,48 @@ def test_the_api_pages_examples_run_against_the_lab(ssh, tmp_path):
     for out in outputs:
         assert '"chat.completion' in out and '"error"' not in out, out[:500]
     assert sum("data: [DONE]" in out for out in outputs) == 2
+
+
+def test_fabric_and_preflight_pass_and_a_downed_interface_fails_both_naming_the_node(ssh, tmp_path):
+    env = {"INVOKE_CLUSTERBOOK_REPORTS": str(tmp_path)}
+    preflight = invoke("preflight")
+    assert preflight.returncode == 0, preflight.stdout[-3000:] + preflight.stderr
+    assert "none (CPU node)" in preflight.stdout and "skipped" in preflight.stdout  # the lab has no GPUs
+    result = invoke("fabric", "--seconds", "2", extra_env=env)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr
+    links = json.loads((tmp_path / "fabric.json").read_text())["links"]
+    assert [(link["head"], link["worker"], link["source"]) for link in links] == [
+        ("lab1", "lab2", "10.213.1.11"), ("lab1", "lab3", "10.213.1.11")]
+    assert all(link["gbps"] > 1 for link in links), links  # a veth bridge carries several Gbit/s
+    assert "| reasoning | lab1 → lab2 |" in (tmp_path / "fabric-summary.md").read_text()
+    assert ssh.run("lab3", "ip link set fabric0 down").ok
+    try:
+        down = invoke("fabric", "--seconds", "2", extra_env=env)
+        assert down.returncode != 0
+        assert "lab3" in down.stderr and "10.213.1.13" in down.stderr, down.stderr
+        preflight = invoke("preflight")
+        assert preflight.returncode != 0
+        assert "lab3: fabric interface: expected 10.213.1.13 on an interface that is up, MTU 1500, found fabric0 down" \
+            in preflight.stderr.replace("\n", " "), preflight.stderr
+    finally:
+        assert ssh.run("lab3", "ip link set fabric0 up").ok
+    again = invoke("deploy.reasoning")  # the head lost lab3 while its fabric was down: the tier comes back
+    assert again.returncode == 0, again.stdout[-2000:] + again.stderr
+
+
+def test_models_hash_matches_and_a_wrong_sha256_fails_fetch_and_hash_naming_node_and_model(ssh, tmp_path):
+    result = invoke("models.hash")
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr
+    assert "sha256: c3eeb1e92e75e29168f6376c10ea825568b5fcabc1ef04be01839697a39f30db" in result.stdout
+    wrong = tmp_path / "cluster.yaml"
+    wrong.write_text(LAB.read_text().replace("sha256: 2b5fa05aa5e6", "sha256: 0000000000e6"))
+    differs = invoke("models.hash", cluster=wrong)
+    assert differs.returncode != 0 and "lab-fast-a on lab1" in differs.stderr, differs.stderr
+    assert ssh.run("lab1", "rm /srv/models/lab-fast-a.gguf").ok
+    try:
+        fetch = invoke("models.fetch", "--only", "lab1", cluster=wrong)
+        assert fetch.returncode != 0
+        assert "lab1: step 'fetch'" in fetch.stderr and "lab-fast-a.gguf" in fetch.stderr, fetch.stderr
+        assert not ssh.run("lab1", "test -e /srv/models/lab-fast-a.gguf").ok  # never moved into place
+    finally:
+        assert invoke("models.fetch", "--only", "lab1").returncode == 0

@@ -1,0 +1,110 @@
+"""Preflight of a node before anything starts: the facts to gather (one shell command), and the verdicts on them
+against the cluster file: GPUs and their memory, the driver's CUDA, free space for the node's models, the RPC
+network's interface and MTU, and the clock."""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+
+from clusterbook.model.schema import Cluster, RpcTier
+from clusterbook.pure import topology as topo
+from clusterbook.pure.runbooks import models_for_host
+
+CLOCK_SKEW_S = 2.0  # beyond this, logs of different nodes no longer line up (recovery phases, alerts)
+GPU_MEMORY_TOLERANCE = 0.02  # nvidia-smi's memory.total against the cluster file's memory_mib
+
+
+@dataclass(frozen=True)
+class Check:
+    """One verdict: what was expected on the node, what was found."""
+
+    node: str
+    check: str
+    expected: str
+    found: str
+    verdict: str  # ok | failed | skipped
+
+
+def facts_command(c: Cluster, node: str) -> str:
+    """A shell command printing the node's facts as key=value lines (tools that are missing print nothing)."""
+    models_dir = shlex.quote(c.storage.models_dir)
+    rpc = topo.address(c, node, c.rpc_network) if c.rpc_network in c.node(node).addresses else ""
+    files = " ".join(shlex.quote(m.file) for m in models_for_host(c, node))
+    return "; ".join([
+        "if command -v nvidia-smi >/dev/null; then "
+        "nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader,nounits "
+        "| sed 's/, /|/g; s/^/gpu=/'; "
+        "nvidia-smi | sed -n 's/.*CUDA Version: *\\([0-9.]*\\).*/cuda=\\1/p'; fi",
+        f"d={models_dir}; while [ ! -d \"$d\" ]; do d=$(dirname \"$d\"); done; "
+        "echo \"avail=$(df -B1 --output=avail \"$d\" | tail -n 1 | tr -d ' ')\"",
+        f"for f in {files}; do [ ! -f {models_dir}/\"$f\" ] || echo \"have=$f|$(stat -c %s {models_dir}/\"$f\")\"; "
+        "done" if files else "true",
+        f"ip -o addr show to {rpc} | awk '{{print $2}}' | while read -r i; do "
+        "echo \"iface=$i|$(cat /sys/class/net/$i/operstate)|$(cat /sys/class/net/$i/mtu)\"; done" if rpc else "true",
+        "echo \"now=$(date +%s.%N)\"",
+    ])
+
+
+def parse_facts(text: str) -> dict[str, list[str]]:
+    facts: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key in ("gpu", "cuda", "avail", "have", "iface", "now"):
+            facts.setdefault(key, []).append(value.strip())
+    return facts
+
+
+def _gb(n: float) -> str:
+    return f"{n / 1e9:.1f} GB"
+
+
+def judge(c: Cluster, node: str, facts: dict[str, list[str]], asked_at: float) -> list[Check]:
+    """The node's checks, each with what was expected and found. `asked_at`: this machine's clock, mid-command."""
+    out: list[Check] = []
+    declared = [(g.model, g.memory_mib) for g in c.node(node).gpus for _ in range(g.count)]
+    found = [row.split("|") for row in facts.get("gpu", [])]
+    if not declared:
+        out.append(Check(node, "GPUs", "none (CPU node)", f"{len(found)} GPU(s)" if found else "none", "skipped"))
+    else:
+        names = sorted(f"{m} {mib} MiB" for m, mib in declared)
+        seen = sorted(f"{r[0]} {r[1]} MiB" for r in found if len(r) >= 2)
+        ok = len(found) == len(declared) and all(
+            r[0] == m and abs(int(float(r[1])) - mib) <= GPU_MEMORY_TOLERANCE * mib
+            for (m, mib), r in zip(sorted(declared), sorted(found)))
+        out.append(Check(node, "GPUs", ", ".join(names), ", ".join(seen) or "no nvidia-smi or no GPU",
+                         "ok" if ok else "failed"))
+        need = c.engine.cuda_version
+        have = (facts.get("cuda") or [""])[0]
+        if need:
+            fits = bool(have) and tuple(map(int, have.split("."))) >= tuple(map(int, need.split(".")))
+            driver = found[0][2] if found and len(found[0]) > 2 else "?"
+            out.append(Check(node, "driver's CUDA", f"≥ {need} (the build's runtime)",
+                             f"{have or 'unknown'} (driver {driver})", "ok" if fits else "failed"))
+    present = dict(row.split("|", 1) for row in facts.get("have", []))
+    needed = sum(max(0, m.bytes - int(present.get(m.file, 0))) for m in models_for_host(c, node))
+    avail = int((facts.get("avail") or ["0"])[0] or 0)
+    wanted = [m.id for m in models_for_host(c, node)]
+    out.append(Check(node, f"free space in {c.storage.models_dir}",
+                     f"≥ {_gb(needed)} for {', '.join(wanted)}" if wanted else "nothing to fetch", _gb(avail),
+                     "ok" if avail >= needed else "failed"))
+    in_rpc = any(isinstance(t, RpcTier) and node in t.nodes for t in c.tiers)
+    if in_rpc:
+        net = c.networks[c.rpc_network]
+        rows = [r.split("|") for r in facts.get("iface", [])]
+        expected = f"{topo.address(c, node, c.rpc_network)} on an interface that is up, MTU {net.mtu}"
+        if not rows:
+            out.append(Check(node, f"{c.rpc_network} interface", expected, "no interface holds the address",
+                             "failed"))
+        else:
+            name, state, mtu = rows[0] + ["?"] * (3 - len(rows[0]))
+            # a bridge or veth can report "unknown" while it carries traffic; only "down" is down
+            up = state in ("up", "unknown")
+            out.append(Check(node, f"{c.rpc_network} interface", expected, f"{name} {state}, MTU {mtu}",
+                             "ok" if up and mtu == str(net.mtu) else "failed"))
+    now = float((facts.get("now") or ["0"])[0] or 0)
+    skew = now - asked_at
+    out.append(Check(node, "clock", f"within {CLOCK_SKEW_S:g} s of this machine", f"{skew:+.2f} s",
+                     "ok" if abs(skew) <= CLOCK_SKEW_S else "failed"))
+    return out
+

@@ -1,0 +1,68 @@
+"""Preflight's verdicts on a node's facts (what `facts_command` prints), table-driven: each broken fact fails its
+check, naming what was expected and what was found; a CPU node's GPU check is skipped with its reason."""
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from clusterbook.model.loader import load_cluster
+from clusterbook.pure.preflight import facts_command, judge, parse_facts
+
+ROOT = Path(__file__).resolve().parents[2]
+BEEFCAKE2 = load_cluster(ROOT / "cluster.yaml")
+LAB = load_cluster(ROOT / "lab/cluster.yaml")
+
+GOOD = """\
+gpu=Tesla V100S-PCIE-32GB|32768|535.104.05
+cuda=12.2
+avail=200000000000
+iface=ib0|up|2044
+now=1000.2
+"""
+
+
+def verdicts(text: str, node: str = "vasp-01", cluster=BEEFCAKE2, asked_at: float = 1000.0) -> dict:
+    return {c.check: (c.verdict, c.expected, c.found) for c in judge(cluster, node, parse_facts(text), asked_at)}
+
+
+def test_a_node_as_declared_passes_every_check():
+    found = verdicts(GOOD)
+    assert {check: v[0] for check, v in found.items()} == {
+        "GPUs": "ok", "driver's CUDA": "ok", "free space in /scratch/ai/models": "ok", "fabric interface": "ok",
+        "clock": "ok"}
+    assert found["free space in /scratch/ai/models"][1] == "≥ 47.4 GB for OR1-Behemoth"
+
+
+@pytest.mark.parametrize("change, check, found", [
+    (("gpu=Tesla V100S-PCIE-32GB|32768", "gpu=Tesla V100-PCIE-16GB|16384"), "GPUs", "Tesla V100-PCIE-16GB 16384 MiB"),
+    (("gpu=Tesla V100S-PCIE-32GB|32768|535.104.05\n", ""), "GPUs", "no nvidia-smi or no GPU"),
+    (("cuda=12.2", "cuda=11.8"), "driver's CUDA", "11.8 (driver 535.104.05)"),
+    (("avail=200000000000", "avail=40000000000"), "free space in /scratch/ai/models", "40.0 GB"),
+    (("iface=ib0|up|2044", "iface=ib0|down|2044"), "fabric interface", "ib0 down, MTU 2044"),
+    (("iface=ib0|up|2044", "iface=ib0|up|1500"), "fabric interface", "ib0 up, MTU 1500"),
+    (("iface=ib0|up|2044\n", ""), "fabric interface", "no interface holds the address"),
+    (("now=1000.2", "now=1005.0"), "clock", "+5.00 s"),
+])
+def test_each_broken_fact_fails_its_check_with_the_figures(change, check, found):
+    verdict, _expected, seen = verdicts(GOOD.replace(*change))[check]
+    assert (verdict, seen) == ("failed", found)
+
+
+def test_a_model_already_on_the_node_needs_no_space():
+    text = GOOD.replace("avail=200000000000", "avail=1000") + "have=OR1-Behemoth.Q4_K_M.gguf|47369119648\n"
+    assert verdicts(text)["free space in /scratch/ai/models"][0] == "ok"
+
+
+def test_a_cpu_node_skips_the_gpu_check_with_its_reason():
+    found = verdicts("avail=100000000000\niface=fabric0|up|1500\nnow=1000.0\n", "lab2", LAB)
+    assert found["GPUs"] == ("skipped", "none (CPU node)", "none")
+    assert "driver's CUDA" not in found and found["fabric interface"][0] == "ok"
+
+
+def test_the_facts_command_is_valid_shell():
+    for cluster in (BEEFCAKE2, LAB):
+        for node in cluster.nodes:
+            check = subprocess.run(["bash", "-n"], input=facts_command(cluster, node.name), text=True,
+                                   capture_output=True)
+            assert check.returncode == 0, (node.name, check.stderr)
