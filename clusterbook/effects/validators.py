@@ -88,6 +88,9 @@ def _single(roots: Path, a: Artifact) -> list[Verdict]:
     if a.kind in PROMTOOL:  # each file beside the others of its node: the configuration names the rules
         ok, text = _run(["promtool", *PROMTOOL[a.kind], path.name], cwd=path.parent)
         return [Verdict(a.node, a.path, "promtool " + " ".join(PROMTOOL[a.kind][:2]), ok, text)]
+    if a.kind == "python":
+        ok, text = _run(["python3", "-m", "py_compile", str(path)])
+        return [Verdict(a.node, a.path, "python3 -m py_compile", ok, text)]
     if a.kind == "alertmanager":
         ok, text = _run(["amtool", "check-config", str(path)])
         return [Verdict(a.node, a.path, "amtool check-config", ok, text)]

@@ -188,3 +188,13 @@ def test_models_hash_matches_and_a_wrong_sha256_fails_fetch_and_hash_naming_node
         assert not ssh.run("lab1", "test -e /srv/models/lab-fast-a.gguf").ok  # never moved into place
     finally:
         assert invoke("models.fetch", "--only", "lab1").returncode == 0
+
+
+def test_a_model_whose_header_contradicts_the_cluster_file_fails_naming_node_and_figures(tmp_path):
+    wrong = tmp_path / "cluster.yaml"
+    wrong.write_text(LAB.read_text().replace("architecture: {layers: 12, heads: 8,",
+                                             "architecture: {layers: 16, heads: 8,"))
+    result = invoke("models.fetch", "--only", "lab1", cluster=wrong)
+    assert result.returncode != 0
+    assert "lab1: step 'header'" in result.stderr, result.stderr
+    assert "layers: the cluster file says 16, the header (llama.block_count) says 12" in result.stderr, result.stderr

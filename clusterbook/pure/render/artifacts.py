@@ -11,7 +11,7 @@ from typing import Literal
 
 import jinja2
 
-from clusterbook.model.hosts import candidate_nodes, router_nodes
+from clusterbook.model.hosts import candidate_nodes, resolve_hosts, router_nodes
 from clusterbook.model.schema import Cluster, RouterTier, RpcTier
 from clusterbook.model.templating import JINJA_OPTIONS
 from clusterbook.pure import flags as fl
@@ -22,7 +22,7 @@ from clusterbook.pure.render import monitoring as mon
 from clusterbook.pure.render.escaping import LANGUAGE, Quoted, UnsafeValue, checked_target, guard
 
 Kind = Literal["unit", "env", "script", "config", "nginx", "nftables", "ini", "archive", "prometheus",
-               "rules", "rule-tests", "alertmanager"]
+               "rules", "rule-tests", "alertmanager", "python"]
 SELECTOR_NAME = "llama-model-selector"
 UPDATER_SCRIPT = "/usr/local/sbin/clusterbook-upstreams"
 KEEPER_SCRIPT = "/usr/local/sbin/clusterbook-keeper"
@@ -99,9 +99,20 @@ def render_artifacts(c: Cluster) -> list[Artifact]:
     if c.slurm:
         out += _slurm_conf(c)
     out += _keeper(c)
+    out += _model_checker(c)
     if c.monitoring:
         out += _monitoring(c)
     return sorted(out, key=lambda a: (a.node, a.path))
+
+
+GGUF_CHECK = "/usr/local/sbin/clusterbook-gguf-check"
+
+
+def _model_checker(c: Cluster) -> list[Artifact]:
+    """On every node that runs (or may run) a tier: a GGUF header check against the cluster file's architecture."""
+    text = template("gguf-check.py.j2", header=header(c))
+    return [Artifact(node, GGUF_CHECK, text, "python", 0o755, about="models: GGUF header against the cluster file")
+            for node in resolve_hosts(c, "tiers")]
 
 
 def _monitoring(c: Cluster) -> list[Artifact]:
