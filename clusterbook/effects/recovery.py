@@ -79,8 +79,12 @@ def evict_when_head_exits(c: Cluster, transport, tier: RpcTier) -> None:
     mapped cannot be dropped), so the next head reads it from disk; detached, it outlives this SSH command."""
     path = shlex.quote(f"{c.storage.models_dir}/{c.model(tier.model).file}")
     head = f"[{c.engine.server_binary[0]}]{c.engine.server_binary[1:]} .*--port {tier.port}"
+    # after the exit, drop again until under 5 % is resident (a core dump or readahead can bring pages back), for at
+    # most about a second: the next head must not be kept waiting
     script = (f"pid=$(pgrep -o -f '{head}'); while kill -0 $pid 2>/dev/null; do sleep 0.01; done; "
-              f"dd if={path} iflag=nocache count=0 status=none; "
+              f"for _ in $(seq 50); do dd if={path} iflag=nocache count=0 status=none; "
+              f"set -- $(fincore -nb -o RES,SIZE {path} 2>/dev/null); "
+              "[ -n \"$2\" ] && [ $(($1 * 20)) -lt \"$2\" ] && break; sleep 0.02; done; "
               f"(fincore -nb -o RES,SIZE {path} 2>/dev/null || echo unknown) > {EVICTED}")
     result = transport.run(tier.head, f"rm -f {EVICTED}; setsid sh -c {shlex.quote(script)} "
                                       "</dev/null >/dev/null 2>&1 &")

@@ -42,6 +42,7 @@ def facts_command(c: Cluster, node: str) -> str:
         "done" if files else "true",
         f"ip -o addr show to {rpc} | awk '{{print $2}}' | while read -r i; do "
         "echo \"iface=$i|$(cat /sys/class/net/$i/operstate)|$(cat /sys/class/net/$i/mtu)\"; done" if rpc else "true",
+        "ip -o link show | awk -F': ' '/state DOWN/ { sub(/@.*/, \"\", $2); print \"down=\" $2 }'",
         "echo \"now=$(date +%s.%N)\"",
     ])
 
@@ -50,7 +51,7 @@ def parse_facts(text: str) -> dict[str, list[str]]:
     facts: dict[str, list[str]] = {}
     for line in text.splitlines():
         key, sep, value = line.partition("=")
-        if sep and key in ("gpu", "cuda", "avail", "have", "iface", "now"):
+        if sep and key in ("gpu", "cuda", "avail", "have", "iface", "down", "now"):
             facts.setdefault(key, []).append(value.strip())
     return facts
 
@@ -94,8 +95,9 @@ def judge(c: Cluster, node: str, facts: dict[str, list[str]], asked_at: float) -
         rows = [r.split("|") for r in facts.get("iface", [])]
         expected = f"{topo.address(c, node, c.rpc_network)} on an interface that is up, MTU {net.mtu}"
         if not rows:
-            out.append(Check(node, f"{c.rpc_network} interface", expected, "no interface holds the address",
-                             "failed"))
+            down = facts.get("down", [])
+            out.append(Check(node, f"{c.rpc_network} interface", expected, "no interface holds the address"
+                             + (f" (down: {', '.join(down)})" if down else ""), "failed"))
         else:
             name, state, mtu = rows[0] + ["?"] * (3 - len(rows[0]))
             # a bridge or veth can report "unknown" while it carries traffic; only "down" is down

@@ -42,6 +42,7 @@ def test_a_node_as_declared_passes_every_check():
     (("iface=ib0|up|2044", "iface=ib0|down|2044"), "fabric interface", "ib0 down, MTU 2044"),
     (("iface=ib0|up|2044", "iface=ib0|up|1500"), "fabric interface", "ib0 up, MTU 1500"),
     (("iface=ib0|up|2044\n", ""), "fabric interface", "no interface holds the address"),
+    (("iface=ib0|up|2044\n", "down=ib0\n"), "fabric interface", "no interface holds the address (down: ib0)"),
     (("now=1000.2", "now=1005.0"), "clock", "+5.00 s"),
 ])
 def test_each_broken_fact_fails_its_check_with_the_figures(change, check, found):
