@@ -164,8 +164,8 @@ def test_fabric_and_preflight_pass_and_a_downed_interface_fails_both_naming_the_
         assert "lab3" in down.stderr and "10.213.1.13" in down.stderr, down.stderr
         preflight = invoke("preflight")
         assert preflight.returncode != 0
-        assert "lab3: fabric interface: expected 10.213.1.13 on an interface that is up, MTU 1500, found no interface " \
-            "holds the address (down: fabric0)" in preflight.stderr.replace("\n", " "), preflight.stderr
+        assert ("lab3: fabric interface: expected 10.213.1.13 on an interface that is up, MTU 1500, found no "
+                "interface holds the address (down: fabric0)") in preflight.stderr.replace("\n", " "), preflight.stderr
     finally:
         assert ssh.run("lab3", "ip link set fabric0 up").ok
     # lab3's worker may still hold the head's connection, dead while its link was down, and refuse the next head
