@@ -655,8 +655,12 @@ def _scraped(cluster, transport, measured):
     expected = {f"node {n.name}" for n in cluster.nodes} | {f"{job(t)}" for t in rpc_tiers(cluster)}
     while time.monotonic() < deadline:
         series = probes.prometheus_query(transport, cluster, "up")
-        seen = {(f"node {s['metric'].get('node')}" if s["metric"]["job"] == "node" else s["metric"]["job"]):
-                s["value"][1] for s in series}
+        # the best of each name's series: a target of an earlier configuration (another lab file's, before
+        # Prometheus restarted) keeps its last sample for Prometheus's 5-minute lookback, without a staleness marker
+        seen: dict[str, str] = {}
+        for s in series:
+            name = f"node {s['metric'].get('node')}" if s["metric"]["job"] == "node" else s["metric"]["job"]
+            seen[name] = max(seen.get(name, "0"), s["value"][1])
         down = sorted(name for name in expected if seen.get(name) != "1")
         if not down:
             measured("targets up", len(series))
