@@ -12,6 +12,18 @@ from clusterbook.model.loader import load_cluster
 from clusterbook.pure.planner.capacity import GIB
 
 
+def write_report(name: str, data: dict, markdown: str, cluster, cluster_file: str) -> None:
+    """reports/NAME.json and reports/NAME-summary.md, the summary stamped with the cluster file it measured."""
+    import json
+
+    from clusterbook.commands.reportstamp import stamped
+    reports = settings.current().reports
+    reports.mkdir(parents=True, exist_ok=True)
+    (reports / f"{name}.json").write_text(json.dumps(data, indent=2))
+    (reports / f"{name}-summary.md").write_text(stamped(markdown, cluster.cluster.name, cluster_file))
+    console.print(f"[dim]written: {reports}/{name}.json, {reports}/{name}-summary.md[/]")
+
+
 def _write_bench(report, cluster, cluster_file: str, card: str, extra: dict | None = None,
                  extra_markdown: str = "") -> None:
     import json
@@ -209,10 +221,8 @@ def _tier_card(cluster, tier) -> str:
 
 def recovery(cluster_file: str, tier_name: str | None, cases: tuple[str, ...], runs: int, cold: bool) -> None:
     """Disrupt a live RPC tier run by run; time each phase until it answers again, beside the planner's prediction."""
-    import json
     import statistics
 
-    from clusterbook.commands.reportstamp import stamped
     from clusterbook.effects.recovery import PAGE_CACHE, run_case
     from clusterbook.effects.ssh import SshTransport
     from clusterbook.model.schema import RpcTier
@@ -278,14 +288,9 @@ def recovery(cluster_file: str, tier_name: str | None, cases: tuple[str, ...], r
             (f"; {r.resident_after_eviction:.0%} of the file resident after eviction"
              if r.resident_after_eviction is not None else "") + ")")
     console.print(table)
-    reports = settings.current().reports
-    reports.mkdir(parents=True, exist_ok=True)
-    (reports / "bench-recovery.json").write_text(json.dumps(
-        {"tier": tier.name, "card": card, "predicted": predicted, "target_s": target, "summary": rows,
-         "runs": [r.to_json() for r in results]}, indent=2))
-    (reports / "bench-recovery-summary.md").write_text(stamped("\n".join(lines) + "\n", cluster.cluster.name,
-                                                               cluster_file))
-    console.print(f"[dim]written: {reports}/bench-recovery.json, {reports}/bench-recovery-summary.md[/]")
+    write_report("bench-recovery", {"tier": tier.name, "card": card, "predicted": predicted, "target_s": target,
+                                    "summary": rows, "runs": [r.to_json() for r in results]},
+                 "\n".join(lines) + "\n", cluster, cluster_file)
     failed = [r for r in results if r.error]
     if failed:
         raise Failed(f"{len(failed)} of {len(results)} runs did not recover: {failed[0].error}")
@@ -294,9 +299,7 @@ def recovery(cluster_file: str, tier_name: str | None, cases: tuple[str, ...], r
 def fabric(cluster_file: str, tier_name: str | None, seconds: int) -> None:
     """iperf3 from each RPC tier's head to its workers over the RPC network, beside the tier's fabric_gbps target and
     the network's declared bandwidth; reports/fabric-summary.md (on the Results page)."""
-    import json
 
-    from clusterbook.commands.reportstamp import stamped
     from clusterbook.effects.fabric import measure
     from clusterbook.effects.ssh import SshTransport
     from clusterbook.model.schema import RpcTier
@@ -338,12 +341,9 @@ def fabric(cluster_file: str, tier_name: str | None, seconds: int) -> None:
         lines.append(f"| {link.tier} | {link.head} → {link.worker} | {link.gbps:.2f} | {link.retransmits} | {goal} | "
                      f"{verdict} |")
     console.print(table)
-    reports = settings.current().reports
-    reports.mkdir(parents=True, exist_ok=True)
-    (reports / "fabric.json").write_text(json.dumps({"network": cluster.rpc_network, "seconds": seconds,
-                                                     "links": [link.to_json() for link in links]}, indent=2))
-    (reports / "fabric-summary.md").write_text(stamped("\n".join(lines) + "\n", cluster.cluster.name, cluster_file))
-    console.print(f"[dim]written: {reports}/fabric.json, {reports}/fabric-summary.md[/]")
+    write_report("fabric", {"network": cluster.rpc_network, "seconds": seconds,
+                            "links": [link.to_json() for link in links]},
+                 "\n".join(lines) + "\n", cluster, cluster_file)
     low = [f"{link.head} -> {link.worker} {link.gbps:.2f} Gbit/s (acceptable {level.acceptable:g})"
            for link, level, _ in verdicts if level and link.gbps < level.acceptable]
     if low:

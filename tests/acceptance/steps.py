@@ -391,10 +391,10 @@ def _services_back(cluster, transport, context):
 
 @when("an RPC worker of the first RPC tier is killed with SIGKILL")
 def _kill_worker(cluster, transport, context):
+    from clusterbook.effects.recovery import disrupt
+
     tier = systemd_rpc_tier(cluster)
-    unit = topo.units(tier).worker
-    result = transport.run(tier.workers[0], f"kill -9 $(systemctl show -p MainPID --value {unit})")
-    assert result.ok, result.tail()
+    disrupt(cluster, transport, tier, "worker killed")  # what bench.recovery does; fails naming node and command
     context.update(tier=tier, node=tier.workers[0], started=time.monotonic())
 
 
@@ -607,13 +607,11 @@ def _kill_worker_step(cluster, transport, context):
     tiers = [t for t in rpc_tiers(cluster) if t.manager == "slurm"]
     if not tiers:
         pytest.skip("no RPC tier runs under SLURM in this cluster file")
+    from clusterbook.effects.recovery import disrupt
+
     tier = tiers[0]
-    worker = tier.workers[0]
-    binary = cluster.engine.rpc_worker_binary
-    # [x]yz: the pattern does not match the shell that runs pkill (its command line holds the pattern)
-    result = transport.run(worker, f"pkill -KILL -f '[{binary[0]}]{binary[1:]} .*--port {tier.rpc_port}'")
-    assert result.ok, f"{worker}: no {binary} of tier {tier.name} to kill ({result.tail()})"
-    context.update(tier=tier, node=worker, started=time.monotonic())
+    disrupt(cluster, transport, tier, "worker killed")  # pkill of the worker step; fails if there is none to kill
+    context.update(tier=tier, node=tier.workers[0], started=time.monotonic())
 
 
 @then("every SLURM tier answers through the gateway again within its recovery target")
