@@ -24,6 +24,14 @@ DECODE = ('rate(llamacpp:tokens_predicted_total{{job="{job}"}}[5m]) / '
           'rate(llamacpp:tokens_predicted_seconds_total{{job="{job}"}}[5m])')
 
 
+def fresh_up(c: Cluster, job_name: str) -> str:
+    """The job's targets that are up by a sample of the last three scrapes. A target that left the configuration
+    across a restart of Prometheus gets no staleness marker: its last `up` counts for the 5-minute lookback, and a
+    bare `up == 1` would hide a tier that is down behind it."""
+    selector = f'up{{job="{job_name}"}}'
+    return f"{selector} == 1 and time() - timestamp({selector}) < {3 * c.monitoring.scrape_interval_s:g}"
+
+
 def job(tier: RouterTier | RpcTier) -> str:
     return f"llama-{tier.name}"
 
@@ -87,7 +95,7 @@ def alerts(c: Cluster) -> list[dict]:
         if isinstance(tier, RouterTier):  # a router with no model loaded has no target up, and is not down
             rules += _tier_metric_rules(c, tier, targets)
             continue
-        rules.append({"alert": "TierDown", "expr": f'absent(up{{job="{job(tier)}"}} == 1)', "for": f"{recovery:g}s",
+        rules.append({"alert": "TierDown", "expr": f"absent({fresh_up(c, job(tier))})", "for": f"{recovery:g}s",
                       "labels": {"severity": "critical", "tier": tier.name},
                       "annotations": _with_entry(c, {"summary": f"tier {tier.name} has not answered for "
                                                                 f"{recovery:g} s (its recovery target's critical "
@@ -132,7 +140,8 @@ def rule_tests(c: Cluster, header: str) -> str:
     on a series inside it."""
     tests = []
     for rule in alerts(c):
-        wait = _minutes(rule["for"]) + 2
+        wait = _minutes(rule["for"]) + 2 + (_minutes(f"{3 * c.monitoring.scrape_interval_s}s")
+                                            if rule["alert"] == "TierDown" else 0)
         samples = f"{wait + 10}"
         labels = {k: v for k, v in rule["labels"].items()}
         if rule["alert"] == "NodeExporterDown":
@@ -143,7 +152,9 @@ def rule_tests(c: Cluster, header: str) -> str:
             labels["job"] = "node"
         elif rule["alert"] == "TierDown":
             tier = labels["tier"]
-            bad = [{"series": f'up{{job="llama-{tier}"}}', "values": f"0x{samples}"}]
+            # down, beside an up target of an earlier configuration whose last sample is still in the lookback
+            bad = [{"series": f'up{{job="llama-{tier}"}}', "values": f"0x{samples}"},
+                   {"series": f'up{{job="llama-{tier}", instance="left"}}', "values": f"1 _x{samples}"}]
             good = [{"series": f'up{{job="llama-{tier}"}}', "values": f"1x{samples}"}]
         elif rule["alert"] == "DecodeSlow":
             tier = labels["tier"]
