@@ -143,12 +143,16 @@ def _live_figures(cluster) -> None:
 
     transport = SshTransport(cluster)
     try:
-        table = Table("tier", "decode tok/s (last 5 min)", "requests in flight",
+        table = Table("tier", "healthy", "first token s", "decode tok/s (last 5 min)", "requests in flight",
                       title=f"live, from Prometheus on {cluster.monitoring.node}")
         for tier in cluster.tiers:
+            healthy = prometheus_query(transport, cluster, f'clusterbook_tier_healthy{{tier="{tier.name}"}}')
+            ttft = prometheus_query(transport, cluster, f'max(clusterbook_tier_ttft_seconds{{tier="{tier.name}"}})')
             decode = prometheus_query(transport, cluster, f"sum({DECODE.format(job=job(tier))})")
             busy = prometheus_query(transport, cluster, f'sum(llamacpp:requests_processing{{job="{job(tier)}"}})')
-            table.add_row(tier.name, f"{float(decode[0]['value'][1]):.1f}" if decode else "- (no generation)",
+            table.add_row(tier.name, {"1": "yes", "0": "[red]no[/]"}.get(healthy[0]["value"][1]) if healthy
+                          else "- (not probed)", f"{float(ttft[0]['value'][1]):.2f}" if ttft else "-",
+                          f"{float(decode[0]['value'][1]):.1f}" if decode else "- (no generation)",
                           busy[0]["value"][1] if busy else "- (not scraped)")
         console.print(table)
         gpus = prometheus_query(transport, cluster, f"{GPU_METRICS}_memory_used_bytes / 2^30")

@@ -4,6 +4,7 @@ promtool (check config, check rules, test rules) and amtool check-config."""
 from __future__ import annotations
 
 import configparser
+import json
 import re
 import shutil
 import subprocess
@@ -91,6 +92,12 @@ def _single(roots: Path, a: Artifact) -> list[Verdict]:
     if a.kind == "python":
         ok, text = _run(["python3", "-m", "py_compile", str(path)])
         return [Verdict(a.node, a.path, "python3 -m py_compile", ok, text)]
+    if a.kind == "json":
+        try:
+            json.loads(a.text)
+            return [Verdict(a.node, a.path, "json syntax", True)]
+        except ValueError as exc:
+            return [Verdict(a.node, a.path, "json syntax", False, str(exc))]
     if a.kind == "alertmanager":
         ok, text = _run(["amtool", "check-config", str(path)])
         return [Verdict(a.node, a.path, "amtool check-config", ok, text)]

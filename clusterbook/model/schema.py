@@ -539,6 +539,9 @@ class Monitoring(Strict):
     node_exporter_port: Port = Field(9100, description="the node exporter's port on every node")
     scrape_interval_s: int = Field(15, ge=5, le=300, description="how often every target is scraped")
     retention_days: int = Field(15, ge=1, le=3650, description="how long Prometheus keeps samples")
+    probe_interval_s: int = Field(60, ge=10, le=3600, description="how often the monitoring node asks every tier "
+                                                                  "for /health and a one-token completion (its "
+                                                                  "time to first token)")
     alert_webhook: Url | None = Field(None, description="where Alertmanager sends alerts (none: its web UI only)")
     journald_max_use: str = Field("1G", pattern=r"^\d+[KMG]$", description="journald's SystemMaxUse= on every node "
                                                                          "(the services log to the journal)")

@@ -564,7 +564,8 @@ def monitoring(c: Cluster) -> str:
            "`promtool test rules` on them.\n", "## What is scraped\n"]
     rows = [["`node`", ", ".join(n.name for n in c.nodes), f"the node exporter, port {m.node_exporter_port}"
              + ("; GPU figures from nvidia-smi through its textfile collector on "
-                + ", ".join(n.name for n in c.nodes if n.gpus) if any(n.gpus for n in c.nodes) else "")]]
+                + ", ".join(n.name for n in c.nodes if n.gpus) + " (utilisation, memory, temperature, power, the "
+                "kernel's NVIDIA Xid errors)" if any(n.gpus for n in c.nodes) else "")]]
     for t in c.tiers:
         how = ("where its SLURM job runs: the endpoint registry, rewritten into a target file every "
                f"{m.scrape_interval_s} s" if t.manager == "slurm" else f"`{topo.endpoint_url(c, t)}`")
@@ -572,6 +573,13 @@ def monitoring(c: Cluster) -> str:
             how += "; one target per model (`?model=ID&autoload=false`: scraping never loads a model)"
         rows.append([f"`{mon.job(t)}`", t.name, f"llama-server's `/metrics`, {how}"])
     out.append(table(["job", "what", "how"], rows))
+    out.append(f"\nBeside the scrapes, {m.node} asks every tier as a client does, every {m.probe_interval_s} s "
+               "(`clusterbook-tier-probe.timer`): `/health` (`clusterbook_tier_healthy`), a one-token chat completion "
+               "whose duration is the time to first token (`clusterbook_tier_ttft_seconds`; a router-mode tier is "
+               "asked only through a model it has loaded, so the probe never loads one) and, for a SLURM tier, "
+               "whether its endpoint record exists (`clusterbook_tier_registered`) and its job is pending "
+               "(`clusterbook_tier_pending`, from `squeue`). The node exporter on "
+               f"{m.node} serves these figures.\n")
     out.append("\n## Alerts\n")
     entries = {t.id: t.symptom for t in c.troubleshooting}
     rows = []
@@ -584,16 +592,17 @@ def monitoring(c: Cluster) -> str:
     out.append("\nTheir expressions:\n")
     out.append(code("\n".join(f"# {r['alert']}{' (' + r['labels']['tier'] + ')' if 'tier' in r['labels'] else ''}"
                                f"\n{r['expr']}" for r in mon.alerts(c)), "text"))
-    routers = [t.name for t in c.tiers if isinstance(t, RouterTier)]
-    if routers:
-        out.append(f'\n!!! note "No down alert for router mode"\n    {", ".join(routers)} serves metrics per loaded '
-                   "model, so a router with nothing loaded has no target up without being down; its decode and "
-                   "memory alerts apply, and the gateway's 503s show an outage.\n")
+    if any(isinstance(t, RouterTier) for t in c.tiers):
+        out.append('\n!!! note "Router mode"\n    A router-mode tier serves metrics per loaded model, so one with '
+                   "nothing loaded has no scrape target up without being down: its TierDown reads the probe's "
+                   "`/health` instead.\n")
     out.append("\n## The targets as PromQL\n")
     queries = []
     for t in c.tiers:
         queries.append(f"# {t.name}: decode tok/s over the last 5 minutes\n{mon.DECODE.format(job=mon.job(t))}")
         queries.append(f"# {t.name}: requests being processed\nllamacpp:requests_processing{{job=\"{mon.job(t)}\"}}")
+        queries.append(f"# {t.name}: time to first token, s (the probe's one-token completion)\n"
+                       f"clusterbook_tier_ttft_seconds{{tier=\"{t.name}\"}}")
     queries.append(f"# GPU memory in GiB, per node and GPU\n{mon.GPU_METRICS}_memory_used_bytes / 2^30")
     out.append(code("\n\n".join(queries), "text"))
     return "\n".join(out)

@@ -670,6 +670,48 @@ def _scraped(cluster, transport, measured):
     pytest.fail(f"expected every node exporter and RPC tier up in Prometheus; not up: {', '.join(down)}")
 
 
+def probed(cluster, transport, metric: str) -> dict[str, str]:
+    """The tier probe's latest figure of each tier, from Prometheus."""
+    return {s["metric"]["tier"]: s["value"][1] for s in probes.prometheus_query(transport, cluster, metric)}
+
+
+@then("the probe reports every tier healthy, registered and not pending where SLURM runs it")
+def _probe_healthy(cluster, transport, measured):
+    m = monitored(cluster)
+    deadline, wrong = time.monotonic() + m.probe_interval_s + 4 * m.scrape_interval_s + 30, ["?"]
+    while time.monotonic() < deadline:
+        healthy = probed(cluster, transport, "clusterbook_tier_healthy")
+        registered = probed(cluster, transport, "clusterbook_tier_registered")
+        pending = probed(cluster, transport, "clusterbook_tier_pending")
+        wrong = [f"{t.name} healthy={healthy.get(t.name, 'absent')}" for t in cluster.tiers
+                 if healthy.get(t.name) != "1"]
+        wrong += [f"{t.name} registered={registered.get(t.name, 'absent')} pending={pending.get(t.name, 'absent')}"
+                  for t in cluster.tiers if t.manager == "slurm"
+                  and (registered.get(t.name) != "1" or pending.get(t.name) != "0")]
+        if not wrong:
+            measured("tiers healthy by the probe", sorted(healthy))
+            return
+        time.sleep(3)
+    pytest.fail(f"expected the tier probe to find every tier healthy: {'; '.join(wrong)}")
+
+
+@then("each RPC tier's time to first token in Prometheus is within its critical level")
+def _probe_ttft(cluster, transport, measured):
+    m = monitored(cluster)
+    deadline, ttft = time.monotonic() + m.probe_interval_s + 4 * m.scrape_interval_s + 30, {}
+    wanted = {t.name for t in rpc_tiers(cluster)}
+    while time.monotonic() < deadline and not wanted <= ttft.keys():
+        ttft = probed(cluster, transport, "clusterbook_tier_ttft_seconds")
+        time.sleep(3)
+    assert wanted <= ttft.keys(), f"expected a time to first token of {sorted(wanted)} from the probe, got {ttft}"
+    for name in sorted(wanted):
+        targets = cluster.targets_for(name)
+        measured(f"{name} time to first token (probe) s", float(ttft[name]))
+        if targets and targets.ttft_s:
+            assert float(ttft[name]) <= targets.ttft_s.critical, \
+                f"tier {name}: first token after {float(ttft[name]):.2f} s, critical {targets.ttft_s.critical:g} s"
+
+
 @when("the first RPC tier generates 32 tokens")
 def _generate(cluster, transport, context):
     monitored(cluster)
@@ -714,6 +756,8 @@ def _down_until_alert(cluster, cluster_file, transport, context, measured):
     try:
         limit = window + 4 * cluster.monitoring.scrape_interval_s + 60
         while time.monotonic() - started < limit and not alert_firing(cluster, transport, tier):
+            if probed(cluster, transport, "clusterbook_tier_healthy").get(tier.name) == "0":
+                context["probe_saw_down"] = True
             time.sleep(5)
         context["fired_after"] = time.monotonic() - started if alert_firing(cluster, transport, tier) else None
     finally:
@@ -723,6 +767,11 @@ def _down_until_alert(cluster, cluster_file, transport, context, measured):
     measured(f"{tier.name} TierDown for window s", window)
     measured(f"{tier.name} TierDown fired after s", round(context["fired_after"], 1)
              if context["fired_after"] is not None else "never")
+
+
+@then("the probe saw the tier unhealthy while it was down")
+def _probe_saw_down(context):
+    assert context.get("probe_saw_down"), f"tier {context['tier'].name}: the probe never reported it unhealthy"
 
 
 @then("the alert fired once its for window had passed, and resolves after the tier is deployed again")

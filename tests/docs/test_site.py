@@ -200,7 +200,8 @@ def test_the_monitoring_page_lists_every_alert_from_the_targets(beefcake2_site):
     site, _ = beefcake2_site
     text = html.unescape(re.sub(r"<[^>]+>", "", (site / "monitoring/index.html").read_text()))
     rules = alerts(load_cluster(ROOT / "cluster.yaml"))
-    assert {r["alert"] for r in rules} == {"NodeExporterDown", "TierDown", "DecodeSlow", "GpuMemoryHigh"}
+    assert {r["alert"] for r in rules} == {"NodeExporterDown", "TierDown", "EndpointMissing", "TierPending",
+                                         "DecodeSlow", "FirstTokenSlow", "GpuMemoryHigh", "GpuXidError"}
     for rule in rules:
         assert rule["annotations"]["summary"] in text and rule["expr"] in text
     assert "tier reasoning decodes below 8 tok/s (target 15)" in text  # beefcake2's critical and target levels

@@ -10,8 +10,14 @@ Feature: Monitoring
     When the first RPC tier generates 32 tokens
     Then Prometheus sees that tier's generated-token counter grow by at least 32
 
+  Scenario: The tier probe finds every tier healthy and answering within its first-token level
+    Given the cluster file
+    Then the probe reports every tier healthy, registered and not pending where SLURM runs it
+    And each RPC tier's time to first token in Prometheus is within its critical level
+
   @disruptive
   Scenario: A tier that stays down fires its alert, which resolves once it is back
     Given the cluster file
     When the first RPC tier is stopped until its tier-down alert fires
-    Then the alert fired once its for window had passed, and resolves after the tier is deployed again
+    Then the probe saw the tier unhealthy while it was down
+    And the alert fired once its for window had passed, and resolves after the tier is deployed again

@@ -22,7 +22,7 @@ from clusterbook.pure.render import monitoring as mon
 from clusterbook.pure.render.escaping import LANGUAGE, Quoted, UnsafeValue, checked_target, guard
 
 Kind = Literal["unit", "env", "script", "config", "nginx", "nftables", "ini", "archive", "prometheus",
-               "rules", "rule-tests", "alertmanager", "python"]
+               "rules", "rule-tests", "alertmanager", "python", "json"]
 SELECTOR_NAME = "llama-model-selector"
 UPDATER_SCRIPT = "/usr/local/sbin/clusterbook-upstreams"
 KEEPER_SCRIPT = "/usr/local/sbin/clusterbook-keeper"
@@ -132,6 +132,21 @@ def _monitoring(c: Cluster) -> list[Artifact]:
         Artifact(m.node, "/etc/default/prometheus",
                  f"# {h}\nARGS=--storage.tsdb.retention.time={m.retention_days}d\n", "env",
                  about="monitoring: Prometheus's retention"),
+    ]
+    probe = "/usr/local/sbin/clusterbook-tier-probe"
+    files += [
+        Artifact(m.node, mon.PROBE_CONFIG, mon.probe_config(c), "json",
+                 about="monitoring: which tiers the probe asks, and where"),
+        Artifact(m.node, probe, template("tier-probe.py.j2", header=h), "python", 0o755,
+                 about="monitoring: each tier's health and time to first token -> node exporter textfile"),
+        Artifact(m.node, f"{SYSTEMD_DIR}/clusterbook-tier-probe.service",
+                 template("oneshot.service.j2", header=h, script=Quoted(f"{probe} {mon.PROBE_CONFIG}"), after=None,
+                          description=Quoted("clusterbook: ask every tier as a client does")), "unit",
+                 about="monitoring: tier probe service"),
+        Artifact(m.node, f"{SYSTEMD_DIR}/clusterbook-tier-probe.timer",
+                 template("periodic.timer.j2", header=h, interval=m.probe_interval_s,
+                          description=f"clusterbook: ask every tier every {m.probe_interval_s} s"), "unit",
+                 about="monitoring: tier probe timer"),
     ]
     gpu_nodes = [n.name for n in c.nodes if n.gpus]
     script = "/usr/local/sbin/clusterbook-gpu-metrics"

@@ -4,7 +4,9 @@ tests that prove each alert fires past its threshold and stays quiet inside it."
 
 from __future__ import annotations
 
+import json
 import posixpath
+from dataclasses import dataclass, field
 
 import yaml
 
@@ -17,6 +19,7 @@ RULE_TESTS = "rules/clusterbook.rules.test.yml"
 SD_DIR = "/etc/prometheus/clusterbook"  # file_sd targets of the SLURM tiers, written from the endpoint registry
 TEXTFILE_DIR = "/var/lib/prometheus/node-exporter"  # the node exporter's textfile collector (Debian's default)
 GPU_METRICS = "clusterbook_gpu"
+PROBE_CONFIG = "/etc/prometheus/clusterbook-tier-probe.json"  # what the tier probe asks (on the monitoring node)
 
 # a tier's decode speed over the last 5 minutes: generated tokens per second of generation time (llama-server's
 # counters, --metrics); no series while nothing is generated, so an idle tier never alerts
@@ -42,6 +45,24 @@ def target_labels(tier: RouterTier | RpcTier) -> list[dict]:
     if isinstance(tier, RouterTier):
         return [{"__param_model": m, "model": m} for m in tier.models]
     return [{}]
+
+
+def probe_config(c: Cluster) -> str:
+    """The tier probe's configuration: per tier its URL (a SLURM tier's from its endpoint record), key file,
+    models, SLURM job and how long a one-token completion may take."""
+    tiers = []
+    for tier in c.tiers:
+        targets = c.targets_for(tier.name)
+        ttft = targets.ttft_s.critical if targets and targets.ttft_s else 15
+        slurm = tier.manager == "slurm"
+        tiers.append({"name": tier.name, "router": isinstance(tier, RouterTier), "models": tier.served_models,
+                      "url": None if slurm else topo.endpoint_url(c, tier),
+                      "record": posixpath.join(c.storage.endpoint_dir, f"{tier.name}.json") if slurm else None,
+                      "job": topo.units(tier).job if slurm else None,
+                      "key_file": tier.api_key.file if tier.api_key and tier.api_key.file else None,
+                      "timeout_s": max(5, min(2 * ttft, c.monitoring.probe_interval_s - 5))})
+    return json.dumps({"textfile": posixpath.join(TEXTFILE_DIR, "clusterbook-tiers.prom"), "tiers": tiers},
+                      indent=2) + "\n"
 
 
 def _dump(header: str, data: dict) -> str:
@@ -78,53 +99,128 @@ def prometheus_config(c: Cluster, header: str) -> str:
     return _dump(header, config)
 
 
-def _with_entry(c: Cluster, annotations: dict, trouble: str) -> dict:
-    """The annotations, naming the troubleshooting entry when the cluster file has it."""
-    ids = {t.id for t in c.troubleshooting}
-    return {**annotations, "troubleshooting": trouble} if trouble in ids else annotations
+def _entry(c: Cluster, trouble: str) -> dict:
+    """The annotation naming the troubleshooting entry, when the cluster file has it."""
+    return {"troubleshooting": trouble} if trouble in {t.id for t in c.troubleshooting} else {}
+
+
+@dataclass(frozen=True)
+class Alert:
+    """An alert rule with the series its promtool test feeds it: `bad` fires it once its `for:` has passed,
+    `good` never does; `labels` are the series' labels the fired alert carries beside the rule's."""
+
+    rule: dict
+    bad: list[dict]
+    good: list[dict]
+    labels: dict = field(default_factory=dict)
+    wait_m: int = 0  # minutes beyond `for:` before it fires (a stale sample must first leave the window)
+
+
+def _series(name: str, values: str) -> dict:
+    return {"series": name, "values": values}
+
+
+def _rule(name: str, expr: str, duration: str, severity: str, labels: dict, summary: str, annotations: dict) -> dict:
+    return {"alert": name, "expr": expr, "for": duration, "labels": {"severity": severity, **labels},
+            "annotations": {"summary": summary, **annotations}}
+
+
+def alert_cases(c: Cluster) -> list[Alert]:
+    """Every alert from the cluster's targets: a node exporter or tier down, a SLURM tier unregistered or pending,
+    decode speed, time to first token and GPU memory past their critical levels, GPU Xid errors."""
+    n = samples(c)
+    node = c.nodes[0].name
+    up = f'up{{job="node", node="{node}"}}'
+    cases = [Alert(_rule("NodeExporterDown", 'up{job="node"} == 0', "2m", "warning", {},
+                         "a node exporter does not answer (its node label names the node)", {}),
+                   [_series(up, f"0x{n}")], [_series(up, f"1x{n}")], {"node": node, "job": "node"})]
+    for tier in c.tiers:
+        cases += _tier_alerts(c, tier, c.targets_for(tier.name), n)
+    gpu_nodes = [g.name for g in c.nodes if g.gpus]
+    if gpu_nodes:
+        xid = f'{GPU_METRICS}_xid_errors_total{{node="{gpu_nodes[0]}"}}'
+        cases.append(Alert(_rule("GpuXidError", f"increase({GPU_METRICS}_xid_errors_total[10m]) > 0", "0m",
+                                 "critical", {}, "the kernel logged an NVIDIA Xid error in the last 10 minutes "
+                                 "(its node label names the node)", _entry(c, "gpu-memory-or-xid")),
+                           [_series(xid, f"0 0 1 1x{n}")], [_series(xid, f"2x{n}")], {"node": gpu_nodes[0]}))
+    return cases
+
+
+def samples(c: Cluster) -> int:
+    """Minutes of series each promtool test feeds: past the longest `for:` and the margin after it."""
+    windows = [t.recovery_s.critical for t in c.targets if t.recovery_s] + [300]
+    return _minutes(f"{max(windows):g}s") + _minutes(f"{3 * c.monitoring.scrape_interval_s}s") + 10
+
+
+def _tier_alerts(c: Cluster, tier: RouterTier | RpcTier, targets, n: int) -> list[Alert]:
+    name, label = tier.name, {"tier": tier.name}
+    recovery = targets.recovery_s.critical if targets and targets.recovery_s else 300
+    down = f"tier {name} has not answered for {recovery:g} s (its recovery target's critical level)"
+    trouble = _entry(c, "rpc-worker-down" if isinstance(tier, RpcTier) else "gateway-connection-refused")
+    probe = f'clusterbook_tier_healthy{{tier="{name}"}}'
+    if isinstance(tier, RouterTier):  # metrics come per loaded model: the probe's /health tells whether it is down
+        cases = [Alert(_rule("TierDown", f"{probe} == 0", f"{recovery:g}s", "critical", label, down, trouble),
+                       [_series(probe, f"0x{n}")], [_series(probe, f"1x{n}")])]
+    else:
+        scrape = f'up{{job="{job(tier)}"}}'
+        cases = [Alert(_rule("TierDown", f"absent({fresh_up(c, job(tier))})", f"{recovery:g}s", "critical", label,
+                             down, trouble),
+                       # down, beside an up target of an earlier configuration whose last sample is still in the
+                       # lookback
+                       [_series(scrape, f"0x{n}"),
+                        _series(f'up{{job="{job(tier)}", instance="left"}}', f"1 _x{n}")],
+                       [_series(scrape, f"1x{n}")],
+                       wait_m=_minutes(f"{3 * c.monitoring.scrape_interval_s}s"))]
+    if tier.manager == "slurm":
+        registered, pending = (f'clusterbook_tier_{what}{{tier="{name}"}}' for what in ("registered", "pending"))
+        job_name = topo.units(tier).job
+        cases += [
+            Alert(_rule("EndpointMissing", f"{registered} == 0", f"{recovery:g}s", "critical", label,
+                        f"tier {name} has had no record in the endpoint registry for {recovery:g} s: its job "
+                        "does not run, or has not registered", _entry(c, "job-not-starting")),
+                  [_series(registered, f"0x{n}")], [_series(registered, f"1x{n}")]),
+            Alert(_rule("TierPending", f"{pending} == 1", f"{recovery:g}s", "warning", label,
+                        f"SLURM has held tier {name}'s job ({job_name}) pending for {recovery:g} s",
+                        _entry(c, "job-not-starting")),
+                  [_series(pending, f"1x{n}")], [_series(pending, f"0x{n}")]),
+        ]
+    if targets and targets.decode_tps:
+        critical = targets.decode_tps.critical
+        counters = [f'llamacpp:tokens_predicted_total{{job="{job(tier)}"}}',
+                    f'llamacpp:tokens_predicted_seconds_total{{job="{job(tier)}"}}']
+        # one generation second per scrape minute: the rate ratio is the tokens added per minute
+        bad, good = ([_series(counters[0], f"0+{rate:g}x{n}"), _series(counters[1], f"0+1x{n}")]
+                     for rate in (critical / 2, targets.decode_tps.target))
+        cases.append(Alert(_rule("DecodeSlow", DECODE.format(job=job(tier)) + f" < {critical:g}", "5m", "critical",
+                                 label, f"tier {name} decodes below {critical:g} tok/s (target "
+                                 f"{targets.decode_tps.target:g})", _entry(c, "rpc-on-ethernet")),
+                           bad, good, {"job": job(tier)}))
+    if targets and targets.ttft_s:
+        critical = targets.ttft_s.critical
+        model = tier.served_models[0]
+        ttft = f'clusterbook_tier_ttft_seconds{{tier="{name}", model="{model}"}}'
+        cases.append(Alert(_rule("FirstTokenSlow", f'clusterbook_tier_ttft_seconds{{tier="{name}"}} > {critical:g}',
+                                 "5m", "warning", label, f"tier {name} takes more than {critical:g} s to a first "
+                                 f"token (target {targets.ttft_s.target:g} s; the probe's one-token completion)",
+                                 _entry(c, "slow-first-response")),
+                           [_series(ttft, f"{critical * 2:g}x{n}")],
+                           [_series(ttft, f"{targets.ttft_s.target:g}x{n}")], {"model": model}))
+    if targets and targets.gpu_mem_gib:
+        gib = targets.gpu_mem_gib
+        first = tier.nodes[0]
+        series = f'{GPU_METRICS}_memory_used_bytes{{node="{first}", gpu="0"}}'
+        cases.append(Alert(_rule("GpuMemoryHigh", f'{GPU_METRICS}_memory_used_bytes{{node=~"{"|".join(tier.nodes)}"}}'
+                                 f" / 2^30 > {gib.critical:g}", "5m", "warning", label,
+                                 f"a GPU of tier {name} holds more than {gib.critical:g} GiB",
+                                 _entry(c, "gpu-memory-or-xid")),
+                           [_series(series, f"{int((gib.critical + 1) * 2**30)}x{n}")],
+                           [_series(series, f"{int(gib.target * 2**30)}x{n}")], {"node": first, "gpu": "0"}))
+    return cases
 
 
 def alerts(c: Cluster) -> list[dict]:
-    """One rule per target that Prometheus can see, and a down alert per tier and node."""
-    rules = [{"alert": "NodeExporterDown", "expr": 'up{job="node"} == 0', "for": "2m",
-              "labels": {"severity": "warning"},
-              "annotations": {"summary": "a node exporter does not answer (its node label names the node)"}}]
-    for tier in c.tiers:
-        targets = c.targets_for(tier.name)
-        recovery = targets.recovery_s.critical if targets and targets.recovery_s else 300
-        if isinstance(tier, RouterTier):  # a router with no model loaded has no target up, and is not down
-            rules += _tier_metric_rules(c, tier, targets)
-            continue
-        rules.append({"alert": "TierDown", "expr": f"absent({fresh_up(c, job(tier))})", "for": f"{recovery:g}s",
-                      "labels": {"severity": "critical", "tier": tier.name},
-                      "annotations": _with_entry(c, {"summary": f"tier {tier.name} has not answered for "
-                                                                f"{recovery:g} s (its recovery target's critical "
-                                                                "level)"},
-                                                 "rpc-worker-down" if isinstance(tier, RpcTier)
-                                                 else "gateway-connection-refused")})
-        rules += _tier_metric_rules(c, tier, targets)
-    return rules
-
-
-def _tier_metric_rules(c: Cluster, tier: RouterTier | RpcTier, targets) -> list[dict]:
-    """Decode speed and GPU memory past their critical levels."""
-    rules: list[dict] = []
-    if targets and targets.decode_tps:
-        critical = targets.decode_tps.critical
-        rules.append({"alert": "DecodeSlow", "expr": DECODE.format(job=job(tier)) + f" < {critical:g}",
-                      "for": "5m", "labels": {"severity": "critical", "tier": tier.name},
-                      "annotations": _with_entry(c, {"summary": f"tier {tier.name} decodes below {critical:g} "
-                                                                f"tok/s (target {targets.decode_tps.target:g})"},
-                                                 "rpc-on-ethernet")})
-    if targets and targets.gpu_mem_gib:
-        critical = targets.gpu_mem_gib.critical
-        nodes = "|".join(tier.nodes)
-        rules.append({"alert": "GpuMemoryHigh",
-                      "expr": f'{GPU_METRICS}_memory_used_bytes{{node=~"{nodes}"}} / 2^30 > {critical:g}',
-                      "for": "5m", "labels": {"severity": "warning", "tier": tier.name},
-                      "annotations": _with_entry(c, {"summary": f"a GPU of tier {tier.name} holds more than "
-                                                                f"{critical:g} GiB"}, "gpu-memory-or-xid")})
-    return rules
+    """The alert rules, as Prometheus reads them."""
+    return [a.rule for a in alert_cases(c)]
 
 
 def rules_file(c: Cluster, header: str) -> str:
@@ -136,51 +232,21 @@ def _minutes(duration: str) -> int:
 
 
 def rule_tests(c: Cluster, header: str) -> str:
-    """promtool test rules: each alert fires on a series past its threshold once its `for:` has passed, and not
-    on a series inside it."""
+    """promtool test rules: each alert fires on its bad series once its `for:` has passed, and never on its good
+    ones; every other target is up meanwhile, so only the alert under test can fire."""
+    healthy = ([f'up{{job="{job(t)}"}}' for t in c.tiers if not isinstance(t, RouterTier)]
+               + [f'clusterbook_tier_healthy{{tier="{t.name}"}}' for t in c.tiers]
+               + [f'clusterbook_tier_registered{{tier="{t.name}"}}' for t in c.tiers if t.manager == "slurm"]
+               + [f'up{{job="node", node="{n.name}"}}' for n in c.nodes])
     tests = []
-    for rule in alerts(c):
-        wait = _minutes(rule["for"]) + 2 + (_minutes(f"{3 * c.monitoring.scrape_interval_s}s")
-                                            if rule["alert"] == "TierDown" else 0)
-        samples = f"{wait + 10}"
-        labels = {k: v for k, v in rule["labels"].items()}
-        if rule["alert"] == "NodeExporterDown":
-            node = c.nodes[0].name
-            bad = [{"series": f'up{{job="node", node="{node}"}}', "values": f"0x{samples}"}]
-            good = [{"series": f'up{{job="node", node="{node}"}}', "values": f"1x{samples}"}]
-            labels["node"] = node
-            labels["job"] = "node"
-        elif rule["alert"] == "TierDown":
-            tier = labels["tier"]
-            # down, beside an up target of an earlier configuration whose last sample is still in the lookback
-            bad = [{"series": f'up{{job="llama-{tier}"}}', "values": f"0x{samples}"},
-                   {"series": f'up{{job="llama-{tier}", instance="left"}}', "values": f"1 _x{samples}"}]
-            good = [{"series": f'up{{job="llama-{tier}"}}', "values": f"1x{samples}"}]
-        elif rule["alert"] == "DecodeSlow":
-            tier = labels["tier"]
-            target = c.targets_for(tier).decode_tps
-            # one generation second per scrape minute: the rate ratio is the tokens added per minute
-            bad, good = ([{"series": f'llamacpp:tokens_predicted_total{{job="llama-{tier}"}}',
-                           "values": f"0+{rate:g}x{samples}"},
-                          {"series": f'llamacpp:tokens_predicted_seconds_total{{job="llama-{tier}"}}',
-                           "values": f"0+1x{samples}"}] for rate in (target.critical / 2, target.target))
-            labels["job"] = f"llama-{tier}"
-        else:  # GpuMemoryHigh
-            tier = c.tier(labels["tier"])
-            node = tier.nodes[0]
-            gib = c.targets_for(tier.name).gpu_mem_gib
-            series = f'{GPU_METRICS}_memory_used_bytes{{node="{node}", gpu="0"}}'
-            bad = [{"series": series, "values": f"{int((gib.critical + 1) * 2**30)}x{samples}"}]
-            good = [{"series": series, "values": f"{int(gib.target * 2**30)}x{samples}"}]
-            labels.update(node=node, gpu="0")
-        expected = {"exp_labels": labels, "exp_annotations": rule["annotations"]}
-        # every other target is up, so only the alert under test can fire
-        healthy = [f'up{{job="{job(t)}"}}' for t in c.tiers] + [f'up{{job="node", node="{n.name}"}}' for n in c.nodes]
-        for series, alerts_expected in ((bad, [expected]), (good, [])):
+    for case in alert_cases(c):
+        wait = _minutes(case.rule["for"]) + 2 + case.wait_m if case.rule["for"] != "0m" else 3
+        expected = {"exp_labels": {**case.rule["labels"], **case.labels}, "exp_annotations": case.rule["annotations"]}
+        for series, alerts_expected in ((case.bad, [expected]), (case.good, [])):
             tested = {s["series"] for s in series}
-            baseline = [{"series": h, "values": f"1x{samples}"} for h in healthy if h not in tested]
+            baseline = [_series(h, f"1x{samples(c)}") for h in healthy if h not in tested]
             tests.append({"interval": "1m", "input_series": series + baseline,
-                          "alert_rule_test": [{"eval_time": f"{wait}m", "alertname": rule["alert"],
+                          "alert_rule_test": [{"eval_time": f"{wait}m", "alertname": case.rule["alert"],
                                                "exp_alerts": alerts_expected}]})
     return _dump(header, {"rule_files": [posixpath.basename(RULES)], "evaluation_interval": "1m", "tests": tests})
 
