@@ -120,22 +120,36 @@ RUN_HELP = {"cluster": CLUSTER_HELP,
             "only": "only these nodes (comma-separated)"}
 
 
+DEPLOY_HELP = {**RUN_HELP, "preflight": "check the nodes this deploy touches first (invoke preflight's checks: "
+                                         "GPUs, driver, free space, RPC interface, clock); --no-preflight skips it"}
+
+
 def _operation_task(op):
-    """An invoke task for one operation of the cluster file (clusterbook/pure/operations.py)."""
-    @task(name=op.name, help=RUN_HELP)
-    @command
-    def run(c, cluster=None, dry=False, only=None):
-        commands.run_runbook(op.runbook, cluster or commands.default_cluster(), op.tier, dry, only,
-                             ",".join(op.steps) if op.steps else None, variables=dict(op.variables))
+    """An invoke task for one operation of the cluster file (clusterbook/pure/operations.py); a deploy runs the
+    preflight checks of the nodes it touches first."""
+    if op.collection == "deploy":
+        @task(name=op.name, help=DEPLOY_HELP)
+        @command
+        def run(c, cluster=None, dry=False, only=None, preflight=True):
+            commands.run_runbook(op.runbook, cluster or commands.default_cluster(), op.tier, dry, only,
+                                 ",".join(op.steps) if op.steps else None, variables=dict(op.variables),
+                                 preflight=preflight)
+    else:
+        @task(name=op.name, help=RUN_HELP)
+        @command
+        def run(c, cluster=None, dry=False, only=None):
+            commands.run_runbook(op.runbook, cluster or commands.default_cluster(), op.tier, dry, only,
+                                 ",".join(op.steps) if op.steps else None, variables=dict(op.variables))
     run.__doc__ = op.doc
     return run
 
 
 def _any_tier_task(action, doc):
-    @task(name="tier", help={**RUN_HELP, "tier": "tier name from the cluster file"})
+    @task(name="tier", help={**DEPLOY_HELP, "tier": "tier name from the cluster file"})
     @command
-    def run(c, tier, cluster=None, dry=False, only=None):
-        commands.run_operation(cluster or commands.default_cluster(), action, tier, dry, only)
+    def run(c, tier, cluster=None, dry=False, only=None, preflight=True):
+        commands.run_operation(cluster or commands.default_cluster(), action, tier, dry, only,
+                               preflight=preflight and action == "deploy")
     run.__doc__ = doc
     return run
 

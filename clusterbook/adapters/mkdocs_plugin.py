@@ -85,6 +85,7 @@ def sections(site: Site) -> dict:
              else f"not on this cluster: {r.unavailable}"] for r in site.runbooks]),
         "tier_command": lambda action, tier: tier_command(c, action, tier),
         "cluster_command": lambda task: cluster_command(c, task),
+        "engine_install": lambda: pages.engine_install(c),
         "latest_report": lambda name: latest_report(name, site),
         "result_picture": lambda name, caption: result_picture(name, site, caption),
     }

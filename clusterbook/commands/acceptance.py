@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from clusterbook.commands import settings
+from clusterbook.commands.cluster import preflight
 from clusterbook.commands.lab import LAB_CLUSTER, lab_up
 from clusterbook.commands.runbooks import run_operation, run_runbook
 from clusterbook.commands.site import docs
@@ -75,13 +76,14 @@ def verify(cluster_file: str, disruptive: bool, only: str | None) -> None:
 
 
 def demo(cluster_file: str = LAB_CLUSTER) -> None:
-    """The main job on the lab: boot it, install, fetch models, deploy every tier and the monitoring, verify, build
-    the docs."""
+    """The main job on the lab: boot it, preflight every node, build and install llama.cpp, fetch models, deploy
+    every tier and the monitoring, verify, build the docs."""
     import os
 
     os.environ.update(settings.as_environment(cluster=cluster_file))  # the scenarios' own invoke commands
     settings.configure({**vars(settings.current()), "cluster": cluster_file})
     lab_up(cluster_file)
+    preflight(cluster_file)  # every node, before anything starts
     for runbook in ("install", "models", "router", "gateway"):
         run_runbook(runbook, cluster_file)
     cluster = load_cluster(cluster_file)

@@ -121,16 +121,14 @@ def _print_residency(cplan) -> None:
         console.print(f"  [yellow]{sentence}[/]")
 
 
-def preflight(cluster_file: str, only: str | None = None) -> None:
-    """Every node's GPUs, driver, free space for its models, RPC interface and clock, against the cluster file."""
+def preflight_checks(cluster, nodes: list[str]) -> list:
+    """Run the facts command on each node at once and judge what it printed against the cluster file."""
     import time
     from concurrent.futures import ThreadPoolExecutor
 
     from clusterbook.effects.ssh import SshTransport
     from clusterbook.pure.preflight import Check, facts_command, judge, parse_facts
 
-    cluster = load_cluster(cluster_file)
-    nodes = [n.name for n in cluster.nodes if not only or n.name in only.split(",")]
     transport = SshTransport(cluster)
 
     def one(node: str) -> list[Check]:
@@ -142,17 +140,32 @@ def preflight(cluster_file: str, only: str | None = None) -> None:
         return judge(cluster, node, parse_facts(out.stdout), (started + time.time()) / 2)
 
     with console.status(f"preflight of {', '.join(nodes)} …"), ThreadPoolExecutor(max_workers=len(nodes)) as pool:
-        checks = [c for result in pool.map(one, nodes) for c in result]
-    table = Table("node", "check", "expected", "found", "verdict", title=f"preflight: {cluster.cluster.name}")
-    style = {"ok": "[green]ok[/]", "failed": "[red]FAILED[/]", "skipped": "[dim]skipped[/]"}
-    for c in checks:
-        table.add_row(c.node, c.check, c.expected, c.found, style[c.verdict])
-    console.print(table)
+        return [c for result in pool.map(one, nodes) for c in result]
+
+
+def print_preflight(cluster, nodes: list[str], checks: list, quiet: bool = False) -> None:
+    """The table (only the failures' when quiet), then a line; failures end the command naming node and figures."""
     failed = [c for c in checks if c.verdict == "failed"]
+    if failed or not quiet:
+        table = Table("node", "check", "expected", "found", "verdict", title=f"preflight: {cluster.cluster.name}")
+        style = {"ok": "[green]ok[/]", "failed": "[red]FAILED[/]", "skipped": "[dim]skipped[/]"}
+        for c in checks:
+            if c.verdict == "failed" or not quiet:
+                table.add_row(c.node, c.check, c.expected, c.found, style[c.verdict])
+        console.print(table)
     if failed:
         raise Failed("preflight failed: " + "; ".join(f"{c.node}: {c.check}: expected {c.expected}, found {c.found}"
                                                       for c in failed))
-    console.print(f"[green]preflight passed[/] on {len(nodes)} node(s)")
+    skipped = sum(c.verdict == "skipped" for c in checks)
+    console.print(f"[green]preflight passed[/] on {', '.join(nodes)}"
+                  + (f" ({skipped} check(s) skipped: invoke preflight shows why)" if quiet and skipped else ""))
+
+
+def preflight(cluster_file: str, only: str | None = None) -> None:
+    """Every node's GPUs, driver, free space for its models, RPC interface and clock, against the cluster file."""
+    cluster = load_cluster(cluster_file)
+    nodes = [n.name for n in cluster.nodes if not only or n.name in only.split(",")]
+    print_preflight(cluster, nodes, preflight_checks(cluster, nodes))
 
 
 def models_hash(cluster_file: str) -> None:

@@ -19,8 +19,9 @@ def default_cluster() -> str:
 
 def run_runbook(runbook_id: str, cluster_file: str, tier: str | None = None, dry: bool = False,
                 only: str | None = None, steps: str | None = None, quiet_recap: bool = False,
-                variables: dict | None = None, extra_artifacts: list | None = None):
-    """Expand a runbook for the cluster and run it over SSH (or print the plan with dry)."""
+                variables: dict | None = None, extra_artifacts: list | None = None, preflight: bool = False):
+    """Expand a runbook for the cluster and run it over SSH (or print the plan with dry); with preflight, the
+    nodes it touches pass the preflight checks first."""
     import time as _time
 
     from clusterbook.effects.executor import Executor
@@ -40,9 +41,16 @@ def run_runbook(runbook_id: str, cluster_file: str, tier: str | None = None, dry
     expansion = expand(books[runbook_id], cluster, tier, only_nodes, steps.split(",") if steps else None,
                        artifacts=artifacts, variables=variables)
     state_dir = Path(".clusterbook") / cluster.cluster.name / "deployed"
+    hosts = [n.name for n in cluster.nodes if any(n.name in step.hosts for step in expansion.steps)]
     if dry:
+        if preflight and hosts:
+            console.print(f"first: preflight of {', '.join(hosts)} (invoke preflight; skip with --no-preflight)\n")
         dry_run(expansion, state_dir)
         return None
+    if preflight and hosts:
+        from clusterbook.commands.cluster import preflight_checks, print_preflight
+
+        print_preflight(cluster, hosts, preflight_checks(cluster, hosts), quiet=True)
     stamp = _time.strftime("%Y%m%dT%H%M%SZ", _time.gmtime())
     log = settings.current().runs / f"{stamp}-{cluster.cluster.name}-{runbook_id}{'-' + tier if tier else ''}.jsonl"
     started = _time.monotonic()
@@ -91,7 +99,8 @@ def task_operations(cluster_file: str) -> list:
                [Operation("models", "fetch", "models", "Fetch the models each node serves.")]
 
 
-def run_operation(cluster_file: str, action: str, tier: str, dry: bool = False, only: str | None = None) -> None:
+def run_operation(cluster_file: str, action: str, tier: str, dry: bool = False, only: str | None = None,
+                  preflight: bool = False) -> None:
     """Run deploy/stop/restart of a tier named on the command line, by its manager (pure/operations.py)."""
     from clusterbook.pure.operations import tier_operations, unavailable_reason
     cluster = load_cluster(cluster_file)
@@ -101,7 +110,7 @@ def run_operation(cluster_file: str, action: str, tier: str, dry: bool = False, 
     op = next((o for o in tier_operations(cluster) if o.collection == action and o.name == tier), None)
     if op is None:
         raise Failed(unavailable_reason(cluster.tier(tier), action))
-    run_runbook(op.runbook, cluster_file, tier, dry, only, variables=dict(op.variables))
+    run_runbook(op.runbook, cluster_file, tier, dry, only, variables=dict(op.variables), preflight=preflight)
 
 
 def status(cluster_file: str, only: str | None = None, dry: bool = False) -> None:

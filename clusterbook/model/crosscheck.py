@@ -102,6 +102,8 @@ def _engine(c: Cluster) -> list[Finding]:
         out.append((("engine", "build"),
                     f"build {c.engine.build} does not exist yet: the newest llama.cpp build clusterbook knows is "
                     f"b{LATEST_KNOWN_BUILD} (a typo? flag spellings depend on the build number)"))
+    if c.engine.build_node and c.engine.build_node not in {n.name for n in c.nodes}:
+        out.append((("engine", "build_node"), f"unknown node '{c.engine.build_node}'"))
     for i, tier in enumerate(c.tiers):
         if isinstance(tier, RouterTier) and c.engine.build < ROUTER_MODE_BUILD:
             out.append((("tiers", i, "kind"), f"router mode needs llama.cpp build {ROUTER_MODE_BUILD} or newer; "

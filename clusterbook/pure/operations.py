@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 from clusterbook.model.schema import Cluster, RouterTier, RpcTier
 
+BUILD_STEPS = ("build-tools", "cuda-compiler", "source", "compile", "pack")  # the install runbook's; deploy.build
+
 
 @dataclass(frozen=True)
 class Operation:
@@ -70,9 +72,16 @@ def tier_operations(c: Cluster) -> list[Operation]:
 
 def cluster_operations(c: Cluster) -> list[Operation]:
     """The runbook tasks that are not per tier; deploy.slurm only where clusterbook configures SLURM."""
-    ops = [Operation("deploy", "install", "install",
-                     "Distribute the llama.cpp release to every tier node and check its version.")] \
-        if c.engine.release_url else []
+    ops = []
+    if c.engine.release_url or c.storage.shared_dir:  # a build from source reaches the nodes through shared_dir
+        ops.append(Operation("deploy", "install", "install",
+                             "Install the llama.cpp release on every tier node, each build in its own folder; "
+                             "without engine.release_url it is built from source on the build node first."))
+    if not c.engine.release_url and c.storage.shared_dir:
+        ops.append(Operation("deploy", "build", "install",
+                             "Build llama.cpp from source on the build node with the CMake options the cluster's GPUs "
+                             "call for, and leave the release tarball on the shared file system.",
+                             steps=BUILD_STEPS))
     ops += [Operation("models", "fetch", "models",
                      "Fetch the models each node serves: resumable, parts joined, size and sha256 checked."),
            Operation("deploy", "router", "router", "Install the model selector script (task -> model -> endpoint).")]
@@ -97,9 +106,11 @@ def cluster_command(c: Cluster, task: str) -> str:
     """`invoke <task>` for a cluster-wide operation, or why this cluster has none (for the docs)."""
     if any(op.task == task for op in cluster_operations(c)):
         return f"`invoke {task}`"
-    if task == "deploy.install":
-        return ("not from clusterbook here: engine.release_url is not set, so the llama.cpp build is copied to "
-                f"every node's {c.engine.install_dir} by hand")
+    if task in ("deploy.install", "deploy.build") and not c.engine.release_url and not c.storage.shared_dir:
+        return ("not from clusterbook here: neither engine.release_url nor storage.shared_dir is set, so a build "
+                f"has no way to the nodes; copy it to every node's {c.engine.install_dir} by hand")
+    if task == "deploy.build":
+        return "not needed here: the release is downloaded from engine.release_url"
     return f"not on this cluster ({task})"
 
 

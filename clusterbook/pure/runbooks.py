@@ -17,6 +17,7 @@ from clusterbook.model.runbook_schema import Run, Runbook, Upload, WaitHttp, Wai
 from clusterbook.model.schema import Cluster, RouterTier, RpcTier
 from clusterbook.model.templating import render_string
 from clusterbook.model.yamlsource import YamlDocument, load_yaml
+from clusterbook.pure import engine_build as eb
 from clusterbook.pure import flags as fl
 from clusterbook.pure import topology as topo
 from clusterbook.pure.render.artifacts import Artifact, env_file, ld_library_path, render_artifacts
@@ -124,6 +125,18 @@ def models_for_host(c: Cluster, host: str, tier: RouterTier | RpcTier | None = N
     return [c.model(m) for m in dict.fromkeys(wanted)]
 
 
+def _build_context(c: Cluster) -> dict:
+    """What the install runbook needs of the build: node, folders, options (quoted for the shell) and release."""
+    plan = eb.plan_build(c)
+    root = eb.cuda_root(c)
+    return {"node": plan.node, "root": plan.root, "src": plan.src, "tree": plan.tree, "targets": plan.targets,
+            "options": plan.options, "options_q": " ".join(shlex.quote(o) for o in plan.options),
+            "cuda": plan.cuda, "cuda_archs": eb.cuda_architectures(c), "cuda_root": root,
+            "nvcc": posixpath.join(root, "bin/nvcc") if root else "nvcc", "release": plan.release,
+            "release_dir": posixpath.dirname(plan.release) if plan.release else None,
+            "release_name": posixpath.basename(plan.release) if plan.release else None}
+
+
 def template_context(c: Cluster, tier: RouterTier | RpcTier | None, host: str | None,
                      variables: dict | None = None) -> dict:
     """What a runbook template sees; `variables` are an operation's own: restart (a SLURM restart submits the job
@@ -135,8 +148,9 @@ def template_context(c: Cluster, tier: RouterTier | RpcTier | None, host: str | 
                  "bin": {"server": fl.binary(c, c.engine.server_binary),
                          "rpc": fl.binary(c, c.engine.rpc_worker_binary),
                          "bench": fl.binary(c, c.engine.bench_binary)},
-                 "release": {"url": c.engine.release_url,
-                             "prefix": posixpath.dirname(c.engine.install_dir.rstrip("/"))},
+                 "build": _build_context(c),
+                 "install_root": eb.install_root(c),
+                 "install_name": posixpath.basename(c.engine.install_dir.rstrip("/")),
                  "ld_library_path": ld_library_path(c),
                  "units_of": topo.units,
                  "endpoint_of": lambda t: topo.endpoint_url(c, t)}

@@ -11,6 +11,7 @@ import pytest
 from clusterbook.effects.lab.lab import LAB_MODELS
 from clusterbook.effects.lab.llama_build import ensure_build
 from clusterbook.effects.lab.models import write_model
+from clusterbook.model.loader import load_cluster
 
 from .conftest import ROOT
 
@@ -20,7 +21,7 @@ CLUSTER = "tests/clusters/rehearsal-cpu.yaml"
 
 @pytest.fixture(scope="module")
 def local(tmp_path_factory):
-    build = ensure_build(11434)
+    build = ensure_build(load_cluster(ROOT / "lab/cluster.yaml"))  # the lab build node's tree, if built
     models = tmp_path_factory.mktemp("models")
     write_model(LAB_MODELS["lab-reasoning"], models / "lab-reasoning.gguf")
     return ["--install-dir", str(build.bin_dir), "--models-dir", str(models)]

