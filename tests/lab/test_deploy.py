@@ -102,7 +102,13 @@ def test_unreachable_node_fails_fast_naming_node_and_step_then_converges(lab_clu
     machines.stop(lab.machine("lab3"))
     try:
         started = time.monotonic()
-        result = invoke("deploy.reasoning")
+        result = invoke("deploy.reasoning")  # preflight, the deploy's first step, finds lab3 unreachable
+        elapsed = time.monotonic() - started
+        assert result.returncode == 1
+        assert elapsed < lab_cluster.access.connect_timeout + 15
+        assert "preflight failed: lab3: reachable" in result.stderr and "exit 255" in result.stderr, result.stderr
+        started = time.monotonic()
+        result = invoke("deploy.reasoning", "--no-preflight")  # the executor names the node and the step
         elapsed = time.monotonic() - started
         assert result.returncode == 1
         assert elapsed < lab_cluster.access.connect_timeout + 15

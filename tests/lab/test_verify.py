@@ -37,14 +37,16 @@ def test_verify_passes_every_scenario(deployed):
 
 
 def test_status_shows_live_figures_from_prometheus(deployed):
-    """After verify generated tokens, Prometheus has a decode speed for the reasoning tier and status shows it."""
+    """After verify generated tokens, Prometheus has a decode speed for the reasoning tier, the probe its health
+    and first token, and status shows them."""
     import re
 
     result = invoke("status")
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr
     assert "live, from Prometheus on lab1" in result.stdout
     row = next(line for line in result.stdout.splitlines() if line.startswith("│ reasoning "))
-    assert re.search(r"│ reasoning\s+│ \d+\.\d ", row), row  # a decode speed, not "- (no generation)"
+    # healthy by the probe, its first token in seconds, and a decode speed (not "- (no generation)")
+    assert re.search(r"│ reasoning\s+│ yes\s+│ \d+\.\d+\s+│ \d+\.\d ", row), row
 
 
 def test_a_stopped_worker_fails_its_scenario(deployed, ssh):
