@@ -64,10 +64,6 @@ class BuildPlan:
     def tree(self) -> str:
         return posixpath.join(self.root, "build")
 
-    @property
-    def name(self) -> str:
-        return f"llama.cpp-b{self.version}-{self.key}"
-
 
 def build_node(c: Cluster) -> str:
     if c.engine.build_node:

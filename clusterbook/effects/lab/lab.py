@@ -12,7 +12,7 @@ from pathlib import Path
 
 from clusterbook.effects.console import Failed
 from clusterbook.effects.lab import machines, network
-from clusterbook.effects.lab.llama_build import ensure_build, sdist
+from clusterbook.effects.lab.llama_build import sdist
 from clusterbook.effects.lab.machines import STATE, Machine
 from clusterbook.effects.lab.models import TinyModel, write_model
 from clusterbook.effects.lab.progress import step
@@ -108,8 +108,8 @@ class Lab:
 
     # --- model and release source --------------------------------------------------------------
     def ensure_source(self) -> None:
-        """Generate the lab's models and the llama.cpp release (or the source its build node compiles), and serve
-        them over HTTP on the host."""
+        """Generate the lab's models and fetch the llama.cpp source its build node compiles, and serve them over
+        HTTP on the host."""
         for model in self.c.models:
             if not model.source:
                 continue
@@ -123,17 +123,13 @@ class Lab:
             if model.size_bytes and target.stat().st_size != model.size_bytes:
                 raise Failed(f"generated {model.id} is {target.stat().st_size} bytes but the lab cluster file says "
                              f"{model.size_bytes}: update size_bytes in the lab cluster file")
-        if self.c.engine.release_url:  # a release to download: built here
-            build = ensure_build(self.c)
-            release = self.www / "releases" / Path(self.c.engine.release_url).name
-            release.parent.mkdir(parents=True, exist_ok=True)
-            if not release.exists():
-                shutil.copy2(build.tarball, release)
-        elif self.c.engine.source.tarball:  # the build node compiles it: the source, served as the file says
-            served = self.www / "src" / Path(self.c.engine.source.tarball).name
-            if not served.exists():
-                served.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(sdist(self.c.engine.build), served)
+        if self.c.engine.release_url or not self.c.engine.source.tarball:
+            raise Failed("the lab's build node compiles llama.cpp from a source tarball the host serves: give the lab "
+                         "cluster file engine.source.tarball (and no engine.release_url)")
+        served = self.www / "src" / Path(self.c.engine.source.tarball).name
+        if not served.exists():
+            served.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(sdist(self.c.engine.build), served)
         self._serve()
 
     def _serve(self) -> None:

@@ -1,6 +1,6 @@
 """llama.cpp on the lab's host, cached by version and CMake options: the PyPI source the lab's build node
-compiles (served to it), and a host build in the very folder the install runbook uses (bind-mounted into the
-build node, so whichever builds first, the other finds the tree up to date)."""
+compiles (served to it), and a host build (for the CPU rehearsal) in the very folder the install runbook uses
+(bind-mounted into the build node, so whichever builds first, the other finds the tree up to date)."""
 
 from __future__ import annotations
 
@@ -21,17 +21,13 @@ CACHE = Path("/var/cache/clusterbook/llama.cpp")
 
 @dataclass(frozen=True)
 class LlamaBuild:
-    """One cached build: its source, build tree and (for a cluster with a release_url) release tarball."""
+    """One cached build: its source and build tree."""
 
     plan: BuildPlan
 
     @property
     def root(self) -> Path:
         return Path(self.plan.root)
-
-    @property
-    def tarball(self) -> Path:
-        return self.root / f"{self.plan.name}.tar.gz"
 
     @property
     def bin_dir(self) -> Path:
@@ -68,7 +64,8 @@ def _cpu_matches(root: Path) -> bool:
 
 def ensure_build(c: Cluster, jobs: int = 2) -> LlamaBuild:
     """Configure and build the cluster's targets with its CMake options on this machine, unless built already
-    (by this machine or by the lab's build node through the bind mount); pack a release tarball."""
+    (by this machine or by the lab's build node through the bind mount). The release tarball is the install
+    runbook's to pack."""
     build = LlamaBuild(plan_build(c))
     if not build.built:
         if not _cpu_matches(build.root):  # a cache restored onto another CPU: start again
@@ -86,28 +83,7 @@ def ensure_build(c: Cluster, jobs: int = 2) -> LlamaBuild:
             run_reporting(["cmake", "--build", build.plan.tree, "-j", str(jobs), "--target", *build.plan.targets],
                           report, ninja_progress)
         (build.root / "cpu").write_text(_cpu_key() + "\n")
-    if not build.tarball.exists():
-        with step("pack the release tarball"):
-            _pack(build)
     return build
-
-
-def _pack(build: LlamaBuild) -> None:
-    """The tarball the install runbook distributes: bin/ with the binaries and their libraries, and VERSION."""
-    stage = build.root / "stage" / "bin"
-    shutil.rmtree(stage.parent, ignore_errors=True)
-    stage.mkdir(parents=True)
-    for name in build.plan.targets:
-        shutil.copy2(build.bin_dir / name, stage / name)
-    for lib in build.bin_dir.glob("*.so*"):
-        shutil.copy2(lib, stage / lib.name, follow_symlinks=False)
-    (stage.parent / "VERSION").write_text(f"{build.plan.version}\n")
-    tmp = build.tarball.with_suffix(".tmp")
-    with tarfile.open(tmp, "w:gz") as tar:
-        for path in sorted(stage.parent.rglob("*")):
-            tar.add(path, arcname=str(path.relative_to(stage.parent)), recursive=False)
-    tmp.rename(build.tarball)
-    shutil.rmtree(stage.parent)
 
 
 def _run(argv: list[str]) -> None:

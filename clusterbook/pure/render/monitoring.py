@@ -238,13 +238,13 @@ def rule_tests(c: Cluster, header: str) -> str:
                + [f'clusterbook_tier_healthy{{tier="{t.name}"}}' for t in c.tiers]
                + [f'clusterbook_tier_registered{{tier="{t.name}"}}' for t in c.tiers if t.manager == "slurm"]
                + [f'up{{job="node", node="{n.name}"}}' for n in c.nodes])
-    tests = []
+    tests, n = [], samples(c)
     for case in alert_cases(c):
         wait = _minutes(case.rule["for"]) + 2 + case.wait_m if case.rule["for"] != "0m" else 3
         expected = {"exp_labels": {**case.rule["labels"], **case.labels}, "exp_annotations": case.rule["annotations"]}
         for series, alerts_expected in ((case.bad, [expected]), (case.good, [])):
             tested = {s["series"] for s in series}
-            baseline = [_series(h, f"1x{samples(c)}") for h in healthy if h not in tested]
+            baseline = [_series(h, f"1x{n}") for h in healthy if h not in tested]
             tests.append({"interval": "1m", "input_series": series + baseline,
                           "alert_rule_test": [{"eval_time": f"{wait}m", "alertname": case.rule["alert"],
                                                "exp_alerts": alerts_expected}]})
