@@ -235,6 +235,29 @@ def verify(c, cluster=None, disruptive=False, only=None):
 ns.add_task(verify)
 
 
+@task(help={"cluster": RUN_HELP["cluster"], "tier": "only this tier's change",
+            "dry": "list what differs from the last deploys recorded here, per node; contact nothing"})
+@command
+def apply(c, cluster=None, tier=None, dry=False):
+    """Deploy what the cluster file changed, one phase at a time (install, SLURM, each tier, router, gateway,
+    monitoring), each checked by its scenarios before and after; a phase that fails them is rolled back to its last
+    verified generation and checked again. With nothing changed it deploys nothing. Log: runs/changes/."""
+    commands.apply(cluster or commands.default_cluster(), tier, dry)
+
+
+@task(help={"cluster": RUN_HELP["cluster"], "tier": "only this tier (default: every tier, the last first)",
+            "dry": "show what would be put back; change nothing"})
+@command
+def rollback(c, cluster=None, tier=None, dry=False):
+    """Put back each node's files (and engine link) of the tier's last verified generation and start it again as
+    its manager does: systemd restarts its units, SLURM submits the restored job script."""
+    commands.rollback(cluster or commands.default_cluster(), tier, dry)
+
+
+ns.add_task(apply)
+ns.add_task(rollback)
+
+
 @task(help={"cluster": LAB_HELP})
 @command
 def demo(c, cluster=commands.LAB_CLUSTER):

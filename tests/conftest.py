@@ -30,6 +30,8 @@ def pytest_addoption(parser):
                     help="run the acceptance scenarios (tests/features) against this live cluster file")
     group.addoption("--disruptive", action="store_true", default=False,
                     help="also run @disruptive scenarios (node restart, killed worker); always on for the lab")
+    group.addoption("--tier", default=None,
+                    help="only this tier, in the scenarios that check tiers one by one (@tier; invoke apply)")
     group.addoption("--verify-summary", default=None, help="write a Markdown summary of the scenarios here")
 
 

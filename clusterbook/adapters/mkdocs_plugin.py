@@ -4,7 +4,16 @@ runbook pages, pictures and file downloads added as generated files, all from on
 from mkdocs.structure.files import File
 from mkdocs_macros.plugin import MacrosPlugin
 
-from clusterbook.commands.docsite import Site, build_stamp, built_at, current_site, latest_report, result_picture
+from clusterbook.commands.docsite import (
+    Site,
+    build_stamp,
+    built_at,
+    change_records,
+    current_site,
+    latest_report,
+    result_picture,
+)
+from clusterbook.pure import changelog
 from clusterbook.pure import docpages as pages
 from clusterbook.pure.operations import cluster_command, tier_command
 
@@ -88,4 +97,6 @@ def sections(site: Site) -> dict:
         "engine_install": lambda: pages.engine_install(c),
         "latest_report": lambda name: latest_report(name, site),
         "result_picture": lambda name, caption: result_picture(name, site, caption),
+        "apply_overview": lambda: changelog.apply_overview(c),
+        "change_log": lambda: changelog.changes_page(c.cluster.name, change_records(c.cluster.name)),
     }

@@ -2,6 +2,7 @@
 
 from clusterbook.commands.acceptance import demo, verify
 from clusterbook.commands.bench import bench, fabric, recovery, rehearse, tune
+from clusterbook.commands.change import apply, rollback
 from clusterbook.commands.cluster import check, models_hash, plan, preflight, render, write_reference
 from clusterbook.commands.lab import (
     LAB_CLUSTER,
@@ -33,6 +34,7 @@ __all__ = [
     "LAB_SLURM_CLUSTER",
     "SETTINGS_DEFAULTS",
     "Failed",
+    "apply",
     "bench",
     "check",
     "cluster_for_tasks",
@@ -54,6 +56,7 @@ __all__ = [
     "recovery",
     "rehearse",
     "render",
+    "rollback",
     "run_operation",
     "run_runbook",
     "ssh_command",

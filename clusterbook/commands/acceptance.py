@@ -73,6 +73,14 @@ def verify(cluster_file: str, disruptive: bool, only: str | None) -> None:
     if proc.returncode != 0:
         raise Failed(f"verify: scenarios failed (pytest exit status {proc.returncode}); "
                      f"see {reports}/verify-summary.md")
+    if not only:  # every scenario passed: what the nodes run now is the state a rollback returns to
+        from clusterbook.commands.change import mark_verified, remember_verified
+        try:
+            remember_verified(cluster_file, load_cluster(cluster_file))
+            marked = mark_verified(load_cluster(cluster_file))
+            console.print(f"generations marked verified: {marked}" if marked else "")
+        except Failed as exc:
+            console.print(f"[dim]could not mark the generations verified: {exc}[/]")
 
 
 def demo(cluster_file: str = LAB_CLUSTER) -> None:

@@ -187,3 +187,18 @@ def latest_report(name: str, site: Site) -> str:
         return f"Not yet {done} on {cluster}: no {name} report (run `{task}`)."
     text, why = report_for(path.read_text(), cluster, site.cluster_file)
     return text if text is not None else f"Not yet {done} on {cluster}: {why} (run `{task}`)."
+
+
+def change_records(cluster_name: str) -> list:
+    """The apply records of this cluster kept in runs/changes/<cluster>/ (a record that does not parse is skipped)."""
+    import json
+
+    from clusterbook.pure.changelog import from_json
+
+    records = []
+    for path in sorted((settings.current().runs / "changes" / cluster_name).glob("*.json")):
+        try:
+            records.append(from_json(path.read_text()))
+        except (json.JSONDecodeError, TypeError, KeyError):
+            continue
+    return records

@@ -54,7 +54,14 @@ def run_runbook(runbook_id: str, cluster_file: str, tier: str | None = None, dry
     stamp = _time.strftime("%Y%m%dT%H%M%SZ", _time.gmtime())
     log = settings.current().runs / f"{stamp}-{cluster.cluster.name}-{runbook_id}{'-' + tier if tier else ''}.jsonl"
     started = _time.monotonic()
-    report = Executor(SshTransport(cluster), state_dir, [ConsoleReporter(), RunLog(log)]).run(expansion)
+    recording = generation_recording(cluster, cluster_file, expansion) if expansion.generation else None
+    report = Executor(SshTransport(cluster), state_dir, [ConsoleReporter(), RunLog(log)],
+                      recording=recording).run(expansion)
+    if expansion.runbook == "install" and not report.failure:  # the engine link, for apply --dry's comparison
+        from clusterbook.pure.changes import engine_hosts, engine_link
+        for host in engine_hosts(expansion):
+            (state_dir.parent / "engine" / host).parent.mkdir(parents=True, exist_ok=True)
+            (state_dir.parent / "engine" / host).write_text(engine_link(cluster) + "\n")
     if not quiet_recap:
         console.print(recap(report))
         console.print(step_times(report))
@@ -62,6 +69,21 @@ def run_runbook(runbook_id: str, cluster_file: str, tier: str | None = None, dry
     if report.failure:
         raise Failed(report.failure)
     return report
+
+
+def generation_recording(cluster, cluster_file: str, expansion):
+    """How this run is kept on each node it touches: a generation named by the time (microseconds) and the run."""
+    import datetime
+
+    from clusterbook.commands.reportstamp import file_digest
+    from clusterbook.pure import generations as gen
+
+    now = datetime.datetime.now(datetime.UTC)
+    gid = gen.generation_id(now.strftime("%Y%m%dT%H%M%S.%fZ"), expansion.runbook, expansion.tier)
+    meta = {"unit": gen.unit_of(expansion.runbook, expansion.tier), "runbook": expansion.runbook,
+            "cluster": cluster.cluster.name, "cluster_sha": file_digest(cluster_file),
+            "time": now.strftime("%Y-%m-%dT%H:%M:%SZ")}
+    return gen.Recording(cluster.storage.generations_dir, gid, cluster.engine.install_dir, meta)
 
 
 def cluster_on_command_line(argv: list[str]) -> str | None:
@@ -120,8 +142,15 @@ def status(cluster_file: str, only: str | None = None, dry: bool = False) -> Non
         return
     table = Table("node", "unit", "active", "port", "listening", "models", "GPU memory (MiB used/total)",
                   title="status")
+    commands = Table("node", "unit", "generation", "command line", title="what each unit runs")
     for o in report.outcomes:
-        rows = [dict(kv.split("=", 1) for kv in line.split() if "=" in kv) for line in o.stdout.splitlines()]
+        for line in o.stdout.splitlines():
+            if line.startswith("cmdline "):
+                head, _, args = line.partition(" :: ")
+                _, unit, generation = (head.split(" ", 2) + ["-"])[:3]
+                commands.add_row(o.host, unit, generation.replace(" ", "\n"), args.strip() or "[red]not running[/]")
+        rows = [dict(kv.split("=", 1) for kv in line.split() if "=" in kv) for line in o.stdout.splitlines()
+                if not line.startswith("cmdline ")]
         gpu = next((r["gpu"] for r in rows if "gpu" in r), "none")
         for r in rows:
             if "unit" in r and "active" in r:
@@ -130,6 +159,8 @@ def status(cluster_file: str, only: str | None = None, dry: bool = False) -> Non
                               r["port"], "yes" if r["listening"] != "0" else "[red]no[/]", r.get("models") or "-",
                               gpu if gpu != "none" else "-")
     console.print(table)
+    if commands.row_count:
+        console.print(commands)
     jobs = [json.loads(line) for o in report.outcomes for line in o.stdout.splitlines() if line.startswith("{")]
     if jobs:
         table = Table("job", "id", "state", "reason", "nodes", "start", "endpoint", title="SLURM jobs")

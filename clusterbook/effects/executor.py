@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from clusterbook.effects.transport import UNREACHABLE, Result, Transport
+from clusterbook.pure.generations import Recording
 from clusterbook.pure.runbooks import Command, ExpandedStep, Expansion, PutFile
 
 
@@ -81,8 +82,9 @@ class Executor:
     """Runs expansions through a transport and tells its listeners what happens."""
 
     def __init__(self, transport: Transport, state_dir: Path, listeners: Iterable[Listener] = (),
-                 sleep: Callable[[float], None] = time.sleep):
+                 sleep: Callable[[float], None] = time.sleep, recording: Recording | None = None):
         self.transport = transport
+        self.recording = recording  # keep what this run replaces as a generation on each node (rollback's source)
         self.state_dir = state_dir  # last content uploaded per host/path: the base of --dry diffs
         self.listeners = list(listeners)
         self.sleep = sleep  # between retries (host-free tests pass a no-op)
@@ -95,6 +97,31 @@ class Executor:
         report = Report(expansion.runbook)
         total = len(expansion.steps)
         self.emit(RunStarted(expansion.runbook, expansion.title))
+        touched = list(dict.fromkeys(h for step in expansion.steps for h in step.hosts))
+        if self.recording and touched:
+            failed = self._on_each(touched, self.recording.begin(), "generation", f"begin {self.recording.gid}")
+            if failed:
+                report.outcomes += failed
+                f = failed[0]
+                report.failure = (f"{f.host}: could not begin generation {self.recording.gid}: {f.action}\n"
+                                  f"exit status {f.returncode}; end of stderr:\n{f.stderr_tail or '(empty)'}")
+                return report
+        try:
+            self._steps(expansion, report, total)
+        finally:
+            if self.recording and touched:  # a failed run's generation is kept too: rollback needs it most
+                self._on_each(touched, self.recording.end(), "generation", f"end {self.recording.gid}")
+        return report
+
+    def _on_each(self, hosts: list[str], command: str, step: str, label: str) -> list[Outcome]:
+        """One bookkeeping command on every host in parallel; the outcomes of those where it failed."""
+        started = time.monotonic()
+        with ThreadPoolExecutor(max_workers=len(hosts)) as pool:
+            results = list(pool.map(lambda h: self.transport.run(h, command, timeout=60), hosts))
+        return [Outcome(step, r.host, label, "failed", time.monotonic() - started, r.returncode, r.tail())
+                for r in results if not r.ok]
+
+    def _steps(self, expansion: Expansion, report: Report, total: int) -> None:
         for index, step in enumerate(expansion.steps, 1):
             started = time.monotonic()
             hosts = list(step.hosts)
@@ -113,7 +140,6 @@ class Executor:
                 report.failure = (f"{f.host}: step '{step.id}' ({step.title}) failed: {f.action}\n"
                                   f"exit status {f.returncode}; end of stderr:\n{f.stderr_tail or '(empty)'}")
                 break
-        return report
 
     # --- one host ------------------------------------------------------------------------------
     def _host(self, step: ExpandedStep, host: str) -> list[Outcome]:
@@ -148,6 +174,11 @@ class Executor:
         if current.stdout.split()[:1] == [put.sha256]:
             self._remember(host, put)
             return Outcome(step.id, host, put.describe(), "ok", time.monotonic() - started)
+        if self.recording:  # keep the file this upload replaces (or note that it is new)
+            kept = self.transport.run(host, self.recording.save(put.path), timeout=60)
+            if not kept.ok:
+                return Outcome(step.id, host, f"keep the previous {put.path}", "failed", time.monotonic() - started,
+                               kept.returncode, kept.tail())
         result = self.transport.put(host, put.path, put.content.encode(), put.mode)
         if result.ok:
             self._remember(host, put)
@@ -167,7 +198,7 @@ class Executor:
         for attempt in range(cmd.retries + 1):
             result = self.transport.run(host, cmd.command, timeout=cmd.timeout)
             good = result.ok and (cmd.until is None or cmd.until in result.stdout)
-            if good or result.returncode == UNREACHABLE:
+            if good or result.returncode == UNREACHABLE or (cmd.abort_when and cmd.abort_when in result.stdout):
                 break
             if attempt < cmd.retries:
                 self.sleep(cmd.delay)

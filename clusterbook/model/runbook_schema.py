@@ -31,6 +31,8 @@ class Run(ActionBase):
     name: str | None = Field(None, description="short label for output (a template; default: the command)")
     unless: str | None = Field(None, description="skip (ok) when this command succeeds: the state is already right")
     until: str | None = Field(None, description="retry until stdout contains this text")
+    abort_when: str | None = Field(None, description="stop retrying and fail at once when stdout contains this text "
+                                                     "(a wait that sees the service exit)")
     changed_when: Literal["always", "never"] = Field("always", description="what a successful run reports")
 
 
@@ -81,6 +83,8 @@ class Runbook(Strict):
     kinds: list[Literal["router", "rpc"]] = Field(default_factory=lambda: ["router", "rpc"],
                                                   description="tier kinds it applies to (scope tier)")
     steps: list[Step] = Field(min_length=1)
+    generation: bool = Field(False, description="keep every file it replaces (and the engine link it moves) as a "
+                                                "generation on each node, which `invoke rollback` restores")
     handlers: dict[Name, Handler] = Field(default_factory=dict)
 
     @model_validator(mode="after")

@@ -192,6 +192,8 @@ class Storage(Strict):
     endpoint_dir: AbsPath = Field("/var/lib/clusterbook/endpoints",
                               description="endpoint registry the gateway reads (shared by SLURM jobs)")
     env_dir: AbsPath = Field("/etc/llama", description="environment files of the services")
+    generations_dir: AbsPath = Field("/var/lib/clusterbook/generations",
+                                     description="where each deploy keeps the files it replaced (rollback's source)")
     shared_dir: AbsPath | None = Field(None, description="a directory every node sees (shared file system); "
                                                      "the lab bind-mounts one into every node")
 

@@ -524,6 +524,11 @@ def files_verbatim(artifacts: list[Artifact]) -> str:
 def runbook_page(expansion: Expansion) -> str:
     """The same expansion `--dry` prints: every step, every host, the exact commands and files."""
     out = [f"# {expansion.title}\n", expansion.explain + "\n"]
+    if expansion.generation:
+        out.append("!!! note \"Generations\"\n    Every file this runbook replaces (and the engine link it moves) is "
+                   "kept on its node as a generation (`storage.generations_dir`): `invoke rollback` puts it back, "
+                   "and `invoke apply` does so by itself when the scenarios fail after a change. See "
+                   "[Changes](../changes.md).\n")
     for i, step in enumerate(expansion.steps, 1):
         out.append(f"## {i}. {step.title}\n")
         if step.explain:
@@ -538,7 +543,8 @@ def runbook_page(expansion: Expansion) -> str:
                         lines.append(f"# skipped when this succeeds: {a.unless}")
                     if a.until:
                         lines.append(f"# repeated until the output has {a.until!r} ({a.retries + 1} tries, "
-                                     f"{a.delay:g} s apart)")
+                                     f"{a.delay:g} s apart)" + (f"; fails at once when it has {a.abort_when!r}"
+                                                                if a.abort_when else ""))
                     lines.append(a.command)
             for name, command in step.handlers.get(host, {}).items():
                 lines.append(f"# handler {name}, when a file above changed:\n{command}")

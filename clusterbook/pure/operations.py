@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from clusterbook.model.schema import Cluster, RouterTier, RpcTier
 
 BUILD_STEPS = ("build-tools", "cuda-compiler", "source", "compile", "pack")  # the install runbook's; deploy.build
+RESUBMIT_STEPS = ("submit", "serving", "gateway")  # deploy-slurm's steps after its files: a rollback's restart
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,23 @@ def tier_operations(c: Cluster) -> list[Operation]:
                                  f"Restart the {t.name} tier" + (" (workers, then head)" if isinstance(t, RpcTier)
                                                                  else "") + "; wait for health.", t.name))
     return ops
+
+
+def rollback_restart(tier: RouterTier | RpcTier) -> Operation:
+    """What starts a tier again on the files a rollback put back: systemd restarts its units (workers, then head);
+    SLURM submits the job again from the restored script (deploy-slurm after its uploads)."""
+    if tier.manager == "slurm":
+        return Operation("rollback", tier.name, "deploy-slurm", f"Submit {tier.name}'s restored job script again.",
+                         tier.name, RESUBMIT_STEPS, (("restart", True),))
+    return Operation("rollback", tier.name, "restart", f"Restart the {tier.name} tier on its restored files.",
+                     tier.name)
+
+
+UNIT_RELOAD = {  # what a unit that is not a tier needs after its files are put back (on the nodes they were on)
+    "gateway": "nginx -t && systemctl reload nginx",
+    "monitoring": "systemctl restart prometheus prometheus-alertmanager",
+    "slurm": "scontrol reconfigure",
+}
 
 
 def cluster_operations(c: Cluster) -> list[Operation]:

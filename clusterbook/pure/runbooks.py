@@ -78,6 +78,7 @@ class Command:
     delay: float = 2
     notify: tuple[str, ...] = ()
     name: str | None = None
+    abort_when: str | None = None
 
     @property
     def label(self) -> str:
@@ -90,6 +91,8 @@ class Command:
             text += f"   # unless: {self.unless}"
         if self.until:
             text += f"   # until stdout has {self.until!r}, {self.retries + 1} tries"
+        if self.abort_when:
+            text += f"; fails at once on {self.abort_when!r}"
         return text
 
 
@@ -112,6 +115,7 @@ class Expansion:
     explain: str
     tier: str | None
     steps: list[ExpandedStep]
+    generation: bool = False  # the runbook keeps what it replaces (a generation on each node)
 
 
 def models_for_host(c: Cluster, host: str, tier: RouterTier | RpcTier | None = None) -> list:
@@ -231,7 +235,7 @@ def expand(book: RunbookFile, c: Cluster, tier_name: str | None = None, only: li
                                      tpl(step.explain, ("steps", i, "explain"), **base), per_host, handlers))
     if problems:
         raise InputError(problems)
-    return Expansion(rb.id, title, explain, tier.name if tier else None, expanded)
+    return Expansion(rb.id, title, explain, tier.name if tier else None, expanded, rb.generation)
 
 
 def _tier(c: Cluster, rb: Runbook, tier_name: str | None) -> RouterTier | RpcTier | None:
@@ -259,7 +263,8 @@ def _concrete(action, path, files, host, tpl, problems, doc) -> Concrete | None:
         return Command(tpl(action.run, path + ("run",)).strip(),
                        tpl(action.unless, path + ("unless",)).strip() if action.unless else None,
                        tpl(action.until, path + ("until",)) if action.until else None, action.changed_when, **common,
-                       name=tpl(action.name, path + ("name",)) if action.name else None)
+                       name=tpl(action.name, path + ("name",)) if action.name else None,
+                       abort_when=action.abort_when)
     tries = max(action.retries, int(action.timeout / max(action.delay, 0.5)))
     if isinstance(action, WaitPort):
         port = tpl(action.wait_port, path + ("wait_port",))

@@ -47,6 +47,16 @@ def cluster(cluster_file):
 
 
 @pytest.fixture(scope="session")
+def tiers(cluster, request):
+    """The tiers a scenario checks: every tier, or the one `--tier` names (apply verifies one tier at a time)."""
+    name = request.config.getoption("--tier")
+    chosen = [t for t in cluster.tiers if name in (None, t.name)]
+    if not chosen:
+        pytest.fail(f"--tier {name}: no such tier in the cluster file")
+    return chosen
+
+
+@pytest.fixture(scope="session")
 def transport(cluster):
     return SshTransport(cluster, ROOT)
 

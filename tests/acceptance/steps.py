@@ -19,8 +19,10 @@ from clusterbook.pure.planner.residency import plan_residency
 from clusterbook.pure.render.artifacts import selector_nodes, selector_rows
 
 
-def rpc_tiers(cluster, manager=None):
-    return [t for t in cluster.tiers if isinstance(t, RpcTier) and manager in (None, t.manager)]
+def rpc_tiers(cluster, manager=None, among=None):
+    """The RPC tiers (of one manager), among the tiers under test when given."""
+    return [t for t in cluster.tiers if isinstance(t, RpcTier) and manager in (None, t.manager)
+            and (among is None or t.name in {x.name for x in among})]
 
 
 def controller(cluster):
@@ -76,11 +78,11 @@ def _cluster_file(cluster):
 
 # --- RPC workers -------------------------------------------------------------------------------------
 @then("every RPC worker runs on its node: its unit active and enabled, or its step in the tier's running job")
-def _workers_active(cluster, transport, measured):
-    if not rpc_tiers(cluster):
-        pytest.skip("no RPC tier in this cluster file")
+def _workers_active(cluster, transport, measured, tiers):
+    if not rpc_tiers(cluster, among=tiers):
+        pytest.skip("no RPC tier among the tiers under test")
     binary = cluster.engine.rpc_worker_binary
-    for tier in rpc_tiers(cluster):
+    for tier in rpc_tiers(cluster, among=tiers):
         if tier.manager == "systemd":
             unit = topo.units(tier).worker
             for worker in tier.workers:
@@ -99,8 +101,8 @@ def _workers_active(cluster, transport, measured):
 
 
 @then("every RPC worker listens on its RPC network address and on no other address")
-def _workers_bind(cluster, transport):
-    for tier in rpc_tiers(cluster):
+def _workers_bind(cluster, transport, tiers):
+    for tier in rpc_tiers(cluster, among=tiers):
         for worker in tier.workers:
             expected = [topo.address(cluster, worker, cluster.rpc_network)]
             found = probes.listening(transport, worker, tier.rpc_port)
@@ -142,16 +144,16 @@ def _rpc_firewall(cluster, transport):
 
 # --- serving ------------------------------------------------------------------------------------------
 @then("every tier answers /health with 200")
-def _health(cluster, transport):
-    for tier in cluster.tiers:
+def _health(cluster, transport, tiers):
+    for tier in tiers:
         url = url_of(cluster, transport, tier) + "/health"
         status = httpx.get(url, timeout=10).status_code
         assert status == 200, f"{url}: expected 200, got {status}"
 
 
 @then("every tier lists every model it serves")
-def _lists_models(cluster, transport):
-    for tier in cluster.tiers:
+def _lists_models(cluster, transport, tiers):
+    for tier in tiers:
         key = probes.api_key(transport, cluster, tier)
         headers = {"Authorization": f"Bearer {key}"} if key else {}
         data = httpx.get(url_of(cluster, transport, tier) + "/v1/models", headers=headers, timeout=10).json()
@@ -162,8 +164,8 @@ def _lists_models(cluster, transport):
 
 
 @then("every model of every tier answers a chat completion within the API response target")
-def _every_model_answers(cluster, transport, measured):
-    for tier in cluster.tiers:
+def _every_model_answers(cluster, transport, measured, tiers):
+    for tier in tiers:
         targets = cluster.targets_for(tier.name)
         limit = targets.api_response_s.target if targets and targets.api_response_s else None
         key = probes.api_key(transport, cluster, tier)
@@ -191,8 +193,10 @@ def _needs_key(cluster, transport):
 
 # --- distribution ---------------------------------------------------------------------------------------
 @then("every RPC tier head has an established connection to each of its workers")
-def _connected(cluster, transport):
-    for tier in rpc_tiers(cluster):
+def _connected(cluster, transport, tiers):
+    if not rpc_tiers(cluster, among=tiers):
+        pytest.skip("no RPC tier among the tiers under test")
+    for tier in rpc_tiers(cluster, among=tiers):
         for endpoint in topo.rpc_endpoints(cluster, tier):
             address, port = endpoint.split(":")
             assert probes.connected(transport, tier.head, address, int(port)), \
@@ -453,10 +457,13 @@ def job_state(cluster, transport, tier) -> str:
 
 @then("every SLURM tier has a running job whose registered endpoint answers /health, unless the plan says it "
       "waits for a running tier")
-def _slurm_running(cluster, transport, measured):
+def _slurm_running(cluster, transport, measured, tiers):
     states = {tier.name: job_state(cluster, transport, tier) for tier in slurm_tiers(cluster)}
     excluded = {frozenset((e.first, e.second)) for e in plan_residency(cluster, plan_cluster(cluster)).exclusions}
-    for tier in slurm_tiers(cluster):
+    chosen = [t for t in slurm_tiers(cluster) if t.name in {x.name for x in tiers}]
+    if not chosen:
+        pytest.skip("no SLURM tier among the tiers under test")
+    for tier in chosen:
         state = states[tier.name]
         blockers = [t for t, s in states.items() if s.startswith("RUNNING") and frozenset((t, tier.name)) in excluded]
         if blockers and not state.startswith("RUNNING"):  # the plan's exclusion, as the decision log says

@@ -1,6 +1,7 @@
 Feature: The reasoning tier really uses every worker
   A head that could not reach a worker at start runs on fewer devices without saying so.
 
+  @tier
   Scenario: The head holds a connection to every RPC worker
     Given the cluster file
     Then every RPC tier head has an established connection to each of its workers

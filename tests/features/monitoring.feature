@@ -1,6 +1,7 @@
 Feature: Monitoring
   Prometheus watches every node and tier between verify runs; its alerts follow the targets.
 
+  @monitoring
   Scenario: Prometheus scrapes every node exporter and every tier
     Given the cluster file
     Then every node exporter and every RPC tier's server is up in Prometheus

@@ -2,6 +2,7 @@ Feature: RPC workers
   The RPC workers of every RPC tier run (as services, or as steps of the tier's SLURM job) and can only be reached where they should be:
   llama.cpp's RPC has no authentication.
 
+  @tier
   Scenario: Every RPC worker is active and listens on its fabric address only
     Given the cluster file
     Then every RPC worker runs on its node: its unit active and enabled, or its step in the tier's running job

@@ -1,11 +1,13 @@
 Feature: Serving
   Every tier answers its API, lists its models, and every model answers a chat completion.
 
+  @tier
   Scenario: Every tier is healthy and lists its models
     Given the cluster file
     Then every tier answers /health with 200
     And every tier lists every model it serves
 
+  @tier
   Scenario: Every model of every tier answers a chat completion
     Given the cluster file
     Then every model of every tier answers a chat completion within the API response target

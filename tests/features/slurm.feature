@@ -1,10 +1,12 @@
 Feature: SLURM tiers and the gateway
   Tiers run as preemptible SLURM jobs (seed 004); nginx follows them through the endpoint registry.
 
+  @tier
   Scenario: Every SLURM tier's job runs, or waits as the plan says, and its endpoint is registered
     Given the cluster file
     Then every SLURM tier has a running job whose registered endpoint answers /health, unless the plan says it waits for a running tier
 
+  @gateway
   Scenario: The gateway reaches each tier by its path
     Given the cluster file
     Then a chat completion through the gateway reaches each tier by its path

@@ -1,0 +1,170 @@
+"""What `invoke apply` would change: the cluster's phases in deploy order, and for each, the files that differ from
+what its nodes hold, the engine link, and a SLURM job that runs an older script. Pure: facts in, changes out."""
+
+from __future__ import annotations
+
+import hashlib
+import posixpath
+import shlex
+from dataclasses import dataclass, field
+
+from clusterbook.model.schema import Cluster
+from clusterbook.pure import topology as topo
+from clusterbook.pure.operations import cluster_operations, tier_operations
+from clusterbook.pure.runbooks import Expansion, PutFile
+
+NOT_THERE = "-"  # a file a node does not have, a link that is not set
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One unit of change, deployed as a whole and verified by its own scenarios before the next begins."""
+
+    unit: str  # engine | slurm | a tier's name | router | gateway | monitoring
+    runbook: str
+    tier: str | None = None
+    variables: tuple[tuple[str, object], ...] = ()
+    scenarios: str | None = None  # the scenario tag that checks it (a tier's are narrowed to it with --tier)
+
+    @property
+    def is_tier(self) -> bool:
+        return self.tier is not None
+
+
+def phases(c: Cluster) -> list[Phase]:
+    """Dependency order: build and install, SLURM, each tier (workers before heads inside its runbook), the router
+    script, the gateway, the monitoring."""
+    by_task = {op.task: op for op in cluster_operations(c)}
+    out = []
+    if "deploy.install" in by_task:
+        out.append(Phase("engine", "install"))
+    if "deploy.slurm" in by_task:
+        out.append(Phase("slurm", "slurm"))
+    for op in tier_operations(c):
+        if op.collection == "deploy" and op.name == op.tier:
+            out.append(Phase(op.tier, op.runbook, op.tier, op.variables, "tier"))
+    out.append(Phase("router", "router", scenarios="router"))
+    if "deploy.gateway" in by_task:
+        out.append(Phase("gateway", "gateway", scenarios="gateway"))
+    if "deploy.monitoring" in by_task:
+        out.append(Phase("monitoring", "monitoring", scenarios="monitoring"))
+    return out
+
+
+@dataclass(frozen=True)
+class NodeFacts:
+    """What a node holds now: sha256 per file path, where the engine link points, each job's script digest."""
+
+    files: dict[str, str] = field(default_factory=dict)
+    engine: str = NOT_THERE
+    jobs: dict[str, str] = field(default_factory=dict)  # job name -> the running job's comment (script digest)
+
+
+@dataclass(frozen=True)
+class Change:
+    """One difference on one node: a file (new or changed), the engine link, or a job's script."""
+
+    host: str
+    what: str
+    before: str
+    after: str
+
+    @property
+    def kind(self) -> str:
+        return "new" if self.before == NOT_THERE else "changed"
+
+
+@dataclass(frozen=True)
+class PhasePlan:
+    phase: Phase
+    changes: list[Change]
+    engine_hosts: tuple[str, ...] = ()  # its nodes where the engine moves: the tier restarts on the new build
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.changes or self.engine_hosts)
+
+    @property
+    def restart_only(self) -> bool:
+        """Nothing of its own changed, only the engine under it: its deploy would not restart it."""
+        return not self.changes and bool(self.engine_hosts)
+
+
+def script_digest(text: str) -> str:
+    """What deploy-slurm passes as the job's comment: the first 16 hex digits of the script's sha256."""
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def puts(expansion: Expansion) -> dict[str, list[PutFile]]:
+    """Every upload of an expansion, per host (a file uploaded twice counts once)."""
+    out: dict[str, dict[str, PutFile]] = {}
+    for step in expansion.steps:
+        for host, actions in step.hosts.items():
+            for a in actions:
+                if isinstance(a, PutFile):
+                    out.setdefault(host, {})[a.path] = a
+    return {h: list(files.values()) for h, files in out.items()}
+
+
+def engine_link(c: Cluster) -> str:
+    """Where install_dir should point: the build's own folder (the install runbook's link step)."""
+    return f"b{c.engine.build}/bin"
+
+
+def engine_hosts(install: Expansion) -> list[str]:
+    """The nodes the install runbook links."""
+    return [h for step in install.steps if step.id == "link" for h in step.hosts]
+
+
+def facts_command(paths: list[str], install_dir: str, jobs: list[str]) -> str:
+    """One command that prints a node's facts for facts_from_output (missing files print nothing)."""
+    parts = [f"sha256sum {' '.join(shlex.quote(p) for p in paths)} 2>/dev/null" if paths else "true",
+             f"echo \"engine $(readlink {shlex.quote(install_dir.rstrip('/'))} || echo {NOT_THERE})\""]
+    parts += [f"echo \"job {j} $(squeue -h -n {shlex.quote(j)} -o %k 2>/dev/null | head -n 1)\"" for j in jobs]
+    return "; ".join(parts) + "; true"
+
+
+def facts_from_output(text: str) -> NodeFacts:
+    files, jobs, engine = {}, {}, NOT_THERE
+    for line in text.splitlines():
+        if line.startswith("engine "):
+            engine = line.split(" ", 1)[1].strip() or NOT_THERE
+        elif line.startswith("job "):
+            _, name, *rest = line.split(" ", 2) + [""]
+            jobs[name] = rest[0].strip()
+        elif len(parts := line.split(None, 1)) == 2 and len(parts[0]) == 64:
+            files[parts[1].strip()] = parts[0]
+    return NodeFacts(files, engine, jobs)
+
+
+def plan(c: Cluster, expansions: list[tuple[Phase, Expansion]], facts: dict[str, NodeFacts],
+         check_jobs: bool = True) -> list[PhasePlan]:
+    """Per phase: the files that differ, the engine link where it moves, a SLURM job on an older script."""
+    moved: list[str] = []
+    plans = []
+    seen: set[tuple[str, str]] = set()  # a file two phases put (the SLURM keeper) counts in the first
+    for phase, expansion in expansions:
+        changes = []
+        for host, files in puts(expansion).items():
+            held = facts.get(host, NodeFacts()).files
+            changes += [Change(host, f.path, held.get(f.path, NOT_THERE)[:12], f.sha256[:12])
+                        for f in files if held.get(f.path) != f.sha256 and (host, f.path) not in seen]
+            seen |= {(host, f.path) for f in files}
+        if phase.unit == "engine":
+            changes += [Change(h, "engine link", facts.get(h, NodeFacts()).engine, engine_link(c))
+                        for h in engine_hosts(expansion) if facts.get(h, NodeFacts()).engine != engine_link(c)]
+            moved = [ch.host for ch in changes if ch.what == "engine link"]
+        tier = c.tier(phase.tier) if phase.tier else None
+        if tier is not None and tier.manager == "slurm" and check_jobs:
+            job = topo.units(tier).job
+            from clusterbook.pure.render.artifacts import sbatch_path
+            script = next((f for fs in puts(expansion).values() for f in fs if f.path == sbatch_path(c, tier)), None)
+            controller = next((h for step in expansion.steps if step.id == "submit" for h in step.hosts), "")
+            running = facts.get(controller, NodeFacts()).jobs.get(job, "")
+            if script is not None and running != script_digest(script.content):
+                changes.append(Change(controller, f"job {job}", running or "not running",
+                                      f"runs {posixpath.basename(script.path)} {script_digest(script.content)}"))
+        hosts = {h for step in expansion.steps for h in step.hosts}
+        engine_moved = tuple(h for h in moved if h in hosts) if phase.is_tier else ()
+        plans.append(PhasePlan(phase, changes, engine_moved))
+    return plans

@@ -1,0 +1,108 @@
+"""What apply would change, from facts (host-free): phases in order, files, the engine link, SLURM jobs; and the
+Changes page from the change log."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from clusterbook.model.loader import load_cluster
+from clusterbook.pure import changes as ch
+from clusterbook.pure.changelog import ChangeRecord, PhaseRecord, Rollback, ScenarioRun, changes_page, from_json
+from clusterbook.pure.render.artifacts import render_artifacts
+from clusterbook.pure.runbooks import available, expand
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def expansions(c):
+    arts = render_artifacts(c)
+    return [(p, expand(available()[p.runbook], c, p.tier, artifacts=arts, variables=dict(p.variables)))
+            for p in ch.phases(c)]
+
+
+def converged(c, exps) -> dict[str, ch.NodeFacts]:
+    """Facts of a cluster that holds exactly what it renders, its engine linked and its jobs on the scripts."""
+    files: dict[str, dict[str, str]] = {}
+    for _, e in exps:
+        for host, puts in ch.puts(e).items():
+            files.setdefault(host, {}).update({f.path: f.sha256 for f in puts})
+    jobs = {}
+    for phase, e in exps:
+        if phase.tier and c.tier(phase.tier).manager == "slurm":
+            from clusterbook.pure import topology as topo
+            from clusterbook.pure.render.artifacts import sbatch_path
+            script = next(f for fs in ch.puts(e).values() for f in fs if f.path == sbatch_path(c, c.tier(phase.tier)))
+            jobs[topo.units(c.tier(phase.tier)).job] = ch.script_digest(script.content)
+    return {n.name: ch.NodeFacts(files.get(n.name, {}), ch.engine_link(c), jobs) for n in c.nodes}
+
+
+def test_phases_follow_dependency_order():
+    assert [p.unit for p in ch.phases(load_cluster(ROOT / "cluster.yaml"))] == [
+        "engine", "fast", "reasoning", "router", "gateway", "monitoring"]
+    assert [p.unit for p in ch.phases(load_cluster(ROOT / "lab/cluster.yaml"))] == [
+        "engine", "fast", "reasoning", "router", "monitoring"]
+
+
+def test_a_converged_cluster_has_nothing_to_apply():
+    c = load_cluster(ROOT / "lab/cluster-slurm.yaml")
+    exps = expansions(c)
+    assert not any(pp.changed for pp in ch.plan(c, exps, converged(c, exps)))
+
+
+def test_one_changed_flag_is_one_file_of_one_tier(tmp_path):
+    c = load_cluster(ROOT / "lab/cluster.yaml")
+    facts = converged(c, expansions(c))
+    changed = tmp_path / "cluster.yaml"
+    changed.write_text((ROOT / "lab/cluster.yaml").read_text().replace("    ctx_size: 2048\n", "    ctx_size: 1536\n"))
+    c2 = load_cluster(changed)
+    plans = [pp for pp in ch.plan(c2, expansions(c2), facts) if pp.changed]
+    assert [(pp.phase.unit, [(x.host, x.what, x.kind) for x in pp.changes]) for pp in plans] == [
+        ("reasoning", [("lab1", "/etc/systemd/system/llama-reasoning.service", "changed")])]
+
+
+def test_a_new_build_moves_the_engine_and_restarts_every_tier_on_it(tmp_path):
+    c = load_cluster(ROOT / "lab/cluster.yaml")
+    facts = {h: ch.NodeFacts(f.files, "b11000/bin", f.jobs) for h, f in converged(c, expansions(c)).items()}
+    plans = {pp.phase.unit: pp for pp in ch.plan(c, expansions(c), facts)}
+    assert [(x.host, x.before, x.after) for x in plans["engine"].changes] == [
+        (h, "b11000/bin", "b11434/bin") for h in ("lab1", "lab2", "lab3")]
+    assert plans["reasoning"].restart_only and plans["reasoning"].engine_hosts == ("lab1", "lab2", "lab3")
+    assert plans["fast"].restart_only and not plans["router"].changed
+
+
+def test_a_slurm_job_on_an_older_script_is_a_change():
+    c = load_cluster(ROOT / "lab/cluster-slurm.yaml")
+    exps = expansions(c)
+    facts = converged(c, exps)
+    controller = next(h for _, e in exps for s in e.steps if s.id == "submit" for h in s.hosts)
+    job = next(iter(facts[controller].jobs))
+    facts[controller] = ch.NodeFacts(facts[controller].files, facts[controller].engine,
+                                     {**facts[controller].jobs, job: "0123456789abcdef"})
+    [pp] = [pp for pp in ch.plan(c, exps, facts) if pp.changed]
+    assert [(x.what, x.before) for x in pp.changes] == [(f"job {job}", "0123456789abcdef")]
+
+
+def test_facts_are_read_from_the_nodes_output():
+    out = ("a" * 64 + "  /etc/llama/x.env\n" + "engine b11434/bin\njob llama-reasoning 0011223344556677\n"
+           "job llama-fast \n")
+    facts = ch.facts_from_output(out)
+    assert facts.files == {"/etc/llama/x.env": "a" * 64} and facts.engine == "b11434/bin"
+    assert facts.jobs == {"llama-reasoning": "0011223344556677", "llama-fast": ""}
+    assert ch.facts_from_output("engine -\n").engine == ch.NOT_THERE
+
+
+def record(started: str, cluster: str = "lab") -> ChangeRecord:
+    bad = PhaseRecord("reasoning", [{"host": "lab1", "what": "/etc/x", "before": "aa", "after": "bb"}],
+                      "rolled back", "lab1: step 'health' failed",
+                      [ScenarioRun("before", ["s1"]), ScenarioRun("after rollback", ["s1"])],
+                      Rollback([{"host": "lab1", "generation": "g1", "files": ["/etc/x"], "engine": ""}], 2.5, True))
+    return ChangeRecord(cluster, "lab/cluster.yaml", "f" * 64, started, 9.0, "rolled back", [bad])
+
+
+def test_the_changes_page_shows_this_clusters_runs_latest_first():
+    records = [record("2026-11-26T10:00:00Z"), record("2026-11-26T11:00:00Z"), record("2026-11-26T12:00:00Z", "ridge")]
+    page = changes_page("lab", [from_json(r.to_json()) for r in records])
+    assert page.index("2026-11-26T11:00:00Z") < page.index("2026-11-26T10:00:00Z")
+    assert "12:00" not in page  # another cluster's run never shows on this site
+    assert "answered again after 2.5 s" in page and "g1 (1 file(s))" in page and "step 'health' failed" in page
+    assert "No `invoke apply` has run" in changes_page("beefcake2", records)
