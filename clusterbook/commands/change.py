@@ -155,10 +155,12 @@ def listings(cluster: Cluster, hosts: list[str]) -> dict[str, list[gen.Generatio
 
 
 def mark_verified(cluster: Cluster, units: set[str] | None = None) -> int:
-    """Mark the applied generations of these units (all when None) verified on every node; how many."""
+    """Mark the applied generations of these units (all when None) verified on every node; how many. A tier's
+    scenarios passing does not verify the engine under it: other tiers run on it too (apply marks the engine
+    once every phase landed)."""
     gdir = cluster.storage.generations_dir
     found = listings(cluster, [n.name for n in cluster.nodes])
-    ids = {h: [g.id for g in gens if g.state == "applied" and (units is None or any(gen.concerns(g, u) for u in units))]
+    ids = {h: [g.id for g in gens if g.state == "applied" and (units is None or g.unit in units)]
            for h, gens in found.items()}
     ids = {h: i for h, i in ids.items() if i}
     if ids:
@@ -280,6 +282,7 @@ def apply(cluster_file: str, tier: str | None = None, dry: bool = False) -> None
         (out.with_suffix(".json")).write_text(record.to_json())
     if record.outcome == "landed":
         remember_verified(cluster_file, cluster)
+        mark_verified(cluster, {"engine"})
     console.rule(f"apply: {record.outcome}")
     for p in record.phases:
         console.print(f"{p.unit}: {p.outcome}" + "".join(f"; {r.when}: {len(r.passed)} passed, {len(r.failed)} "
@@ -332,7 +335,8 @@ def apply_phase(cluster_file: str, cluster: Cluster, pp: ch.PhasePlan, out: Path
         rec.scenarios.append(run_scenarios(cluster_file, phase, "after", out))
     if rec.error is None and (not phase.scenarios or rec.scenarios[-1].ok):
         rec.outcome = "landed"
-        mark_verified(cluster, {phase.unit})
+        if phase.scenarios:  # the engine has none of its own: the tiers after it verify it (see apply)
+            mark_verified(cluster, {phase.unit})
         return rec
     console.print(f"[bold red]{phase.unit}: the change failed[/] "
                   f"({'its deploy' if rec.error else 'its scenarios'}); rolling back")

@@ -163,12 +163,13 @@ def status(cluster_file: str, only: str | None = None, dry: bool = False) -> Non
         console.print(commands)
     jobs = [json.loads(line) for o in report.outcomes for line in o.stdout.splitlines() if line.startswith("{")]
     if jobs:
-        table = Table("job", "id", "state", "reason", "nodes", "start", "endpoint", title="SLURM jobs")
+        table = Table("job", "id", "state", "reason", "nodes", "start", "endpoint", "script (sha256)",
+                      title="SLURM jobs")
         for j in jobs:
             state = j["state"]
             shown = f"[green]{state}[/]" if state == "RUNNING" else f"[yellow]{state}[/]"
             table.add_row(j["job"], j["id"] or "-", shown, j["reason"] or "-", j["nodes"] or "-", j["start"] or "-",
-                          j["endpoint"] or "-")
+                          j["endpoint"] or "-", j.get("script") or "-")
         console.print(table)
     cluster = load_cluster(cluster_file)
     if cluster.monitoring and not only:

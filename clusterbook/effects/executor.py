@@ -103,7 +103,8 @@ class Executor:
             if failed:
                 report.outcomes += failed
                 f = failed[0]
-                report.failure = (f"{f.host}: could not begin generation {self.recording.gid}: {f.action}\n"
+                report.failure = (f"{f.host}: step 'generation' (keep what this run replaces, for rollback) "
+                                  f"failed: {f.action}\n"
                                   f"exit status {f.returncode}; end of stderr:\n{f.stderr_tail or '(empty)'}")
                 return report
         try:

@@ -81,3 +81,41 @@ def test_a_good_change_lands_and_a_bad_one_is_rolled_back_to_it(deployed, tmp_pa
     page = (site / "changes" / "index.html").read_text()
     assert change["started"] in page and landed["started"] in page
     assert page.index(change["started"]) < page.index(landed["started"])  # the latest first
+
+
+def test_an_engine_change_whose_tier_fails_is_rolled_back_to_the_build_before(deployed, tmp_path, ssh):
+    """Two installed builds without a second compile: b11433 is the cached b11434 relabelled (the schema knows no build after b11434), with its RPC worker
+    replaced by one that exits at once. The engine phase moves the link, fast restarts on it and passes, the
+    reasoning tier's workers cannot start: its rollback moves the link back and the tier answers again."""
+    from clusterbook.model.loader import load_cluster
+    from clusterbook.pure.engine_build import install_root, plan_build
+
+    assert invoke("apply").returncode == 0  # the lab file's own settings first (an earlier test changed a flag)
+    lab = load_cluster(LAB)
+    upgraded = tmp_path / "cluster.yaml"
+    upgraded.write_text(LAB.read_text().replace("  build: 11434\n", "  build: 11433\n"))
+    old, new = plan_build(lab).release, plan_build(load_cluster(upgraded)).release
+    root = install_root(lab)
+    for node in ("lab1", "lab2", "lab3"):
+        staged = ssh.run(node, f"cd {root} && rm -rf b11433 && cp -a b11434 b11433 && echo 11433 > b11433/VERSION && "
+                               "printf '#!/bin/sh\\nexit 1\\n' > b11433/bin/ggml-rpc-server")
+        assert staged.ok, staged.stderr
+    assert ssh.run("lab1", f"cp {old} {new} && cd $(dirname {new}) && sha256sum $(basename {new}) > {new}.sha256").ok
+    try:
+        run = invoke("apply", cluster=upgraded)
+        assert run.returncode == 1, run.stdout[-4000:]
+        change = latest_change()
+        assert [(p["unit"], p["outcome"]) for p in change["phases"]] == [
+            ("engine", "landed"), ("fast", "landed"), ("reasoning", "rolled back")], change
+        reasoning = change["phases"][-1]
+        assert {r["engine"] for r in reasoning["rollback"]["restored"]} == {"b11434/bin"}, reasoning["rollback"]
+        again = next(r for r in reasoning["scenarios"] if r["when"] == "after rollback")
+        assert again["passed"] and not again["failed"], again
+        for node in ("lab1", "lab2", "lab3"):
+            assert ssh.run(node, f"readlink {lab.engine.install_dir}").stdout.strip() == "b11434/bin"
+    finally:
+        for node in ("lab1", "lab2", "lab3"):
+            ssh.run(node, f"ln -sfn b11434/bin {root}/bin.new && mv -T {root}/bin.new {lab.engine.install_dir}; "
+                          f"rm -rf {root}/b11433")
+        ssh.run("lab1", f"rm -f {new} {new}.sha256")
+        assert invoke("restart.fast", "restart.reasoning").returncode == 0  # off the removed build

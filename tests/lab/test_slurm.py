@@ -7,6 +7,7 @@ import time
 import pytest
 
 from .conftest import NEEDS_LAB, ROOT, invoke, run_api_examples
+from .test_apply import latest_change, with_missing_model
 
 pytestmark = [pytest.mark.lab, NEEDS_LAB]
 SLURM_LAB = ROOT / "lab/cluster-slurm.yaml"
@@ -148,3 +149,26 @@ def browse_published(url: str) -> None:
         assert not [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
     finally:
         driver.quit()
+
+
+def test_apply_rolls_a_bad_change_back_and_resubmits_the_previous_script(slurm_lab, tmp_path):
+    from clusterbook.model.loader import load_cluster
+    from clusterbook.pure.changes import script_digest
+    from clusterbook.pure.render.artifacts import render_artifacts, sbatch_path
+
+    cluster = load_cluster(SLURM_LAB)
+    script = next(a for a in render_artifacts(cluster) if a.path == sbatch_path(cluster, cluster.tier("reasoning")))
+    bad = tmp_path / SLURM_LAB.name  # the same file name: the same cluster file, edited
+    bad.write_text(with_missing_model(SLURM_LAB.read_text()))
+    run = invoke("apply", "--tier", "reasoning", cluster=bad)
+    assert run.returncode == 1, run.stdout[-4000:]
+    assert "rolled back at reasoning" in run.stderr and "left the queue" in run.stderr, run.stderr[-3000:]
+    [phase] = latest_change()["phases"]
+    assert phase["outcome"] == "rolled back" and phase["rollback"]["answered"], phase
+    restored = [f for r in phase["rollback"]["restored"] for f in r["files"]]
+    assert script.path in restored, restored
+    assert phase["rollback"]["seconds"] <= 150, phase["rollback"]  # reasoning's recovery critical in this file
+    again = next(r for r in phase["scenarios"] if r["when"] == "after rollback")
+    assert again["passed"] and not again["failed"], again
+    status = invoke("status", cluster=SLURM_LAB)
+    assert script_digest(script.text) in status.stdout, status.stdout  # the job runs the previous script again
