@@ -84,9 +84,10 @@ def test_a_good_change_lands_and_a_bad_one_is_rolled_back_to_it(deployed, tmp_pa
 
 
 def test_an_engine_change_whose_tier_fails_is_rolled_back_to_the_build_before(deployed, tmp_path, ssh):
-    """Two installed builds without a second compile: b11433 is the cached b11434 relabelled (the schema knows no build after b11434), with its RPC worker
-    replaced by one that exits at once. The engine phase moves the link, fast restarts on it and passes, the
-    reasoning tier's workers cannot start: its rollback moves the link back and the tier answers again."""
+    """Two installed builds without a second compile: b11433 is the cached b11434 relabelled (the schema knows no
+    build after b11434), with its RPC worker replaced by one that exits at once. The engine phase moves the link,
+    fast restarts on it and passes, the reasoning tier's workers cannot start: its rollback moves the link back
+    and the tier answers again."""
     from clusterbook.model.loader import load_cluster
     from clusterbook.pure.engine_build import install_root, plan_build
 
