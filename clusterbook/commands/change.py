@@ -250,8 +250,8 @@ def apply(cluster_file: str, tier: str | None = None, dry: bool = False) -> None
     exps = expansions(cluster)
     facts = recorded_facts(cluster) if dry else live_facts(cluster, exps)
     plans = ch.plan(cluster, exps, facts, check_jobs=not dry)
-    if tier:
-        plans = [pp for pp in plans if pp.phase.unit == tier]
+    if tier:  # only the tier's own change: an engine move is the engine phase's (apply without --tier)
+        plans = [ch.PhasePlan(pp.phase, pp.changes) for pp in plans if pp.phase.unit == tier]
     print_plan(plans, dry)
     todo = [pp for pp in plans if pp.changed]
     if not todo:

@@ -71,3 +71,24 @@ def test_dry_run_summarises_a_diff_too_long_to_read(tmp_path):
     text = captured.get()
     assert "diff lines, too long to show)" in text and "AAAA" not in text
     assert "curl -sf http://127.0.0.1:8082/ | grep -q now" in text
+
+
+def test_apply_dry_on_production_lists_the_change_per_node_and_contacts_nothing(tmp_path):
+    calls = tmp_path / "ssh-calls"
+    stub = tmp_path / "bin"
+    stub.mkdir()
+    for tool in ("ssh", "curl", "scp"):
+        (stub / tool).write_text(f"#!/bin/sh\necho \"$0 $*\" >> {calls}\nexit 1\n")
+        (stub / tool).chmod(0o755)
+    env = {**os.environ, "PATH": f"{stub}:{os.environ['PATH']}", "COLUMNS": "250"}
+    env.pop("INVOKE_CLUSTERBOOK_CLUSTER", None)
+    proc = subprocess.run(["unshare", "--net", sys.executable, "-m", "invoke", "apply", "--dry"],
+                          cwd=ROOT, capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert not calls.exists(), calls.read_text()
+    out = proc.stdout
+    assert "--dry contacts no node" in out and "Nothing was contacted or changed" in out
+    expected = (("engine", "vasp-03", "engine link"), ("reasoning", "slurm-ctl", "llama-reasoning.sbatch"),
+                ("router", "vasp-01", "llama-model-selector"), ("monitoring", "slurm-ctl", "prometheus.yml"))
+    for phase, node, what in expected:
+        assert any(phase in ln and node in ln and what in ln for ln in out.splitlines()), (phase, node, what)
