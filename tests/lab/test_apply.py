@@ -120,3 +120,19 @@ def test_an_engine_change_whose_tier_fails_is_rolled_back_to_the_build_before(de
                           f"rm -rf {root}/b11433")
         ssh.run("lab1", f"rm -f {new} {new}.sha256")
         assert invoke("restart.fast", "restart.reasoning").returncode == 0  # off the removed build
+
+
+def test_router_and_monitoring_changes_land_each_checked_by_its_own_scenario(deployed, tmp_path):
+    changed = tmp_path / "cluster.yaml"
+    rule = "- {tasks: [summarize], model: lab-fast-%s}"
+    changed.write_text(LAB.read_text().replace(rule % "b", rule % "a")
+                       .replace("  probe_interval_s: 15 ", "  probe_interval_s: 20 "))
+    run = invoke("apply", cluster=changed)
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr
+    change = latest_change()
+    assert [(p["unit"], p["outcome"]) for p in change["phases"]] == [("router", "landed"), ("monitoring", "landed")]
+    for phase in change["phases"]:
+        assert [(r["when"], len(r["passed"]), r["failed"]) for r in phase["scenarios"]] == [
+            ("before", 1, []), ("after", 1, [])], phase
+    back = invoke("apply", cluster=LAB)  # the lab file's selector and probe interval again
+    assert back.returncode == 0, back.stdout[-3000:] + back.stderr
