@@ -85,6 +85,7 @@ class Executor:
                  sleep: Callable[[float], None] = time.sleep, recording: Recording | None = None):
         self.transport = transport
         self.recording = recording  # keep what this run replaces as a generation on each node (rollback's source)
+        self.begun: set[str] = set()
         self.state_dir = state_dir  # last content uploaded per host/path: the base of --dry diffs
         self.listeners = list(listeners)
         self.sleep = sleep  # between retries (host-free tests pass a no-op)
@@ -97,30 +98,30 @@ class Executor:
         report = Report(expansion.runbook)
         total = len(expansion.steps)
         self.emit(RunStarted(expansion.runbook, expansion.title))
-        touched = list(dict.fromkeys(h for step in expansion.steps for h in step.hosts))
-        if self.recording and touched:
-            failed = self._on_each(touched, self.recording.begin(), "generation", f"begin {self.recording.gid}")
-            if failed:
-                report.outcomes += failed
-                f = failed[0]
-                report.failure = (f"{f.host}: step 'generation' (keep what this run replaces, for rollback) "
-                                  f"failed: {f.action}\n"
-                                  f"exit status {f.returncode}; end of stderr:\n{f.stderr_tail or '(empty)'}")
-                return report
+        self.begun: set[str] = set()  # hosts where this run's generation began (at their first change)
         try:
             self._steps(expansion, report, total)
         finally:
-            if self.recording and touched:  # a failed run's generation is kept too: rollback needs it most
-                self._on_each(touched, self.recording.end(), "generation", f"end {self.recording.gid}")
+            if self.recording and self.begun:  # a failed run's generation is kept too: rollback needs it most
+                self._on_each(sorted(self.begun), self.recording.end())
         return report
 
-    def _on_each(self, hosts: list[str], command: str, step: str, label: str) -> list[Outcome]:
-        """One bookkeeping command on every host in parallel; the outcomes of those where it failed."""
-        started = time.monotonic()
+    def _on_each(self, hosts: list[str], command: str) -> None:
+        """One bookkeeping command on every host in parallel (a host that fails it keeps what it has)."""
         with ThreadPoolExecutor(max_workers=len(hosts)) as pool:
-            results = list(pool.map(lambda h: self.transport.run(h, command, timeout=60), hosts))
-        return [Outcome(step, r.host, label, "failed", time.monotonic() - started, r.returncode, r.tail())
-                for r in results if not r.ok]
+            list(pool.map(lambda h: self.transport.run(h, command, timeout=60), hosts))
+
+    def _begin(self, step: ExpandedStep, host: str, started: float) -> Outcome | None:
+        """Before the first change on a host: its generation begins (where the engine link points, the meta).
+        A converged run changes nothing and costs no extra round trip. A failure is the action's failure."""
+        if not self.recording or host in self.begun:
+            return None
+        result = self.transport.run(host, self.recording.begin(), timeout=60)
+        if not result.ok:
+            return Outcome(step.id, host, f"keep what this run replaces (generation {self.recording.gid})", "failed",
+                           time.monotonic() - started, result.returncode, result.tail())
+        self.begun.add(host)  # one thread per host: no two threads add the same host
+        return None
 
     def _steps(self, expansion: Expansion, report: Report, total: int) -> None:
         for index, step in enumerate(expansion.steps, 1):
@@ -176,6 +177,9 @@ class Executor:
             self._remember(host, put)
             return Outcome(step.id, host, put.describe(), "ok", time.monotonic() - started)
         if self.recording:  # keep the file this upload replaces (or note that it is new)
+            failed = self._begin(step, host, started)
+            if failed:
+                return failed
             kept = self.transport.run(host, self.recording.save(put.path), timeout=60)
             if not kept.ok:
                 return Outcome(step.id, host, f"keep the previous {put.path}", "failed", time.monotonic() - started,
@@ -195,6 +199,8 @@ class Executor:
                 return Outcome(step.id, host, label, "ok", time.monotonic() - started)
             if check.returncode == UNREACHABLE:  # ssh itself failed: the host is unreachable
                 return Outcome(step.id, host, label, "failed", time.monotonic() - started, 255, check.tail())
+        if cmd.changed_when == "always" and (failed := self._begin(step, host, started)):
+            return failed
         result: Result | None = None
         for attempt in range(cmd.retries + 1):
             result = self.transport.run(host, cmd.command, timeout=cmd.timeout)

@@ -112,8 +112,7 @@ def test_unreachable_node_fails_fast_naming_node_and_step_then_converges(lab_clu
         elapsed = time.monotonic() - started
         assert result.returncode == 1
         assert elapsed < lab_cluster.access.connect_timeout + 15
-        # its first step there: keeping the generation (what the run will replace), before any upload
-        assert "lab3: step 'generation'" in result.stderr and "exit status 255" in result.stderr, result.stderr
+        assert "lab3: step 'env'" in result.stderr and "exit status 255" in result.stderr, result.stderr
     finally:
         machines.start(lab_cluster, lab.machine("lab3"))
         lab.wait_ssh(["lab3"])

@@ -118,3 +118,21 @@ def test_a_listing_with_a_broken_generation_skips_it():
     text = "== a\nmeta {not json\nstate applied\n== b\nmeta {\"unit\": \"fast\"}\nstate weird\nfile /x\n"
     [only] = gen.parse_listing(text)
     assert (only.id, only.unit, only.state, only.files) == ("b", "fast", "applied", ("/x",))
+
+
+def test_a_converged_run_costs_no_generation_round_trip(node, tmp_path):
+    """Nothing changes: the executor never begins a generation (no extra command on the host)."""
+    from clusterbook.effects.transport import Result
+
+    path = str(node / "etc/tier.env")
+    seen: list[str] = []
+
+    class Counting(LocalTransport):
+        def run(self, host, command, timeout=120, stdin=None) -> Result:
+            seen.append(command)
+            return super().run(host, command, timeout, stdin)
+
+    step = ExpandedStep("env", "env", "", {"n1": [PutFile(path, "CTX=2048\n", 0o644), Command("true", "true")]})
+    rec = recording(node, "20261126T120000.000000Z-deploy-rpc-reasoning")
+    Executor(Counting(), tmp_path / "state", recording=rec).run(Expansion("deploy-rpc", "t", "", "reasoning", [step]))
+    assert len(seen) == 2 and not (node / "gens").exists(), seen  # the sha256 check and the unless check only
