@@ -8,7 +8,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_dry_run_of_production_contacts_nothing(tmp_path):
+def offline(tmp_path, *argv: str) -> subprocess.CompletedProcess:
+    """invoke with the network unshared and ssh, curl and scp stubbed; fails the test if any of them was run."""
     calls = tmp_path / "ssh-calls"
     stub = tmp_path / "bin"
     stub.mkdir()
@@ -17,11 +18,16 @@ def test_dry_run_of_production_contacts_nothing(tmp_path):
         (stub / tool).chmod(0o755)
     env = {**os.environ, "PATH": f"{stub}:{os.environ['PATH']}", "COLUMNS": "250"}
     env.pop("INVOKE_CLUSTERBOOK_CLUSTER", None)
-    proc = subprocess.run(["unshare", "--net", sys.executable, "-m", "invoke", "models.fetch", "--dry",
-                           "deploy.reasoning", "--dry", "deploy.fast", "--dry", "stop.reasoning", "--dry"],
-                          cwd=ROOT, capture_output=True, text=True, env=env)
+    proc = subprocess.run(["unshare", "--net", sys.executable, "-m", "invoke", *argv], cwd=ROOT,
+                          capture_output=True, text=True, env=env)
     assert proc.returncode == 0, proc.stderr
     assert not calls.exists(), calls.read_text()
+    return proc
+
+
+def test_dry_run_of_production_contacts_nothing(tmp_path):
+    proc = offline(tmp_path, "models.fetch", "--dry", "deploy.reasoning", "--dry", "deploy.fast", "--dry",
+                   "stop.reasoning", "--dry")
     out = proc.stdout
     assert "dry run: nothing is contacted" in out
     # production's tiers run under SLURM (seed 004): deploy submits the rendered batch scripts on slurm-ctl
@@ -74,18 +80,7 @@ def test_dry_run_summarises_a_diff_too_long_to_read(tmp_path):
 
 
 def test_apply_dry_on_production_lists_the_change_per_node_and_contacts_nothing(tmp_path):
-    calls = tmp_path / "ssh-calls"
-    stub = tmp_path / "bin"
-    stub.mkdir()
-    for tool in ("ssh", "curl", "scp"):
-        (stub / tool).write_text(f"#!/bin/sh\necho \"$0 $*\" >> {calls}\nexit 1\n")
-        (stub / tool).chmod(0o755)
-    env = {**os.environ, "PATH": f"{stub}:{os.environ['PATH']}", "COLUMNS": "250"}
-    env.pop("INVOKE_CLUSTERBOOK_CLUSTER", None)
-    proc = subprocess.run(["unshare", "--net", sys.executable, "-m", "invoke", "apply", "--dry"],
-                          cwd=ROOT, capture_output=True, text=True, env=env)
-    assert proc.returncode == 0, proc.stderr
-    assert not calls.exists(), calls.read_text()
+    proc = offline(tmp_path, "apply", "--dry")
     out = proc.stdout
     assert "--dry contacts no node" in out and "Nothing was contacted or changed" in out
     expected = (("engine", "vasp-03", "engine link"), ("reasoning", "slurm-ctl", "llama-reasoning.sbatch"),
