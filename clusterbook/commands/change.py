@@ -15,7 +15,7 @@ from rich.table import Table
 
 from clusterbook.commands import settings
 from clusterbook.commands.reportstamp import file_digest
-from clusterbook.commands.runbooks import run_runbook
+from clusterbook.commands.runbooks import run_runbook, state_dir
 from clusterbook.effects.console import Failed, console
 from clusterbook.model.loader import load_cluster
 from clusterbook.model.problems import InputError
@@ -25,10 +25,6 @@ from clusterbook.pure import generations as gen
 from clusterbook.pure.changelog import ChangeRecord, PhaseRecord, Rollback, ScenarioRun
 from clusterbook.pure.operations import UNIT_RELOAD, rollback_restart, tier_operations
 from clusterbook.pure.runbooks import Command, ExpandedStep, Expansion, available, expand
-
-
-def state_dir(cluster: Cluster) -> Path:
-    return Path(".clusterbook") / cluster.cluster.name
 
 
 def verified_file(cluster: Cluster, cluster_file: str) -> Path:
@@ -73,19 +69,15 @@ def expansions(cluster: Cluster) -> list[tuple[ch.Phase, Expansion]]:
 def live_facts(cluster: Cluster, exps: list[tuple[ch.Phase, Expansion]]) -> dict[str, ch.NodeFacts]:
     """What the nodes hold now: one command per node (sha256 of every file the phases put there, the engine link,
     the running jobs' script digests on the controller)."""
-    paths: dict[str, list[str]] = {}
+    paths: dict[str, dict[str, None]] = {}  # per host, each path once, in order
     jobs: dict[str, list[str]] = {}
     for phase, expansion in exps:
         for host, files in ch.puts(expansion).items():
-            paths.setdefault(host, []).extend(f.path for f in files if f.path not in paths.get(host, []))
-        if phase.tier and cluster.tier(phase.tier).manager == "slurm":
-            from clusterbook.pure import topology as topo
-            for step in expansion.steps:
-                if step.id == "submit":
-                    for host in step.hosts:
-                        jobs.setdefault(host, []).append(topo.units(cluster.tier(phase.tier)).job)
+            paths.setdefault(host, {}).update(dict.fromkeys(f.path for f in files))
+        if (job := ch.slurm_job(cluster, phase)) and (host := ch.submit_host(expansion)):
+            jobs.setdefault(host, []).append(job)
     hosts = [n.name for n in cluster.nodes if n.name in paths or n.name in jobs]
-    out = _each(cluster, hosts, lambda h: ch.facts_command(paths.get(h, []), cluster.engine.install_dir,
+    out = _each(cluster, hosts, lambda h: ch.facts_command(list(paths.get(h, {})), cluster.engine.install_dir,
                                                           jobs.get(h, [])))
     return {h: ch.facts_from_output(text) for h, text in out.items()}
 

@@ -17,6 +17,12 @@ def default_cluster() -> str:
     return settings.current().cluster
 
 
+def state_dir(cluster) -> Path:
+    """This checkout's record of a cluster: deployed/ (the last content uploaded per node and path, the base of
+    --dry diffs), engine/ (each node's engine link after the last install), verified/ (see commands/change.py)."""
+    return Path(".clusterbook") / cluster.cluster.name
+
+
 def run_runbook(runbook_id: str, cluster_file: str, tier: str | None = None, dry: bool = False,
                 only: str | None = None, steps: str | None = None, quiet_recap: bool = False,
                 variables: dict | None = None, extra_artifacts: list | None = None, preflight: bool = False):
@@ -40,12 +46,12 @@ def run_runbook(runbook_id: str, cluster_file: str, tier: str | None = None, dry
     artifacts = render_artifacts(cluster) + list(extra_artifacts or [])  # e.g. the packed docs site
     expansion = expand(books[runbook_id], cluster, tier, only_nodes, steps.split(",") if steps else None,
                        artifacts=artifacts, variables=variables)
-    state_dir = Path(".clusterbook") / cluster.cluster.name / "deployed"
+    deployed = state_dir(cluster) / "deployed"
     hosts = [n.name for n in cluster.nodes if any(n.name in step.hosts for step in expansion.steps)]
     if dry:
         if preflight and hosts:
             console.print(f"first: preflight of {', '.join(hosts)} (invoke preflight; skip with --no-preflight)\n")
-        dry_run(expansion, state_dir)
+        dry_run(expansion, deployed)
         return None
     if preflight and hosts:
         from clusterbook.commands.cluster import preflight_checks, print_preflight
@@ -55,13 +61,13 @@ def run_runbook(runbook_id: str, cluster_file: str, tier: str | None = None, dry
     log = settings.current().runs / f"{stamp}-{cluster.cluster.name}-{runbook_id}{'-' + tier if tier else ''}.jsonl"
     started = _time.monotonic()
     recording = generation_recording(cluster, cluster_file, expansion) if expansion.generation else None
-    report = Executor(SshTransport(cluster), state_dir, [ConsoleReporter(), RunLog(log)],
+    report = Executor(SshTransport(cluster), deployed, [ConsoleReporter(), RunLog(log)],
                       recording=recording).run(expansion)
     if expansion.runbook == "install" and not report.failure:  # the engine link, for apply --dry's comparison
         from clusterbook.pure.changes import engine_hosts, engine_link
         for host in engine_hosts(expansion):
-            (state_dir.parent / "engine" / host).parent.mkdir(parents=True, exist_ok=True)
-            (state_dir.parent / "engine" / host).write_text(engine_link(cluster) + "\n")
+            (state_dir(cluster) / "engine").mkdir(parents=True, exist_ok=True)
+            (state_dir(cluster) / "engine" / host).write_text(engine_link(cluster) + "\n")
     if not quiet_recap:
         console.print(recap(report))
         console.print(step_times(report))

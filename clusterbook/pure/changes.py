@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from clusterbook.model.schema import Cluster
 from clusterbook.pure import topology as topo
 from clusterbook.pure.operations import cluster_operations, tier_operations
+from clusterbook.pure.render.artifacts import sbatch_path
 from clusterbook.pure.runbooks import Expansion, PutFile
 
 NOT_THERE = "-"  # a file a node does not have, a link that is not set
@@ -116,6 +117,17 @@ def engine_hosts(install: Expansion) -> list[str]:
     return [h for step in install.steps if step.id == "link" for h in step.hosts]
 
 
+def slurm_job(c: Cluster, phase: Phase) -> str | None:
+    """The SLURM job a phase submits (its tier's, under SLURM), else None."""
+    tier = c.tier(phase.tier) if phase.tier else None
+    return topo.units(tier).job if tier is not None and tier.manager == "slurm" else None
+
+
+def submit_host(expansion: Expansion) -> str | None:
+    """Where deploy-slurm submits the job: the host of its submit step (the controller)."""
+    return next((h for step in expansion.steps if step.id == "submit" for h in step.hosts), None)
+
+
 def facts_command(paths: list[str], install_dir: str, jobs: list[str]) -> str:
     """One command that prints a node's facts for facts_from_output (missing files print nothing)."""
     parts = [f"sha256sum {' '.join(shlex.quote(p) for p in paths)} 2>/dev/null" if paths else "true",
@@ -154,12 +166,11 @@ def plan(c: Cluster, expansions: list[tuple[Phase, Expansion]], facts: dict[str,
             changes += [Change(h, "engine link", facts.get(h, NodeFacts()).engine, engine_link(c))
                         for h in engine_hosts(expansion) if facts.get(h, NodeFacts()).engine != engine_link(c)]
             moved = [ch.host for ch in changes if ch.what == "engine link"]
-        tier = c.tier(phase.tier) if phase.tier else None
-        if tier is not None and tier.manager == "slurm" and check_jobs:
-            job = topo.units(tier).job
-            from clusterbook.pure.render.artifacts import sbatch_path
-            script = next((f for fs in puts(expansion).values() for f in fs if f.path == sbatch_path(c, tier)), None)
-            controller = next((h for step in expansion.steps if step.id == "submit" for h in step.hosts), "")
+        job = slurm_job(c, phase)
+        if job and check_jobs:
+            path = sbatch_path(c, c.tier(phase.tier))
+            script = next((f for fs in puts(expansion).values() for f in fs if f.path == path), None)
+            controller = submit_host(expansion) or ""
             running = facts.get(controller, NodeFacts()).jobs.get(job, "")
             if script is not None and running != script_digest(script.content):
                 changes.append(Change(controller, f"job {job}", running or "not running",

@@ -28,11 +28,9 @@ def converged(c, exps) -> dict[str, ch.NodeFacts]:
             files.setdefault(host, {}).update({f.path: f.sha256 for f in puts})
     jobs = {}
     for phase, e in exps:
-        if phase.tier and c.tier(phase.tier).manager == "slurm":
-            from clusterbook.pure import topology as topo
-            from clusterbook.pure.render.artifacts import sbatch_path
-            script = next(f for fs in ch.puts(e).values() for f in fs if f.path == sbatch_path(c, c.tier(phase.tier)))
-            jobs[topo.units(c.tier(phase.tier)).job] = ch.script_digest(script.content)
+        if job := ch.slurm_job(c, phase):
+            script = next(f for fs in ch.puts(e).values() for f in fs if f.path.endswith(".sbatch"))
+            jobs[job] = ch.script_digest(script.content)
     return {n.name: ch.NodeFacts(files.get(n.name, {}), ch.engine_link(c), jobs) for n in c.nodes}
 
 
