@@ -19,6 +19,7 @@ from clusterbook.model.schema import (
 from clusterbook.model.templating import template_error
 
 Finding = tuple[Path, str]
+SSH_PORT = 22
 FLASH_ATTN_MIN_CC = 8.0
 
 
@@ -254,13 +255,8 @@ def _ports(c: Cluster) -> list[Finding]:
         else:
             used[(node, port)] = what
 
-    for i, tier in enumerate(c.tiers):
-        if isinstance(tier, RouterTier):
-            claim(tier.node, tier.port, f"tier {tier.name}", ("tiers", i, "port"))
-        else:
-            claim(tier.head, tier.port, f"tier {tier.name} (head)", ("tiers", i, "port"))
-            for w in tier.workers:
-                claim(w, tier.rpc_port, f"tier {tier.name} (RPC worker)", ("tiers", i, "rpc_port"))
+    for node in c.nodes:  # the ports the cluster's own services hold come first: a tier cannot take them
+        claim(node.name, SSH_PORT, "sshd (clusterbook reaches every node through it)", ("nodes",))
     if c.gateway:
         for j, route in enumerate(c.gateway.routes):
             claim(c.gateway.node, route.port, f"gateway route {route.path}", ("gateway", "routes", j, "port"))
@@ -274,6 +270,13 @@ def _ports(c: Cluster) -> list[Finding]:
         claim(m.node, m.alertmanager_port, "Alertmanager", ("monitoring", "alertmanager_port"))
         for node in c.nodes:
             claim(node.name, m.node_exporter_port, "the node exporter", ("monitoring", "node_exporter_port"))
+    for i, tier in enumerate(c.tiers):
+        if isinstance(tier, RouterTier):
+            claim(tier.node, tier.port, f"tier {tier.name}", ("tiers", i, "port"))
+        else:
+            claim(tier.head, tier.port, f"tier {tier.name} (head)", ("tiers", i, "port"))
+            for w in tier.workers:
+                claim(w, tier.rpc_port, f"tier {tier.name} (RPC worker)", ("tiers", i, "rpc_port"))
     return out
 
 

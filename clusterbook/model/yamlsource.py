@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path as FsPath
 from typing import Any
@@ -79,10 +81,12 @@ def load_yaml(path: str | FsPath) -> YamlDocument:
 
 
 def parse_yaml(text: str, file: str) -> YamlDocument:
-    """Parse YAML text (see load_yaml)."""
+    """Parse YAML text (see load_yaml) in the cluster file's strict subset (see check_characters, _check_shape
+    and _plain_number)."""
     if not text.strip() or all(not ln.strip() or ln.lstrip().startswith("#") for ln in text.splitlines()):
         raise InputError([Problem((), "the file is empty: expected a mapping of sections (cluster, access, "
                                       "networks, nodes, …)", line=1, file=file)])
+    check_characters(text, file)
     try:
         _check_shape(text, file)
         root = yaml.compose(text, Loader=Loader)
@@ -128,15 +132,49 @@ def _runaway_quote(text: str, error_line: int | None) -> int | None:
     return opened
 
 
+# Characters YAML reads as line breaks (every later line number would then differ from the editor's), or that
+# no cluster file has a reason to hold: C0 and C1 controls but tab and newline, DEL, a byte-order mark inside.
+FORBIDDEN_CHARACTERS = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u2028\u2029\ufeff\ufffe\uffff]|\r(?!\n)")
+CHARACTER_NAMES = {"\x00": "a NUL byte", "\r": "a carriage return without a newline", "\x85": "U+0085 (next line)",
+                   "\u2028": "U+2028 (line separator)", "\u2029": "U+2029 (paragraph separator)",
+                   "\ufeff": "U+FEFF (byte-order mark)"}
+
+
+def check_characters(text: str, file: str) -> None:
+    """Refuse characters outside the subset, each at its line as an editor counts lines (newlines only)."""
+    problems = []
+    body = text[1:] if text.startswith("\ufeff") else text  # a byte-order mark may open the file
+    offset = len(text) - len(body)
+    for m in FORBIDDEN_CHARACTERS.finditer(body):
+        at = m.start() + offset
+        line = text.count("\n", 0, at) + 1
+        column = at - (text.rfind("\n", 0, at) + 1) + 1
+        name = CHARACTER_NAMES.get(m.group(), f"control character U+{ord(m.group()):04X}")
+        why = ("YAML reads it as a line break, so every later line number would be wrong"
+               if m.group() in "\r\x85\u2028\u2029" else "not allowed in a cluster file")
+        problems.append(Problem((), f"{name} at column {column}: {why}; remove it", line=line, file=file))
+        if len(problems) >= 20:
+            break
+    if problems:
+        raise InputError(problems)
+
+
 def _check_shape(text: str, file: str) -> None:
-    """Refuse deep nesting and alias bombs from the event stream, before anything is built (linear time):
-    aliases may add at most MAX_ALIAS_VALUES values once expanded; the file's size bounds the rest."""
+    """Refuse deep nesting, alias bombs and tags from the event stream, before anything is built (linear time):
+    aliases may add at most MAX_ALIAS_VALUES values once expanded; the file's size bounds the rest. Tags
+    (`!foo`, `!!python/…`, `!!binary`) are outside the subset: a value is what its field's type says."""
     sizes: dict[str, int] = {}  # anchor -> values it expands to
     stack: list[list] = []  # open collections: [anchor, values so far]
     added = 0  # values that aliases add
 
     for event in yaml.parse(text, Loader=Loader):
         count = 0
+        tag = getattr(event, "tag", None)
+        if tag is not None and tag != "!":
+            shown = tag.replace("tag:yaml.org,2002:", "!!")
+            raise InputError([Problem((), f"YAML tag {shown} refused: tags are not part of the cluster file's "
+                                          "YAML subset (a value is what its field's type says; quote text)",
+                                      line=event.start_mark.line + 1, file=file)])
         if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
             stack.append([event.anchor, 1])
             if len(stack) > MAX_DEPTH:
@@ -166,7 +204,18 @@ def _build(node: yaml.Node, path: Path, doc: YamlDocument, problems: list[Proble
     if isinstance(node, yaml.MappingNode):
         result: dict[Any, Any] = {}
         for key_node, value_node in node.value:
-            key = _scalar(key_node)
+            line = key_node.start_mark.line + 1
+            if key_node.tag == MERGE_TAG:
+                problems.append(Problem(path, "merge keys (<<) are not part of the cluster file's YAML subset: "
+                                        "write the keys out", line=line, file=file))
+                continue
+            if not isinstance(key_node, yaml.ScalarNode):
+                problems.append(Problem(path, "a key must be a plain name, not a list or mapping", line=line,
+                                        file=file))
+                continue
+            key = _scalar(key_node, path, problems, file)
+            if key is INVALID:
+                continue
             if not isinstance(key, (str, int)) or isinstance(key, bool):
                 raw = getattr(key_node, "value", "?")
                 problems.append(Problem(path + (str(raw),), f"key '{raw}' is read by YAML as {key!r}, not a name; "
@@ -184,13 +233,48 @@ def _build(node: yaml.Node, path: Path, doc: YamlDocument, problems: list[Proble
         return [_build(item, path + (i,), doc, problems, file) for i, item in enumerate(node.value)]
     if isinstance(node, yaml.ScalarNode) and not node.style:  # plain (None in PyYAML, '' in libyaml)
         doc.plain[path] = node.value
-    return _scalar(node)
+    return _scalar(node, path, problems, file)
 
 
 _CONSTRUCTOR = yaml.constructor.SafeConstructor()
+MERGE_TAG = "tag:yaml.org,2002:merge"
+INT_TAG, FLOAT_TAG = "tag:yaml.org,2002:int", "tag:yaml.org,2002:float"
+DECIMAL_INT = re.compile(r"[-+]?(0|[1-9][0-9]*)")
+DECIMAL_FLOAT = re.compile(r"[-+]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][-+]?[0-9]+)?")
+INVALID = object()  # a scalar that was refused (its problem is recorded)
 
 
-def _scalar(node: yaml.Node) -> Any:
-    value = _CONSTRUCTOR.construct_object(node, deep=True)
-    _CONSTRUCTOR.constructed_objects.clear()
+def _scalar(node: yaml.Node, path: Path, problems: list[Problem], file: str) -> Any:
+    """A scalar's value; YAML 1.1's surprises (octal 026, sexagesimal 1:20, hex, 1_000, .inf, .nan) and values
+    the constructor cannot read become problems at their line."""
+    line = node.start_mark.line + 1
+    try:
+        value = _CONSTRUCTOR.construct_object(node, deep=True)
+    except (yaml.YAMLError, ValueError, TypeError, OverflowError) as exc:
+        problems.append(Problem(path, f"YAML cannot read {node.value!r}: {str(exc).splitlines()[0]}; quote it if it "
+                                "is text", line=line, file=file))
+        return INVALID
+    finally:
+        _CONSTRUCTOR.constructed_objects.clear()
+    if node.tag == INT_TAG and not DECIMAL_INT.fullmatch(node.value):
+        problems.append(Problem(path, f"{node.value} is read by YAML 1.1 as the number {value} ({_why(node.value)}); "
+                                f"write the number in decimal digits, or quote it if it is text", line=line,
+                                file=file))
+        return INVALID
+    if node.tag == FLOAT_TAG and (not DECIMAL_FLOAT.fullmatch(node.value) or not math.isfinite(value)):
+        problems.append(Problem(path, f"{node.value} is not a finite decimal number (YAML reads it as {value}); "
+                                "numbers must be finite", line=line, file=file))
+        return INVALID
     return value
+
+
+def _why(written: str) -> str:
+    if ":" in written:
+        return "base 60"
+    if written.lstrip("+-").startswith(("0x", "0X")):
+        return "hexadecimal"
+    if written.lstrip("+-").startswith(("0b", "0B")):
+        return "binary"
+    if "_" in written:
+        return "underscores are dropped"
+    return "a leading 0 means octal"

@@ -33,6 +33,34 @@ def type_name(tp: object) -> str:
     return getattr(tp, "__name__", str(tp))
 
 
+def number_range(field) -> str:
+    """A number field's range as the reference shows it (every number of the cluster file has both ends)."""
+    bounds: dict[str, object] = {}
+
+    def collect(metadata) -> None:
+        for m in metadata:
+            collect(getattr(m, "metadata", ()))  # a Field(...) inside Annotated keeps its bounds here
+            for name in ("ge", "gt", "le", "lt"):
+                if getattr(m, name, None) is not None:
+                    bounds[name] = getattr(m, name)
+
+    def walk(tp) -> None:
+        if typing.get_origin(tp) is typing.Annotated:
+            collect(typing.get_args(tp)[1:])
+            walk(typing.get_args(tp)[0])
+        elif typing.get_origin(tp) in (typing.Union, types.UnionType, list, dict):
+            for arg in typing.get_args(tp):
+                walk(arg)
+
+    collect(field.metadata)
+    walk(field.annotation)
+    if not bounds:
+        return ""
+    low = f"≥ {bounds['ge']:,}" if "ge" in bounds else f"> {bounds['gt']:,}" if "gt" in bounds else ""
+    high = f"≤ {bounds['le']:,}" if "le" in bounds else f"< {bounds['lt']:,}" if "lt" in bounds else ""
+    return ", ".join(x for x in (low, high) if x)
+
+
 def _models(tp: object) -> list[type[BaseModel]]:
     found = []
     for arg in typing.get_args(tp) or ():
@@ -67,6 +95,8 @@ def reference_markdown(root: type[BaseModel] = Cluster) -> str:
         rows = ["| key | type | default | meaning |", "|---|---|---|---|"]
         for name, field in model.model_fields.items():
             kind = field.title if field.title and field.annotation is str else type_name(field.annotation)
+            if span := number_range(field):
+                kind += f" ({span})"
             rows.append(f"| `{name}` | {kind} | {_default(field)} | "
                         f"{(field.description or '').replace('|', '/')} |")
         parts.append(f"#### {model.__name__}\n\n{doc}\n\n" + "\n".join(rows))
