@@ -11,11 +11,12 @@ from clusterbook.effects.files import write_tree
 from clusterbook.effects.validators import MissingTools, validate
 from clusterbook.model.loader import load_cluster, load_cluster_document
 from clusterbook.model.problems import InputError
+from clusterbook.pure.docpages import fix_findings
 from clusterbook.pure.planner.capacity import GIB, plan_cluster, plan_json
 from clusterbook.pure.planner.findings import plan_findings
 from clusterbook.pure.planner.loadtime import load_json, recovery_text
 from clusterbook.pure.planner.residency import exclusion_text, plan_residency, residency_json
-from clusterbook.pure.render.artifacts import render_artifacts
+from clusterbook.pure.render.artifacts import path_collisions, render_artifacts
 
 
 def render(cluster_file: str, out_dir: str) -> None:
@@ -32,7 +33,8 @@ def render(cluster_file: str, out_dir: str) -> None:
 def checked_cluster(cluster_file: str):
     """The cluster, valid by the schema, the cross-field rules and its capacity plan; else InputError."""
     cluster, doc = load_cluster_document(cluster_file)
-    findings = plan_findings(cluster, plan_cluster(cluster))
+    findings = (plan_findings(cluster, plan_cluster(cluster)) + path_collisions(cluster, render_artifacts(cluster))
+                + fix_findings(cluster))
     if findings:
         raise InputError([doc.problem(path, message) for path, message in findings])
     return cluster

@@ -6,6 +6,7 @@ import ipaddress
 from collections import Counter
 
 from clusterbook.model.hosts import resolve_hosts
+from clusterbook.model.ownedpaths import folder_findings
 from clusterbook.model.problems import Path
 from clusterbook.model.quantization import SIZE_TOLERANCE, weights_bytes
 from clusterbook.model.schema import (
@@ -27,7 +28,7 @@ def check_cluster(c: Cluster) -> list[Finding]:
     """Every cross-field problem of a schema-valid cluster, as (path, message)."""
     findings: list[Finding] = []
     for rule in (_networks, _nodes, _hostnames, _jumps, _engine, _models, _tiers, _contexts, _ports, _router, _gateway,
-                 _targets, _unique_ids, _slurm):
+                 _targets, _unique_ids, _slurm, folder_findings, _memory_max):
         findings.extend(rule(c))
     return findings
 
@@ -378,4 +379,26 @@ def _slurm(c: Cluster) -> list[Finding]:
         if tier.slurm and tier.slurm.partition not in partitions:
             out.append((("tiers", i, "slurm", "partition"),
                         f"unknown partition '{tier.slurm.partition}' (partitions: {', '.join(sorted(partitions))})"))
+    return out
+
+
+UNIT_BYTES = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+
+def size_bytes(text: str) -> int:
+    """A systemd or SLURM size such as 64G, in bytes."""
+    return int(text[:-1]) * UNIT_BYTES[text[-1]]
+
+
+def _memory_max(c: Cluster) -> list[Finding]:
+    """A head that locks its model in RAM needs a MemoryMax= above the model file, or systemd kills it at load."""
+    out: list[Finding] = []
+    models = {m.id: m for m in c.models}
+    for i, tier in enumerate(c.tiers):
+        limit = tier.systemd.memory_max
+        if isinstance(tier, RpcTier) and tier.mlock and limit and tier.model in models \
+                and size_bytes(limit) <= models[tier.model].bytes:
+            out.append((("tiers", i, "systemd", "memory_max"),
+                        f"MemoryMax={limit} is below the {models[tier.model].bytes / 2**30:.1f} GiB the head locks in RAM "
+                        "(mlock of the model file): raise it or turn mlock off"))
     return out

@@ -38,6 +38,11 @@ def unit_of(runbook: str, tier: str | None) -> str:
     return tier or {"install": "engine"}.get(runbook, runbook)
 
 
+# What a generation folder is called (generation_id): the prune removes only entries of this shape, so whatever else
+# lies in generations_dir is never touched.
+GENERATION_NAME = "^[0-9]{8}T[0-9]{6}[.][0-9]{6}Z-[a-z0-9-]+$"
+
+
 def generation_id(stamp: str, runbook: str, tier: str | None) -> str:
     """Ids sort by time: a UTC stamp with microseconds, then what ran."""
     return f"{stamp}-{runbook}" + (f"-{tier}" if tier else "")
@@ -72,7 +77,8 @@ def end_command(gdir: str, gid: str, install_dir: str, kept: int = KEPT) -> str:
             f"if [ -z \"$(find {d}/files -mindepth 1 -print -quit)\" ] && [ ! -s {d}/created ] "
             f"&& [ \"$now\" = \"$(cat {d}/engine_before)\" ]; then rm -rf {d}; "
             f"else echo \"$now\" > {d}/engine_after; fi; "
-            f"ls -1 {g} | sort | head -n -{kept} | while read -r old; do rm -rf {g}/\"$old\"; done")
+            f"ls -1 {g} | grep -E '{GENERATION_NAME}' | sort | head -n -{kept} "
+            f"| while read -r old; do rm -rf {g}/\"$old\"; done")
 
 
 def listing_command(gdir: str) -> str:

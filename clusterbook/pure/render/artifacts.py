@@ -105,6 +105,25 @@ def render_artifacts(c: Cluster) -> list[Artifact]:
     return sorted(out, key=lambda a: (a.node, a.path))
 
 
+def path_collisions(c: Cluster, artifacts: list[Artifact]) -> list[tuple[tuple, str]]:
+    """Two generated files on one path of a node (one would silently replace the other), as (field, message): the
+    field is the configurable path that led there (router.script, gateway.upstream_dir, storage.env_dir, …)."""
+    configurable = {("router", "script"): c.router.script if c.router else None,
+                    ("gateway", "upstream_dir"): c.gateway.upstream_dir if c.gateway else None,
+                    ("storage", "env_dir"): c.storage.env_dir, ("storage", "endpoint_dir"): c.storage.endpoint_dir}
+    seen: dict[tuple[str, str], Artifact] = {}
+    out = []
+    for a in artifacts:
+        first = seen.setdefault((a.node, a.path), a)
+        if first is a:
+            continue
+        field = next((f for f, v in configurable.items() if v and (a.path == v or a.path.startswith(v + "/"))),
+                     ("tiers",))
+        out.append((field, f"two generated files would be written to {a.node}:{a.path} ({first.about or first.kind} "
+                           f"and {a.about or a.kind}): one would replace the other; give each its own path"))
+    return out
+
+
 GGUF_CHECK = "/usr/local/sbin/clusterbook-gguf-check"
 
 
