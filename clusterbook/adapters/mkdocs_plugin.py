@@ -1,6 +1,7 @@
 """The MkDocs plugin `clusterbook`: mkdocs-macros with one macro per page section, the cluster's name, and the
 runbook pages, pictures and file downloads added as generated files, all from one already-computed Site."""
 
+from mkdocs.exceptions import PluginError
 from mkdocs.structure.files import File
 from mkdocs_macros.plugin import MacrosPlugin
 
@@ -15,6 +16,7 @@ from clusterbook.commands.docsite import (
 )
 from clusterbook.pure import changelog
 from clusterbook.pure import docpages as pages
+from clusterbook.pure.mdtext import Markdown, active_content, escape_value, prose
 from clusterbook.pure.operations import cluster_command, tier_command
 
 
@@ -35,7 +37,15 @@ class ClusterbookPlugin(MacrosPlugin):
         self.variables["cluster"] = cluster
         self.variables["site_cluster_file"] = self.site.cluster_file
         self.register_macros(sections(self.site))  # after on_config: straight into the Jinja environment
+        self.env.finalize = escape_value  # every other value a page shows from the cluster is text
         return config
+
+    def on_page_content(self, html, page, config, files):
+        """The last wall: a page whose content would run or load something fails the build, naming it."""
+        if found := active_content(html):
+            raise PluginError(f"{page.file.src_uri}: active content in the page ({', '.join(found[:5])}): a value "
+                              "from the cluster file got past the escaping; nothing was published")
+        return html
 
     def on_files(self, files, config):
         for r in (r for r in self.site.runbooks if r.page):
@@ -70,9 +80,21 @@ def fill_runbook_groups(nav: list, site: Site) -> None:
 
 
 def sections(site: Site) -> dict:
-    """The macros docs/*.md call, each a section of a page rendered from the site's cluster."""
+    """The macros docs/*.md call, each a section of a page rendered from the site's cluster (clusterbook's own
+    Markdown, whose cluster values are escaped where it is built: see pure/mdtext.py)."""
+    return {name: _trusted(macro) for name, macro in _sections(site).items()}
+
+
+def _trusted(macro):
+    def call(*args, **kwargs):
+        return Markdown(macro(*args, **kwargs))
+    return call
+
+
+def _sections(site: Site) -> dict:
     c = site.cluster
     return {
+        "prose": prose,
         "tier_summary": lambda: pages.tier_summary(c),
         "quick_start": lambda: pages.quick_start(c),
         "architecture": lambda: pages.architecture(c),

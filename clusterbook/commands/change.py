@@ -29,9 +29,12 @@ from clusterbook.pure.runbooks import Command, ExpandedStep, Expansion, availabl
 
 def verified_file(cluster: Cluster, cluster_file: str) -> Path:
     """The cluster file as it was when the scenarios last passed (verify, or a landed apply): what a rollback
-    returns to, so the scenarios before a change and after a rollback check against it. Kept per file name: the
-    lab's two files (systemd and SLURM) describe the same machines under one name."""
-    return state_dir(cluster) / "verified" / Path(cluster_file).name
+    returns to, so the scenarios before a change and after a rollback check against it. Kept per cluster and
+    generations folder, the nodes' own record of what they run (the lab's two files describe the same machines
+    under one name, each with its own generations), never per file name: the same edit saved under another name
+    finds the same verified file."""
+    folder = cluster.storage.generations_dir.strip("/").replace("/", "_") or "root"
+    return state_dir(cluster) / "verified" / f"{folder}.yaml"
 
 
 def remember_verified(cluster_file: str, cluster: Cluster) -> None:
@@ -171,15 +174,36 @@ def unit_hosts(cluster: Cluster, unit: str) -> list[str]:
     return [n.name for n in cluster.nodes if any(n.name in s.hosts for s in exp.steps)]
 
 
+def restored_file(cluster_file: str, cluster: Cluster, unit: str) -> str:
+    """The cluster file that describes what a rollback puts back (the last verified one, when it has the unit):
+    the tier is started and waited for with its ports and settings, not with those of the change that failed."""
+    known = verified_file(cluster, cluster_file)
+    try:
+        good = load_cluster(known) if known.is_file() else None
+    except InputError:
+        good = None
+    if good is None or (unit in [t.name for t in cluster.tiers] and unit not in [t.name for t in good.tiers]):
+        return cluster_file
+    return str(known)
+
+
 def rollback_unit(cluster_file: str, unit: str, dry: bool = False) -> Rollback:
     """Put back on each node what the unit's generations since its last verified one replaced, then start it
-    again as its manager does; the seconds until it answers."""
+    again as its manager does, with the file it restores; the seconds until it answers. --dry contacts nothing:
+    it says what it would read and from where."""
     from clusterbook.effects.executor import Executor
     from clusterbook.effects.reporters import ConsoleReporter, RunLog
     from clusterbook.effects.ssh import SshTransport
 
     cluster = load_cluster(cluster_file)
     gdir, install_dir = cluster.storage.generations_dir, cluster.engine.install_dir
+    start_with = restored_file(cluster_file, cluster, unit)
+    if dry:
+        console.print(f"rollback {unit} --dry: would read the generations in {gdir} on "
+                      f"{', '.join(unit_hosts(cluster, unit))} (over SSH), put back every file and engine link "
+                      f"changed since {unit}'s last verified generation, and start it again with {start_with}. "
+                      "Nothing was contacted or changed.")
+        return Rollback([], 0.0, False, "dry run")
     chosen = {h: gen.to_restore(gens, unit) for h, gens in listings(cluster, unit_hosts(cluster, unit)).items()}
     chosen = {h: gs for h, gs in chosen.items() if gs}
     restored = [{"host": h, "generation": g.id, "files": list(g.files) + [f"{p} (remove)" for p in g.created],
@@ -191,9 +215,6 @@ def rollback_unit(cluster_file: str, unit: str, dry: bool = False) -> Rollback:
         console.print(f"rollback {unit}: nothing to restore (no generation since its last verified one)")
         return Rollback([], 0.0, True)
     console.print(table)
-    if dry:
-        console.print("--dry: nothing was changed")
-        return Rollback(restored, 0.0, False, "dry run")
     started = time.monotonic()
     per_host = {}
     for h, gs in chosen.items():
@@ -214,7 +235,7 @@ def rollback_unit(cluster_file: str, unit: str, dry: bool = False) -> Rollback:
     if tier is not None:
         op = rollback_restart(tier)
         try:
-            run_runbook(op.runbook, cluster_file, tier.name, steps=",".join(op.steps) if op.steps else None,
+            run_runbook(op.runbook, start_with, tier.name, steps=",".join(op.steps) if op.steps else None,
                         variables=dict(op.variables), quiet_recap=True)
         except Failed as exc:
             return Rollback(restored, time.monotonic() - started, False, str(exc))
@@ -268,7 +289,7 @@ def apply(cluster_file: str, tier: str | None = None, dry: bool = False) -> None
                 break
         outcomes = {p.outcome for p in record.phases}
         record.outcome = "failed" if "failed" in outcomes else "rolled back" if "rolled back" in outcomes \
-            else "landed"
+            else "not started" if "not started" in outcomes else "landed"
     finally:
         record.seconds = time.monotonic() - started
         (out.with_suffix(".json")).write_text(record.to_json())
@@ -285,7 +306,8 @@ def apply(cluster_file: str, tier: str | None = None, dry: bool = False) -> None
     if record.outcome != "landed":
         last = record.phases[-1]
         raise Failed(f"apply: {record.outcome} at {last.unit}: "
-                     + (f"its deploy failed:\n{last.error}" if last.error else "its scenarios failed: "
+                     + (last.error if last.outcome == "not started" else
+                        f"its deploy failed:\n{last.error}" if last.error else "its scenarios failed: "
                         + "; ".join(next((r.failed for r in last.scenarios if r.when == "after"), []))))
 
 
@@ -313,8 +335,14 @@ def apply_phase(cluster_file: str, cluster: Cluster, pp: ch.PhasePlan, out: Path
     known_good = known_good_file(cluster_file, cluster, phase)
     if phase.scenarios and known_good:
         rec.scenarios.append(run_scenarios(known_good, phase, "before", out))
-        if rec.scenarios[-1].ok:  # the state before the change is known good: a rollback returns to it
-            mark_verified(cluster, {phase.unit})
+        if not rec.scenarios[-1].ok:  # not healthy before: a change now could not be told from what was there
+            rec.outcome = "not started"
+            rec.error = (f"{phase.unit} fails its scenarios before the change ("
+                         + "; ".join(rec.scenarios[-1].failed) + f"), checked with {known_good}"
+                         + ("" if known_good != cluster_file else " (no verified file yet: `invoke verify` records "
+                            "one)") + "; nothing was changed")
+            return rec
+        mark_verified(cluster, {phase.unit})  # the state before the change is known good: a rollback returns to it
     try:
         if pp.restart_only:
             op = next(o for o in tier_operations(cluster) if o.collection == "restart" and o.name == phase.tier)

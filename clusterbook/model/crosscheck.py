@@ -399,6 +399,6 @@ def _memory_max(c: Cluster) -> list[Finding]:
         if isinstance(tier, RpcTier) and tier.mlock and limit and tier.model in models \
                 and size_bytes(limit) <= models[tier.model].bytes:
             out.append((("tiers", i, "systemd", "memory_max"),
-                        f"MemoryMax={limit} is below the {models[tier.model].bytes / 2**30:.1f} GiB the head locks in RAM "
-                        "(mlock of the model file): raise it or turn mlock off"))
+                        f"MemoryMax={limit} is below the {models[tier.model].bytes / 2**30:.1f} GiB the head locks in "
+                        "RAM (mlock of the model file): raise it or turn mlock off"))
     return out

@@ -99,12 +99,15 @@ class Network(Strict):
 class Gpu(Strict):
     """A group of identical GPUs in one node."""
 
-    model: Line = Field(description="GPU model as nvidia-smi names it")
+    model: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9 ._()/+-]*$", max_length=100,
+                       description="GPU model as nvidia-smi names it (letters, digits, spaces and . _ ( ) / + -)")
     count: int = Field(1, ge=1, le=16, description="how many of them")
     memory_mib: int = Field(gt=0, le=2**20, description="memory per GPU, MiB")
-    compute_capability: str = Field(pattern=r"^[0-9]{1,2}\.[0-9]{1,2}$", description='CUDA compute capability, e.g. "7.0"')
+    compute_capability: str = Field(pattern=r"^[0-9]{1,2}\.[0-9]{1,2}$",
+                                    description='CUDA compute capability, e.g. "7.0"')
     bandwidth_gbs: float = Field(gt=0, le=100_000, description="memory bandwidth per GPU, GB/s")
-    tflops: float | None = Field(None, gt=0, le=100_000, description="dense FP16 tensor TFLOP/s (for the prompt estimate)")
+    tflops: float | None = Field(None, gt=0, le=100_000,
+                                 description="dense FP16 tensor TFLOP/s (for the prompt estimate)")
     numa_node: int | None = Field(None, ge=0, le=255, description="NUMA node the GPU is attached to")
 
     @property
@@ -126,7 +129,8 @@ class Node(Strict):
     gpus: list[Gpu] = Field(default_factory=list, description="GPUs in this node (empty: CPU only)")
     cpu_cores: int = Field(ge=1, le=8192, description="CPU cores")
     ram_gb: float = Field(gt=0, le=65_536, description="system memory, GB")
-    cpu_bandwidth_gbs: float | None = Field(None, gt=0, le=100_000, description="memory bandwidth for CPU inference, GB/s")
+    cpu_bandwidth_gbs: float | None = Field(None, gt=0, le=100_000,
+                                            description="memory bandwidth for CPU inference, GB/s")
     cpu_gflops: float | None = Field(None, gt=0, le=10_000_000, description="CPU GFLOP/s (for the prompt estimate)")
 
     @property
@@ -244,7 +248,8 @@ class Model(Strict):
     file: FileName = Field(pattern=r"\.gguf$", description="file name in storage.models_dir")
     source: ModelSource | None = Field(None, description="download source (none: copied by hand)")
     size_bytes: int | None = Field(None, gt=0, le=2**44, description="exact file size; checked after download")
-    approx_size_gb: float | None = Field(None, gt=0, le=17_000, description="size in GB (1e9) when the exact size is unknown")
+    approx_size_gb: float | None = Field(None, gt=0, le=17_000,
+                                         description="size in GB (1e9) when the exact size is unknown")
     sha256: str | None = Field(None, pattern=r"^[0-9a-f]{64}$", description="checksum, when known")
     quantization: Quantization = Field(description="GGUF file type, e.g. Q8_0, Q4_K_M")
     params_b: float | None = Field(None, gt=0, le=100_000, description="parameters, billions")
@@ -281,7 +286,8 @@ class SlurmJob(Strict):
 
     partition: SlurmName = Field(description="partition, e.g. gpu_ai")
     qos: SlurmName | None = Field(None, description="quality of service, e.g. ai_opportunistic (needs accounting)")
-    mem: str = Field(pattern=r"^[1-9][0-9]{0,8}[KMGT]$", description="memory per node (--mem); must fit model + KV + buffers")
+    mem: str = Field(pattern=r"^[1-9][0-9]{0,8}[KMGT]$",
+                     description="memory per node (--mem); must fit model + KV + buffers")
     time_limit: SlurmTime | None = Field(None, description="--time, e.g. 7-00:00:00 (none: partition default)")
     grace_seconds: int = Field(30, ge=10, le=3600, description="preemption grace time: SIGTERM to SIGKILL (the batch "
                                                                         "script stops its steps 5 s before it ends)")
@@ -299,8 +305,9 @@ class SystemdService(Strict):
     restart: Literal["always", "on-failure"] = Field("always", description="Restart=")
     restart_sec: int = Field(10, ge=0, le=3600, description="RestartSec=, seconds")
     start_limit_interval_s: int = Field(
-        0, ge=0, le=86_400, description="StartLimitIntervalSec= (0: restart without end; systemd's default gives up after 5 "
-                             "starts in 10 s, which a head reaches in seconds while a worker is down)")
+        0, ge=0, le=86_400,
+        description="StartLimitIntervalSec= (0: restart without end; systemd's default gives up after 5 "
+                    "starts in 10 s, which a head reaches in seconds while a worker is down)")
     limit_nofile: int = Field(65535, ge=1024, le=1_048_576, description="LimitNOFILE=")
     memory_max: str | None = Field(None, pattern=r"^[1-9][0-9]{0,8}[KMGT]$", description="MemoryMax= (none: no limit)")
 
@@ -605,20 +612,25 @@ class Monitoring(Strict):
                                                                   "for /health and a one-token completion (its "
                                                                   "time to first token)")
     alert_webhook: Url | None = Field(None, description="where Alertmanager sends alerts (none: its web UI only)")
-    journald_max_use: str = Field("1G", pattern=r"^[1-9][0-9]{0,6}[KMG]$", description="journald's SystemMaxUse= on every node "
+    journald_max_use: str = Field("1G", pattern=r"^[1-9][0-9]{0,6}[KMG]$",
+                                  description="journald's SystemMaxUse= on every node "
                                                                          "(the services log to the journal)")
 
 
 class Planner(Strict):
     """Constants of the capacity planner."""
 
-    device_overhead_mib: int = Field(512, ge=0, le=65_536, description="fixed memory per GPU: CUDA context, cuBLAS, graphs")
-    rpc_hop_ms: float = Field(0.8, ge=0, le=1000, description="per-token cost of each RPC device: round trips and commands")
+    device_overhead_mib: int = Field(512, ge=0, le=65_536,
+                                     description="fixed memory per GPU: CUDA context, cuBLAS, graphs")
+    rpc_hop_ms: float = Field(0.8, ge=0, le=1000,
+                              description="per-token cost of each RPC device: round trips and commands")
     headroom_pct: float = Field(5, ge=0, le=50, description="memory kept free on every device, %")
-    local_load_gbs: float = Field(5.7, gt=0, le=10_000, description="how fast a head loads its own share from page cache onto "
+    local_load_gbs: float = Field(5.7, gt=0, le=10_000,
+                                  description="how fast a head loads its own share from page cache onto "
                                                           "its devices, GB/s (measured: one H100, b11434, 8.54 GB "
                                                           "in 1.5 s)")
-    rpc_load_gbs: float = Field(0.40, gt=0, le=10_000, description="how fast a worker's share travels through llama.cpp's RPC "
+    rpc_load_gbs: float = Field(0.40, gt=0, le=10_000,
+                                description="how fast a worker's share travels through llama.cpp's RPC "
                                                          "at load, GB/s (2 x H100 over loopback TCP, b11434: one rate "
                                                          "for an 8.54 GB and a 3.84 GB model, split 1:1 and 3:1, "
                                                          "every load within 25 %; benchmarks/README.md; the RPC "

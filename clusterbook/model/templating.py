@@ -37,7 +37,7 @@ def render_string(text: str, **context: object) -> str:
 # string, filters come from this list, and the output is capped.
 ALLOWED_FILTERS = frozenset({"default", "d", "join", "length", "count", "lower", "upper", "first", "last", "map",
                              "select", "reject", "selectattr", "rejectattr", "list", "sort", "unique", "string",
-                             "int", "trim", "replace", "min", "max", "dictsort", "items", "attr", "e", "escape"})
+                             "int", "trim", "min", "max", "dictsort", "items", "attr", "e", "escape"})
 MAX_TEMPLATE_NODES = 2_000
 MAX_TEMPLATE_DEPTH = 30
 MAX_TEMPLATE_NUMBER = 10_000

@@ -36,7 +36,7 @@ class Rollback:
 class PhaseRecord:
     unit: str
     changes: list[dict]  # {host, what, before, after}
-    outcome: str = "pending"  # landed | rolled back | failed | skipped
+    outcome: str = "pending"  # landed | rolled back | failed | not started (unhealthy before it) | skipped
     error: str | None = None
     scenarios: list[ScenarioRun] = field(default_factory=list)
     rollback: Rollback | None = None

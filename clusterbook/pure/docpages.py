@@ -11,6 +11,7 @@ from clusterbook.model.schema import HIGHER_IS_BETTER, Cluster, RouterTier, RpcT
 from clusterbook.model.templating import render_command
 from clusterbook.pure import flags as fl
 from clusterbook.pure import topology as topo
+from clusterbook.pure.mdtext import fence_for, mermaid_text, prose, prose_inline, text, title
 from clusterbook.pure.planner.capacity import GIB, TierPlan, plan_cluster
 from clusterbook.pure.planner.findings import evaluate_claim
 from clusterbook.pure.planner.loadtime import predict_load, recovery_text
@@ -33,7 +34,7 @@ def table(header: list[str], rows: list[list[object]]) -> str:
 
 
 def code(text: str, lang: str = "bash") -> str:
-    fence = "````" if "```" in text else "```"
+    fence = fence_for(text)  # longer than any fence inside: the content cannot close it
     return f"{fence}{lang}\n{text.rstrip()}\n{fence}\n"
 
 
@@ -135,16 +136,16 @@ def example_response(c: Cluster, tier: RouterTier | RpcTier) -> str:
 def tabs(named: dict[str, str]) -> str:
     """Content tabs (pymdownx.tabbed): each body indented under its title."""
     out = []
-    for title, body in named.items():
+    for name, body in named.items():
         indented = "\n".join(("    " + line) if line else "" for line in body.rstrip().splitlines())
-        out.append(f'=== "{title}"\n\n{indented}\n')
+        out.append(f'=== "{name}"\n\n{indented}\n')
     return "\n".join(out)
 
 
 def quick_start(c: Cluster) -> str:
     parts = []
     for t in c.tiers:
-        parts.append(f"**{t.name}** — {t.description or t.kind}\n\n{curl_example(c, t)}")
+        parts.append(f"**{t.name}** — {text(t.description or t.kind)}\n\n{curl_example(c, t)}")
     return "\n".join(parts)
 
 
@@ -156,7 +157,7 @@ def architecture(c: Cluster) -> str:
     for name, net in c.networks.items():
         lines.append(f'  net_{_id(name)}{{{{"{name}: {net.subnet} ({net.link}, {net.bandwidth_gbps:g} Gb/s)"}}}}')
     for node in c.nodes:
-        gpus = ", ".join(f"{g.count}x {g.model}" for g in node.gpus) or "no GPU"
+        gpus = ", ".join(f"{g.count}x {mermaid_text(g.model)}" for g in node.gpus) or "no GPU"
         roles = []
         for t in c.tiers:
             if isinstance(t, RouterTier) and t.node == node.name:
@@ -190,7 +191,7 @@ def _id(name: str) -> str:
 def hardware(c: Cluster) -> str:
     rows = []
     for n in c.nodes:
-        gpus = "<br>".join(f"{g.count} × {g.model} ({g.memory_mib / 1024:g} GiB, CC {g.compute_capability}, "
+        gpus = "<br>".join(f"{g.count} × {text(g.model)} ({g.memory_mib / 1024:g} GiB, CC {g.compute_capability}, "
                            f"{g.bandwidth_gbs:g} GB/s{', NUMA ' + str(g.numa_node) if g.numa_node is not None else ''})"
                            for g in n.gpus) or "–"
         route = topo.ssh_route(c, n.name)
@@ -199,7 +200,7 @@ def hardware(c: Cluster) -> str:
     nets = [[f"**{name}**", net.role, net.link, f"`{net.subnet}`", net.mtu, f"{net.bandwidth_gbps:g} Gb/s",
              "yes" if name == c.rpc_network else "no"] for name, net in c.networks.items()]
     addrs = [[n.name] + [f"`{n.addresses.get(net, '–')}`" for net in c.networks] for n in c.nodes]
-    jumps = [[name, j.address, j.user or c.access.user, j.port, j.via or "–", j.description]
+    jumps = [[name, j.address, j.user or c.access.user, j.port, j.via or "–", text(j.description)]
              for name, j in c.access.jump_hosts.items()]
     out = "## Nodes\n\n" + table(["node", "host name", "roles", "GPUs", "CPU cores", "RAM", "SSH"], rows)
     out += "\n## Networks\n\n" + table(["network", "role", "link", "subnet", "MTU", "bandwidth", "carries RPC"], nets)
@@ -232,10 +233,10 @@ def preemption(c: Cluster) -> str:
     out = ["## Preemption\n"]
     if site.qos:
         out.append(table(["QoS", "priority", "preempts", "used by"],
-                         [[f"`{q.name}`", q.priority, ", ".join(f"`{p}`" for p in q.preempts) or "–", q.used_by]
+                         [[f"`{q.name}`", q.priority, ", ".join(f"`{p}`" for p in q.preempts) or "–", text(q.used_by)]
                           for q in sorted(site.qos, key=lambda q: -q.priority)]))
     if site.partitions:
-        out.append("\n" + table(["partition", "runs"], [[f"`{p}`", what] for p, what in site.partitions.items()]))
+        out.append("\n" + table(["partition", "runs"], [[f"`{p}`", text(what)] for p, what in site.partitions.items()]))
     return "\n".join(out) + "\n"
 
 
@@ -245,7 +246,7 @@ def tier_notes(c: Cluster, t: RouterTier | RpcTier, plan: TierPlan) -> list[str]
     volta = sorted({(g.model, g.compute_capability) for n in t.nodes for g in c.node(n).gpus
                     if g.cc < FLASH_ATTN_MIN_CC})
     if volta:
-        names = ", ".join(f"{m} (compute capability {cc})" for m, cc in volta)
+        names = ", ".join(f"{title(m)} (compute capability {cc})" for m, cc in volta)
         notes.append(f'!!! warning "No flash attention on {names}"\n    `invoke check` refuses `flash_attn: on` for '
                      "these GPUs: seed 004 saw llama-server crash with `--flash-attn` on V100 (SM70). Without it the "
                      "V cache cannot be quantized either.\n")
@@ -265,7 +266,7 @@ def tier_notes(c: Cluster, t: RouterTier | RpcTier, plan: TierPlan) -> list[str]
     if t.manager == "slurm" and t.slurm and t.slurm.qos and c.slurm_site:
         for q in c.slurm_site.qos:
             if t.slurm.qos in q.preempts:
-                notes.append(f'!!! warning "{q.used_by} preempt this tier"\n    QoS `{q.name}` (priority '
+                notes.append(f'!!! warning "{title(q.used_by)} preempt this tier"\n    QoS `{q.name}` (priority '
                              f"{q.priority}) preempts this tier's `{t.slurm.qos}`: its job gets SIGTERM, "
                              f"{t.slurm.grace_seconds} s to stop, and is requeued; it runs again when the GPUs are "
                              f"free, about {math.ceil(recovery.recovery_s)} s after the preempting job ends "
@@ -277,7 +278,7 @@ def tier_flags(c: Cluster) -> str:
     out = []
     plans = plan_cluster(c)
     for t in c.tiers:
-        out.append(f"## {t.name}\n\n{t.description}\n")
+        out.append(f"## {t.name}\n\n{text(t.description)}\n")
         out += tier_notes(c, t, plans[t.name])
         out.append(f"**llama-server** on {t.nodes[0]} (`{fl.binary(c, c.engine.server_binary)}`):\n")
         out.append(table(["flag", "value", "what it does", "why this value"],
@@ -326,7 +327,7 @@ def capacity(c: Cluster, plans: dict[str, TierPlan] | None = None) -> str:
         for claim in d.claims:
             v = evaluate_claim(c, claim, plans)
             computed = "–" if v.computed is None else f"{v.computed:,.1f} {v.unit}"
-            rows.append([claim.source, claim.what, f"{claim.claimed:,g} {v.unit}", computed,
+            rows.append([text(claim.source), text(claim.what), f"{claim.claimed:,g} {v.unit}", computed,
                          "impossible" if v.refuted else "possible", f"[{d.id}](decisions.md#{d.id.lower()})"])
     out.append(table(["source", "claim", "claimed", "computed", "verdict", "decision"], rows) if rows else "None.\n")
     return "\n".join(out)
@@ -359,7 +360,7 @@ def router(c: Cluster) -> str:
         return "This cluster has no model router.\n"
     rows = [[f"`{r['task']}`", r["model"], r["tier"], f"`{r['endpoint']}`"] for r in selector_rows(c)]
     default = c.router.default_model or "none: unknown tasks exit with status 2"
-    why = [[", ".join(f"`{t}`" for t in rule.tasks), rule.model, rule.why] for rule in c.router.rules]
+    why = [[", ".join(f"`{t}`" for t in rule.tasks), rule.model, prose_inline(rule.why)] for rule in c.router.rules]
     return (table(["task", "model", "tier", "endpoint"], rows) + f"\nDefault model: **{default}**.\n\n"
             + "### Why\n\n" + table(["tasks", "model", "reason"], why))
 
@@ -386,7 +387,7 @@ def fix_findings(c: Cluster) -> list[tuple[tuple, str]]:
         for j, step in enumerate(trouble.fix):
             try:
                 fix_step_commands(c, trouble, step)
-            except Exception as exc:  # noqa: BLE001 - any template failure is the file's problem, reported at its line
+            except Exception as exc:
                 out.append((("troubleshooting", i, "fix", j, "run"),
                             f"the command does not render: {type(exc).__name__}: {str(exc)[:200]}"))
     return out
@@ -399,20 +400,22 @@ def fix_commands(c: Cluster, trouble) -> str:
 def troubleshooting(c: Cluster) -> str:
     out = []
     for t in c.troubleshooting:
-        out.append(f"## {t.symptom}\n\n**Cause.** {t.cause}\n\n**Fix.**\n\n{fix_commands(c, t)}")
+        out.append(f"## {text(t.symptom)}\n\n**Cause.**\n\n{prose(t.cause)}\n**Fix.**\n\n{fix_commands(c, t)}")
     return "\n".join(out) or "No entries.\n"
 
 
 def decisions(c: Cluster, plans: dict[str, TierPlan] | None = None) -> str:
     out = []
     for d in c.decisions:
-        out.append(f"## {d.id} {{ #{d.id.lower()} }}\n\n### {d.title}\n\n*{d.date}"
-                   + (f" · sources: {', '.join(d.sources)}" if d.sources else "") + "*\n")
-        out.append(f"**Context.** {d.context}\n\n**Decision.** {d.decision}\n\n**Consequences.** {d.consequences}\n")
+        out.append(f"## {d.id} {{ #{d.id.lower()} }}\n\n### {text(d.title)}\n\n*{d.date}"
+                   + (f" · sources: {text(', '.join(d.sources))}" if d.sources else "") + "*\n")
+        out.append(f"**Context.**\n\n{prose(d.context)}\n**Decision.**\n\n{prose(d.decision)}\n"
+                   f"**Consequences.**\n\n{prose(d.consequences)}\n")
         for claim in d.claims:
             v = evaluate_claim(c, claim, plans or {})
             if v.computed is not None:
-                out.append(f"> {claim.source} claimed {claim.claimed:,g} {v.unit} for {claim.what}; computed: "
+                out.append(f"> {text(claim.source)} claimed {claim.claimed:,g} {v.unit} for {text(claim.what)}; "
+                           f"computed: "
                            f"**{v.computed:,.1f} {v.unit}** ({'impossible' if v.refuted else 'possible'}).\n")
     return "\n".join(out) or "No decisions recorded.\n"
 
@@ -472,7 +475,7 @@ def api(c: Cluster) -> str:
         base = topo.client_url(c, t)
         out.append(f"## {t.name}\n")
         if t.description:
-            out.append(f"{t.description}\n")
+            out.append(f"{text(t.description)}\n")
         out.append(table(["base URL", "reached"], [[u, w] for w, u in _base_urls(c, t)]))
         out.append("\n**Model ids** (the `model` field of a request):\n")
         out.append(table(["model id", "context (tokens)", "reasoning_content"],
@@ -621,7 +624,7 @@ def monitoring(c: Cluster) -> str:
                "(`clusterbook_tier_pending`, from `squeue`). The node exporter on "
                f"{m.node} serves these figures.\n")
     out.append("\n## Alerts\n")
-    entries = {t.id: t.symptom for t in c.troubleshooting}
+    entries = {t.id: text(t.symptom) for t in c.troubleshooting}
     rows = []
     for rule in mon.alerts(c):
         entry = rule["annotations"].get("troubleshooting")

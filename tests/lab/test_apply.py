@@ -4,6 +4,7 @@ again with its previous command line within its recovery target; the Changes pag
 
 import json
 import re
+import time
 
 import pytest
 
@@ -81,6 +82,34 @@ def test_a_good_change_lands_and_a_bad_one_is_rolled_back_to_it(deployed, tmp_pa
     page = (site / "changes" / "index.html").read_text()
     assert change["started"] in page and landed["started"] in page
     assert page.index(change["started"]) < page.index(landed["started"])  # the latest first
+
+
+def test_a_port_that_cannot_bind_is_rolled_back_in_seconds_and_checked_on_the_restored_port(deployed, ssh,
+                                                                                           tmp_path):
+    """Issue 28: the change moves reasoning to a port something else holds on lab1. The scenarios before it run
+    with the verified file (found under another file name), the rollback starts and waits for the tier on the
+    port it restores, and the scenarios after it pass."""
+    known = tmp_path / "known.yaml"  # what the test before left (under another name: the same verified file)
+    known.write_text(LAB.read_text().replace("    ctx_size: 2048\n", "    ctx_size: 1536\n"))
+    assert invoke("apply", cluster=known).returncode == 0
+    moved = tmp_path / "moved.yaml"
+    moved.write_text(known.read_text().replace("    port: 8081\n", "    port: 8099\n"))
+    held = ssh.run("lab1", "systemd-run --unit=cb-test-holds-8099 --collect python3 -m http.server 8099")
+    assert held.returncode == 0, held.stderr
+    try:
+        started = time.monotonic()
+        run = invoke("apply", cluster=moved)
+        seconds = time.monotonic() - started
+    finally:
+        ssh.run("lab1", "systemctl stop cb-test-holds-8099")
+    assert run.returncode == 1, run.stdout[-3000:]
+    assert "rolled back at reasoning" in run.stderr, run.stderr[-3000:]
+    [phase] = latest_change()["phases"]
+    runs = {r["when"]: r for r in phase["scenarios"]}
+    assert runs["before"]["passed"] and not runs["before"]["failed"], runs["before"]
+    assert runs["after rollback"]["passed"] and not runs["after rollback"]["failed"], runs["after rollback"]
+    assert phase["rollback"]["answered"] and phase["rollback"]["seconds"] <= 30, phase["rollback"]
+    assert seconds < 240, seconds  # was 609 s of waiting on the new file's port
 
 
 def test_an_engine_change_whose_tier_fails_is_rolled_back_to_the_build_before(deployed, tmp_path, ssh):

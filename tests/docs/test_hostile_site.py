@@ -1,0 +1,87 @@
+"""Script and link payloads in every kind of text field of beefcake2's file: the site shows them as text, and no
+page's content holds anything active (the build's last wall would refuse it)."""
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from clusterbook.commands.site import docs
+from clusterbook.pure.mdtext import active_content, code_span, fence_for, prose_inline, text
+
+ROOT = Path(__file__).resolve().parents[2]
+needs_mermaid = pytest.mark.skipif(not (ROOT / "docs/assets/vendor/mermaid.min.js").exists(),
+                                   reason="run ./setup: it installs mermaid.min.js")
+SCRIPT = "<script>alert('cb')</script>"
+PROSE = (f"{SCRIPT} [x](javascript:alert(1)) {{: onmouseover=alert(2) }} <img src=x onerror=alert(3)>\n\n"
+         "[ref]: javascript:alert(4)\n\nsee [ref] <a href='javascript:alert(5)'>a</a>")
+LINE = "<img src=x onerror=alert(6)> [y](javascript:alert(7)) {: onclick=alert(8) } `x` | ]]"
+
+
+def hostile_cluster(tmp_path: Path) -> Path:
+    data = yaml.safe_load((ROOT / "cluster.yaml").read_text())
+    data["cluster"]["description"] = PROSE
+    data["tiers"][0]["description"] = LINE
+    trouble = data["troubleshooting"][0]
+    trouble["symptom"] = SCRIPT
+    trouble["cause"] = PROSE
+    trouble["fix"].append({"hosts": "local", "run": "echo '\n````\n" + SCRIPT + "\n```'"})
+    decision = data["decisions"][0]
+    decision["title"] = LINE
+    decision["context"] = PROSE
+    decision["sources"] = [LINE]
+    data["router"]["rules"][0]["why"] = PROSE
+    data["slurm_site"]["qos"][0]["used_by"] = '"><svg onload=alert(9)>'
+    data["slurm_site"]["partitions"] = {name: LINE for name in data["slurm_site"]["partitions"]}
+    path = tmp_path / "hostile.yaml"
+    path.write_text(yaml.safe_dump(data, allow_unicode=True, sort_keys=False))
+    return path
+
+
+def page_contents(site: Path) -> dict[str, str]:
+    """Each page's content (Material's article), where the cluster's values land; the theme's own scripts are
+    outside it."""
+    out = {}
+    for page in site.rglob("*.html"):
+        found = re.search(r'<article class="md-content__inner md-typeset">(.*?)</article>', page.read_text(), re.S)
+        if found:
+            out[str(page.relative_to(site))] = found.group(1)
+    return out
+
+
+@needs_mermaid
+def test_payloads_show_as_text_and_nothing_is_active(tmp_path):
+    docs(str(hostile_cluster(tmp_path)), str(tmp_path / "site"))
+    contents = page_contents(tmp_path / "site")
+    assert len(contents) > 20
+    for page, html in contents.items():
+        assert active_content(html) == [], page
+        assert "<script" not in html, page
+    everything = "\n".join(contents.values())
+    assert "&lt;script&gt;alert" in everything  # shown, as text
+    assert "&lt;img src=x onerror=alert(6)&gt;" in everything
+    assert "onmouseover=alert(2)" in everything and 'onmouseover="alert' not in everything
+
+
+@pytest.mark.parametrize("html,found", [
+    ("<p>ok</p><a href='https://x.org'>x</a><img src='../a.svg'>", []),
+    ("<script>x</script>", ["<script>"]),
+    ("<p onclick='x'>", ["<p onclick=…>"]),
+    ("<a href=' javascript:alert(1)'>", ["<a href=' javascript:alert(1)'>"]),
+    ("<a href='JaVaScRiPt:x'>", ["<a href='JaVaScRiPt:x'>"]),
+    ("<iframe src='https://x.org'></iframe>", ["<iframe>"]),
+    ("<img src='data:text/html;base64,xx'>", ["<img src='data:text/html;base64,xx'>"]),
+])
+def test_the_last_wall_finds_active_content(html, found):
+    assert active_content(html) == found
+
+
+def test_escaping_helpers():
+    assert text("vasp-02") == "vasp-02"
+    assert text("<b>") == "&lt;b&gt;"
+    assert text("{: x }") == "\\{: x \\}"
+    assert code_span("a`b") == "`` a`b ``"
+    assert fence_for("x\n````\ny") == "`````"
+    assert "javascript" not in prose_inline("[x](javascript:alert(1))")
+    assert "|" not in prose_inline("a | b")
