@@ -4,10 +4,16 @@ page's content holds anything active (the build's last wall would refuse it)."""
 import re
 from pathlib import Path
 
+import markdown
 import pytest
 import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pydantic import ValidationError
 
 from clusterbook.commands.site import docs
+from clusterbook.model.schema import Cluster
+from clusterbook.pure import docpages as pages
 from clusterbook.pure.mdtext import active_content, code_span, fence_for, prose_inline, text
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -16,6 +22,8 @@ needs_mermaid = pytest.mark.skipif(not (ROOT / "docs/assets/vendor/mermaid.min.j
 SCRIPT = "<script>alert('cb')</script>"
 PROSE = (f"{SCRIPT} [x](javascript:alert(1)) {{: onmouseover=alert(2) }} <img src=x onerror=alert(3)>\n\n"
          "[ref]: javascript:alert(4)\n\nsee [ref] <a href='javascript:alert(5)'>a</a>")
+BEEFCAKE2 = (ROOT / "cluster.yaml").read_text()
+PROSE_FIELDS = {"description", "cause", "context", "why"}  # may span lines (cluster.description too)
 LINE = "<img src=x onerror=alert(6)> [y](javascript:alert(7)) {: onclick=alert(8) } `x` | ]]"
 
 
@@ -85,3 +93,34 @@ def test_escaping_helpers():
     assert fence_for("x\n````\ny") == "`````"
     assert "javascript" not in prose_inline("[x](javascript:alert(1))")
     assert "|" not in prose_inline("a | b")
+
+
+PAGE_EXTENSIONS = ["admonition", "attr_list", "md_in_html", "tables", "pymdownx.details", "pymdownx.tabbed",
+                   "pymdownx.superfences"]  # mkdocs.yml's, the ones that turn text into markup
+TEXT_FIELDS = [("cluster", "description"), ("tiers", 0, "description"), ("troubleshooting", 0, "symptom"),
+               ("troubleshooting", 0, "cause"), ("decisions", 0, "title"), ("decisions", 0, "context"),
+               ("router", "rules", 0, "why"), ("slurm_site", "qos", 0, "used_by")]
+
+
+def _set(data, path, value):
+    for part in path[:-1]:
+        data = data[part]
+    data[path[-1]] = value
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(field=st.sampled_from(TEXT_FIELDS),
+       value=st.text(alphabet=st.sampled_from(list("<>[](){}:=`'\"!#*_|&/ \\jsavcriptonlde()1\n")), min_size=1,
+                     max_size=60))
+def test_any_text_value_renders_to_pages_with_nothing_active(field, value):
+    data = yaml.safe_load(BEEFCAKE2)
+    _set(data, field, value if field[-1] in PROSE_FIELDS else " ".join(value.split()) or "x")
+    try:
+        cluster = Cluster.model_validate(data)
+    except ValidationError:
+        return  # refused by the schema: never rendered
+    for section in (pages.troubleshooting, pages.decisions, pages.router, pages.preemption, pages.tier_flags,
+                    pages.api):
+        html = markdown.markdown(section(cluster), extensions=PAGE_EXTENSIONS)
+        assert active_content(html) == [], (section.__name__, value)
+        assert "<script" not in html and "<img" not in html, (section.__name__, value)

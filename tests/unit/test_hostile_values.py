@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from clusterbook.effects.files import OutsideFolder, inside
+from clusterbook.effects.ssh import ssh_config_text
 from clusterbook.model.crosscheck import check_cluster
 from clusterbook.model.loader import validate_document
 from clusterbook.model.problems import InputError, Refused
@@ -24,7 +25,9 @@ CLUSTERS = {name: yaml.safe_load((ROOT / path).read_text())
                                "ridge": "tests/clusters/ridge.yaml"}.items()}
 HOSTILE = ["\nExecStartPre=/bin/id", "\nrm -rf /", "; reboot", "$(id)", "`id`", "%n%h", "'\"", "../../../tmp/x",
            "/../../etc/passwd", "\x00", "x" * 5000, "ünïcödé ✓", "} server { listen 80; }", "#", "\r\nX: y",
-           "${HOME}", "a b", "*", "\\", "\t"]
+           "${HOME}", "a b", "*", "\\", "\t", "%x\nProxyCommand=sh", "\n", "\u2028x", "<script>alert(1)</script>",
+           "[x](javascript:alert(1))", "{: onmouseover=alert(1) }", "\n````\n", "<img src=x onerror=alert(1)>",
+           "%eth0", "\uff12\uff16"]
 
 
 def string_paths(data, path=()):
@@ -49,18 +52,26 @@ def replaced(data, path, value):
 
 
 def render_or_refuse(text: str):
-    """The artifacts of a cluster text, or the InputError/Refused it raises; a bare exception fails the test."""
+    """The cluster and artifacts of a cluster text, or the InputError/Refused it raises; a bare exception fails
+    the test."""
     doc = parse_yaml(text, "hostile.yaml")
     cluster = validate_document(doc, Cluster)
     problems = [doc.problem(p, m) for p, m in check_cluster(cluster)]
     if problems:
         raise InputError(problems)
-    return render_artifacts(cluster)
+    return cluster, render_artifacts(cluster)
+
+
+def ssh_options(config: str) -> list[str]:
+    """The option keyword of every line of an ssh_config: what a value would have to add to inject one."""
+    return [line.split()[0] for line in config.splitlines() if line.strip()]
 
 
 CASES = [(name, path) for name, data in CLUSTERS.items() for path, _ in string_paths(data)]
 BASELINE = {name: {(a.node, a.path): a for a in render_artifacts(Cluster.model_validate(data))}
             for name, data in CLUSTERS.items()}
+SSH_BASELINE = {name: ssh_options(ssh_config_text(Cluster.model_validate(data), ROOT))
+                for name, data in CLUSTERS.items()}
 
 
 def bash_n(text: str) -> bool:
@@ -76,12 +87,15 @@ def test_hostile_value_is_refused_with_a_line_or_changes_no_line_structure(case,
     value = original + hostile if keep else hostile
     text = yaml.safe_dump(replaced(data, path, value), allow_unicode=True, sort_keys=False)
     try:
-        artifacts = render_or_refuse(text)
+        cluster, artifacts = render_or_refuse(text)
     except InputError as exc:
         assert all(p.line for p in exc.problems), [str(p) for p in exc.problems]
         return
     except Refused:
         return  # a renderer refused to emit it: never written
+    assert ssh_options(ssh_config_text(cluster, ROOT)) == SSH_BASELINE[name], "a value changed the ssh_config's lines"
+    for node in cluster.nodes:
+        assert all(ch not in node.hostname + (node.ssh_host or "") for ch in "\n\r %\t"), node
     baseline = BASELINE[name]
     rendered = {(a.node, a.path): a for a in artifacts}
     assert len(rendered) == len(baseline), "a value changed which files exist"
