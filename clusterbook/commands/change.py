@@ -174,17 +174,23 @@ def unit_hosts(cluster: Cluster, unit: str) -> list[str]:
     return [n.name for n in cluster.nodes if any(n.name in s.hosts for s in exp.steps)]
 
 
+def verified_cluster(cluster_file: str, cluster: Cluster) -> tuple[str, Cluster] | None:
+    """The last verified cluster file and its model; None when there is none yet, or the schema has moved past it."""
+    known = verified_file(cluster, cluster_file)
+    try:
+        return (str(known), load_cluster(known)) if known.is_file() else None
+    except InputError:
+        return None
+
+
 def restored_file(cluster_file: str, cluster: Cluster, unit: str) -> str:
     """The cluster file that describes what a rollback puts back (the last verified one, when it has the unit):
     the tier is started and waited for with its ports and settings, not with those of the change that failed."""
-    known = verified_file(cluster, cluster_file)
-    try:
-        good = load_cluster(known) if known.is_file() else None
-    except InputError:
-        good = None
-    if good is None or (unit in [t.name for t in cluster.tiers] and unit not in [t.name for t in good.tiers]):
+    verified = verified_cluster(cluster_file, cluster)
+    if verified is None or (unit in [t.name for t in cluster.tiers]
+                            and unit not in [t.name for t in verified[1].tiers]):
         return cluster_file
-    return str(known)
+    return verified[0]
 
 
 def rollback_unit(cluster_file: str, unit: str, dry: bool = False) -> Rollback:
@@ -314,16 +320,12 @@ def apply(cluster_file: str, tier: str | None = None, dry: bool = False) -> None
 def known_good_file(cluster_file: str, cluster: Cluster, phase: ch.Phase) -> str | None:
     """The file the scenarios before a change (and after its rollback) check against: the last verified one,
     else the new one; None for a tier the last verified file does not have (nothing to check before it)."""
-    known = verified_file(cluster, cluster_file)
-    if not known.is_file():
+    verified = verified_cluster(cluster_file, cluster)
+    if verified is None:
         return cluster_file
-    try:
-        good = load_cluster(known)
-    except InputError:  # an old file the schema has moved past: check against the new one
-        return cluster_file
-    if phase.tier and phase.tier not in [t.name for t in good.tiers]:
+    if phase.tier and phase.tier not in [t.name for t in verified[1].tiers]:
         return None
-    return str(known)
+    return verified[0]
 
 
 def apply_phase(cluster_file: str, cluster: Cluster, pp: ch.PhasePlan, out: Path) -> PhaseRecord:

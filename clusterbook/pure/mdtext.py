@@ -60,15 +60,6 @@ def mermaid_text(value: object) -> str:
     return out.replace("\0", "#35;")
 
 
-def code_span(value: object) -> str:
-    """Inline code that its content cannot end: a run of backticks longer than any inside, spaced if needed."""
-    s = " ".join(str(value).splitlines())
-    longest = max((len(run) for run in re.findall(r"`+", s)), default=0)
-    fence = "`" * (longest + 1)
-    pad = " " if s.startswith("`") or s.endswith("`") or longest else ""
-    return f"{fence}{pad}{s}{pad}{fence}"
-
-
 def fence_for(content: str) -> str:
     """A code fence longer than any run of backticks at the start of a line of the content (at least three)."""
     runs = [len(m.group(1)) for m in re.finditer(r"^[ \t]*(`{3,}|~{3,})", content, re.MULTILINE)]
