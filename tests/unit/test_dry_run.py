@@ -5,6 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -94,3 +96,44 @@ def test_rollback_dry_on_production_says_what_it_would_read_and_contacts_nothing
     out = " ".join(proc.stdout.split())
     assert "would read the generations in /var/lib/clusterbook/generations on" in out, out
     assert "vasp-01" in out and "Nothing was contacted or changed" in out, out
+
+
+def tasks_with_dry() -> list[str]:
+    """Every task of tasks.py (for beefcake2's file) that takes --dry, as invoke names it."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("cb_tasks_dry", ROOT / "tasks.py")
+    module = importlib.util.module_from_spec(spec)
+    saved, sys.argv = sys.argv, ["invoke", "--list"]
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.argv = saved
+    found = []
+
+    def walk(collection, prefix=""):
+        for name, task in collection.tasks.items():
+            if any(arg.name == "dry" for arg in task.get_arguments()):
+                found.append(prefix + name)
+        for name, sub in collection.collections.items():
+            walk(sub, f"{prefix}{name}.")
+
+    walk(module.ns)
+    return sorted(found)
+
+
+DRY_TASKS = tasks_with_dry()
+
+
+def test_the_list_of_dry_tasks_is_the_whole_list():
+    assert {"apply", "rollback", "status", "logs", "docs.publish", "deploy.install", "models.fetch"} <= set(DRY_TASKS)
+    assert len(DRY_TASKS) >= 15
+
+
+@pytest.mark.parametrize("task", DRY_TASKS)
+def test_every_dry_task_runs_offline_on_production(tmp_path, task):
+    """Issue 29: `--dry` never connects, for any task, on beefcake2's file (network unshared, ssh/curl/scp stubs
+    that fail the test when run)."""
+    extra = ["--tier", "reasoning"] if task.endswith(".tier") else []
+    proc = offline(tmp_path, task, "--dry", *extra)
+    assert proc.stdout.strip(), task
