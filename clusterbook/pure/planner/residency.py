@@ -174,15 +174,25 @@ def exclusion(c: Cluster, a: RouterTier | RpcTier, b: RouterTier | RpcTier) -> s
 
 
 def groups(names: list[str], excluded: set[frozenset[str]]) -> list[tuple[str, ...]]:
-    """The largest sets of tiers in which no two exclude each other (every tier is in at least one)."""
+    """The largest sets of tiers in which no two exclude each other (every tier is in at least one): the maximal
+    cliques of the "may run together" graph (Bron-Kerbosch with a pivot; one clique when nothing excludes, so 30
+    tiers take microseconds where walking every subset took 2^30 steps). Largest first, then in file order."""
+    index = {n: i for i, n in enumerate(names)}
+    together = {n: {m for m in names if m != n and frozenset((n, m)) not in excluded} for n in names}
     found: list[tuple[str, ...]] = []
-    for size in range(len(names), 0, -1):
-        for combo in combinations(names, size):
-            if any(frozenset(p) in excluded for p in combinations(combo, 2)):
-                continue
-            if not any(set(combo) <= set(g) for g in found):
-                found.append(combo)
-    return found
+
+    def extend(clique: set[str], candidates: set[str], done: set[str]) -> None:
+        if not candidates and not done:
+            found.append(tuple(sorted(clique, key=index.__getitem__)))
+            return
+        pivot = max(candidates | done, key=lambda n: len(together[n] & candidates))
+        for n in sorted(candidates - together[pivot], key=index.__getitem__):
+            extend(clique | {n}, candidates & together[n], done & together[n])
+            candidates = candidates - {n}
+            done = done | {n}
+
+    extend(set(), set(names), set())
+    return sorted(found, key=lambda g: (-len(g), [index[n] for n in g]))
 
 
 def plan_residency(c: Cluster, plans: dict[str, TierPlan]) -> ClusterPlan:
