@@ -54,11 +54,15 @@ ns.configure({"clusterbook": commands.SETTINGS_DEFAULTS})  # overridable: invoke
 
 
 @task(help={"cluster": CLUSTER_HELP, "tier": "only this tier", "json": "print JSON instead of tables",
-            "models_dir": "local directory with the GGUF files: read exact tensor sizes from their headers"})
+            "models_dir": "local directory with the GGUF files: read exact tensor sizes from their headers",
+            "solve": "search the placements the cluster allows (heads, workers, splits, router nodes, smaller "
+                     "contexts) and show the best beside the file's, with the change to the file",
+            "min_ctx": "with --solve: the smallest context a tier may be given (default: each tier keeps its own)"})
 @command
-def plan(c, cluster=None, tier=None, json=False, models_dir=None):
+def plan(c, cluster=None, tier=None, json=False, models_dir=None, solve=False, min_ctx=None):
     """Capacity plan: memory per device, largest context, decode bound and prompt estimate per tier."""
-    commands.plan(cluster or commands.default_cluster(), tier, json, models_dir)
+    commands.plan(cluster or commands.default_cluster(), tier, json, models_dir, solve,
+                  int(min_ctx) if min_ctx else None)
 
 
 @task

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rich.markup import escape
 from rich.table import Table
 
 from clusterbook.effects.console import Failed, console
@@ -12,6 +13,7 @@ from clusterbook.effects.validators import MissingTools, validate
 from clusterbook.model.loader import load_cluster, load_cluster_document
 from clusterbook.model.problems import InputError
 from clusterbook.pure.docpages import fix_findings
+from clusterbook.pure.planner import solver
 from clusterbook.pure.planner.capacity import GIB, plan_cluster, plan_json
 from clusterbook.pure.planner.findings import plan_findings
 from clusterbook.pure.planner.loadtime import load_json, recovery_text
@@ -44,6 +46,8 @@ def check(cluster_file: str) -> None:
     """Validate the cluster file and every rendered file with the real tools; exit 1 on any failure."""
     cluster = checked_cluster(cluster_file)
     console.print(f"[green]ok[/] {cluster_file}: schema, cross-field rules and capacity plan")
+    if hint := placement_hint(cluster):
+        console.print(f"[yellow]hint[/]: {escape(hint)}")
     try:
         verdicts = validate(render_artifacts(cluster))
     except MissingTools as exc:
@@ -68,10 +72,13 @@ def write_reference(readme: str) -> None:
     console.print(f"[green]updated[/] the cluster file reference in {readme}")
 
 
-def plan(cluster_file: str, tier: str | None, as_json: bool, models_dir: str | None) -> None:
-    """Print the capacity plan of every tier (or one) as tables, or as JSON."""
+def plan(cluster_file: str, tier: str | None, as_json: bool, models_dir: str | None, solve: bool = False,
+         min_ctx: int | None = None) -> None:
+    """Print the capacity plan of every tier (or one) as tables, or as JSON; with solve, the best placements."""
     import json
 
+    if solve:
+        return solve_placements(cluster_file, as_json, min_ctx)
     cluster = load_cluster(cluster_file)
     plans = plan_cluster(cluster, Path(models_dir) if models_dir else None)
     if tier and tier not in plans:
@@ -105,6 +112,53 @@ def plan(cluster_file: str, tier: str | None, as_json: bool, models_dir: str | N
             console.print("  " + recovery_text(cluster, cluster.tier(p.tier), p))
     if not tier:
         _print_residency(cplan)
+
+
+def solve_placements(cluster_file: str, as_json: bool, min_ctx: int | None) -> None:
+    """`invoke plan --solve`: the best placements beside the file's own, and the change to the file for the best."""
+    import difflib
+    import json
+
+    cluster, doc = load_cluster_document(cluster_file)
+    floors = {t.name: min_ctx for t in cluster.tiers} if min_ctx else None
+    current = solver.judge(cluster, {})
+    found = solver.solve(cluster, floors)
+    text = Path(cluster_file).read_text()
+    edited = solver.yaml_edit(text, cluster, doc.lines, found[0].changes) if found and found[0].changes else None
+    diff = "".join(difflib.unified_diff(text.splitlines(True), edited.splitlines(True), cluster_file,
+                                        f"{cluster_file} (solved)")) if edited else ""
+    if as_json:
+        print(json.dumps({"current": current.as_json(), "placements": [p.as_json() for p in found], "diff": diff},
+                         indent=2))
+        return
+    console.print(f"[bold]placements of {cluster.cluster.name}[/], the file's first, then the best found:")
+    for label, p in [("file", current), *((str(i), p) for i, p in enumerate(found, 1))]:
+        changes = "; ".join(f"{t}: " + ", ".join(f"{k}={solver._flow(v)}" for k, v in ch.items())
+                            for t, ch in p.changes.items()) or "as the file"
+        console.print(f"[bold]{label:>4}[/] {'[green]serves at once[/]' if p.serving_together else '[red]one waits[/]'}"
+                      f"{'' if p.feasible else ' · [red]does not fit[/]'} · targets met {p.targets_met} · decode "
+                      + ", ".join(f"{k} {v:.1f}" for k, v in p.decode_tps.items()) + " tok/s · recovery "
+                      + ", ".join(f"{k} {v:.0f}" for k, v in p.recovery_s.items())
+                      + f" s · least GPU headroom {p.headroom_gib:.2f} GiB\n     {escape(changes)}", markup=True,
+                      highlight=False)
+    if diff:
+        console.print(f"the change for placement 1 (comments kept):\n{diff}", markup=False, highlight=False)
+    elif found and not found[0].changes:
+        console.print("the file's own placement is the best the solver found")
+    if found and not found[0].serving_together:
+        console.print("no placement lets every tier serve at the same time: " + escape("; ".join(found[0].waits)))
+
+
+def placement_hint(cluster) -> str | None:
+    """A better placement than the file's, in one line, for `invoke check` (a hint: the file stays as written)."""
+    current = solver.judge(cluster, {})
+    found = solver.solve(cluster, best=1)
+    if not found or not solver.better(current, found[0]):
+        return None
+    what = "; ".join(f"{t}: " + ", ".join(f"{k}={solver._flow(v)}" for k, v in ch.items())
+                     for t, ch in found[0].changes.items())
+    why = "every tier serves at the same time" if not current.serving_together else "more targets are met"
+    return f"a better placement exists ({why}): {what}; `invoke plan --solve` shows it and the change to the file"
 
 
 def _print_residency(cplan) -> None:

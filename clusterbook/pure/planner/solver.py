@@ -1,0 +1,180 @@
+"""The placement solver: every placement the cluster allows for its tiers (an RPC tier's head and workers and their
+split, a router tier's node, a smaller context down to a floor), judged by the same planner as the file itself,
+ranked by what an operator wants first: every tier serving at once, then targets met, decode speed, recovery and
+headroom."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from itertools import combinations, product
+
+from clusterbook.model.schema import Cluster, RouterTier, RpcTier
+from clusterbook.pure.planner.capacity import GIB, plan_cluster
+from clusterbook.pure.planner.findings import plan_findings
+from clusterbook.pure.planner.loadtime import predict_load
+from clusterbook.pure.planner.residency import plan_residency, ram_findings, residency_findings
+
+MAX_PLACEMENTS = 2_000  # combinations judged at most; past that the search keeps each tier's own best few
+
+
+@dataclass
+class Placement:
+    """One way to place every tier: what changes per tier, and how it plans."""
+
+    changes: dict[str, dict]  # tier -> {field: value} that differ from the file
+    serving_together: bool  # every tier can run at the same time
+    feasible: bool  # every tier fits its devices, alone and beside the tiers that run with it
+    targets_met: int  # decode and recovery targets met, over all tiers
+    decode_tps: dict[str, float]
+    recovery_s: dict[str, float]
+    headroom_gib: float  # the least headroom of any device that a tier uses
+    problems: list[str] = field(default_factory=list)
+    waits: list[str] = field(default_factory=list)  # why tiers cannot run together, where they cannot
+
+    @property
+    def rank(self) -> tuple:
+        """Smaller is better: feasible, serving together, targets met, then decode, recovery, headroom."""
+        return (not self.feasible, not self.serving_together, -self.targets_met,
+                -round(sum(self.decode_tps.values()), 1), round(sum(self.recovery_s.values())),
+                -round(self.headroom_gib, 2), sum(len(f) for f in self.changes.values()))
+
+    def as_json(self) -> dict:
+        return {"changes": self.changes, "feasible": self.feasible, "serving_together": self.serving_together,
+                "targets_met": self.targets_met,
+                "decode_bound_tps": {k: round(v, 1) for k, v in self.decode_tps.items()},
+                "recovery_s": {k: round(v) for k, v in self.recovery_s.items()},
+                "least_gpu_headroom_gib": round(self.headroom_gib, 2), "problems": self.problems}
+
+
+def better(current: Placement, found: Placement) -> bool:
+    """Whether the solver's placement serves more than the file's: together where the file is not, or more
+    targets met."""
+    return found.feasible and found.changes != {} and (
+        (found.serving_together and not current.serving_together) or found.targets_met > current.targets_met)
+
+
+def gpu_nodes(c: Cluster) -> list[str]:
+    """Nodes that may run a tier's GPU share: those with GPUs and role compute (or no roles at all)."""
+    return [n.name for n in c.nodes if n.gpus and ("compute" in n.roles or not n.roles)]
+
+
+def _rpc_options(c: Cluster, tier: RpcTier) -> list[dict]:
+    """Heads and worker sets on GPU nodes with one GPU share each, split by each device's memory."""
+    nodes = [n for n in gpu_nodes(c) if len(c.node(n).gpu_devices) == 1] or [tier.head]
+    options = []
+    for head in nodes:
+        others = [n for n in nodes if n != head]
+        for size in range(1, len(others) + 1):
+            for workers in combinations(others, size):
+                members = [head, *workers]
+                mib = {n: c.node(n).gpu_devices[0].memory_mib for n in members}
+                unit = min(mib.values())
+                split = {n: max(1, round(40 * mib[n] / unit)) for n in members}
+                options.append({"head": head, "workers": list(workers), "tensor_split": split})
+    return options or [{}]
+
+
+def _router_options(c: Cluster, tier: RouterTier) -> list[dict]:
+    return [{"node": n} for n in gpu_nodes(c)] or [{}]
+
+
+def _contexts(tier, floor: int | None) -> list[int]:
+    """The tier's context, then smaller ones by halves down to the floor (none: the context stays)."""
+    if floor is None or floor >= tier.ctx_size:
+        return [tier.ctx_size]
+    out, ctx = [tier.ctx_size], tier.ctx_size
+    while ctx // 2 >= floor:
+        ctx //= 2
+        out.append(ctx)
+    if out[-1] != floor:
+        out.append(floor)
+    return out
+
+
+def _apply(c: Cluster, changes: dict[str, dict]) -> Cluster:
+    tiers = [t.model_copy(update=changes.get(t.name, {})) for t in c.tiers]
+    return c.model_copy(update={"tiers": tiers})
+
+
+def judge(c: Cluster, changes: dict[str, dict]) -> Placement:
+    """Plan the cluster with these changes, as `invoke plan` and `invoke check` would."""
+    placed = _apply(c, changes)
+    try:
+        plans = plan_cluster(placed)
+        cplan = plan_residency(placed, plans)
+        problems = [message for _, message in plan_findings(placed, plans)]  # targets missed too: shown
+        overfull = residency_findings(placed, cplan) + ram_findings(placed, cplan)
+    except (ValueError, KeyError, ZeroDivisionError) as exc:  # a shape the planner cannot place
+        return Placement(changes, False, False, 0, {}, {}, 0.0, [str(exc)])
+    decode, recovery, met = {}, {}, 0
+    for t in placed.tiers:
+        plan = plans[t.name]
+        decode[t.name] = plan.decode_bound_tps or 0.0
+        recovery[t.name] = predict_load(placed, t, plan).recovery_s
+        targets = placed.targets_for(t.name)
+        if targets and targets.decode_tps and decode[t.name] >= targets.decode_tps.target:
+            met += 1
+        if targets and targets.recovery_s and recovery[t.name] <= targets.recovery_s.target:
+            met += 1
+    used = [load for load in cplan.loads if load.slot.model is not None]  # the GPUs
+    headroom = min((load.headroom for load in used), default=0) / GIB
+    fits = all(p.fits for p in plans.values())
+    return Placement(changes, not cplan.exclusions, fits and not overfull, met, decode, recovery, headroom,
+                     problems, [f"{e.first} and {e.second}: {e.reason}" for e in cplan.exclusions])
+
+
+def solve(c: Cluster, min_ctx: dict[str, int] | None = None, best: int = 5) -> list[Placement]:
+    """The best placements, best first (the file's own placement is among those judged: no change)."""
+    per_tier = []
+    for t in c.tiers:
+        floor = (min_ctx or {}).get(t.name)
+        shapes = _rpc_options(c, t) if isinstance(t, RpcTier) else _router_options(c, t)
+        options = [{**shape, "ctx_size": ctx} for shape, ctx in product(shapes, _contexts(t, floor))]
+        per_tier.append((t, options))
+    total = 1
+    for _, options in per_tier:
+        total *= len(options)
+    if total > MAX_PLACEMENTS:  # each tier alone first; keep its best few
+        per_tier = [(t, [p.changes[t.name] for p in sorted((judge(c, {t.name: o}) for o in options),
+                                                           key=lambda p: p.rank)[:4]]) for t, options in per_tier]
+    judged: dict[str, Placement] = {}
+    for combo in product(*(options for _, options in per_tier)):
+        changes = {t.name: _differences(t, option) for (t, _), option in zip(per_tier, combo)}
+        changes = {name: ch for name, ch in changes.items() if ch}
+        key = repr(sorted((k, sorted(v.items())) for k, v in changes.items()))
+        if key not in judged:
+            judged[key] = judge(c, changes)
+    return sorted(judged.values(), key=lambda p: p.rank)[:best]
+
+
+def _differences(tier, option: dict) -> dict:
+    return {k: v for k, v in option.items() if getattr(tier, k) != v}
+
+
+def yaml_edit(text: str, c: Cluster, lines: dict[tuple, int], changes: dict[str, dict]) -> str | None:
+    """The cluster file's text with the placement written in (comments kept): each changed key's line gets its
+    new value; None when a key is not on a line of its own (a flow mapping), so the change is shown, not written."""
+    out = text.split("\n")
+    for name, fields in changes.items():
+        index = [t.name for t in c.tiers].index(name)
+        for key, value in fields.items():
+            line = lines.get(("tiers", index, key))
+            if line is None:
+                return None
+            current = out[line - 1]
+            prefix = f"{key}: "
+            at = current.find(prefix)
+            if at < 0 or current[:at].strip() not in ("", "-"):
+                return None
+            comment = current.find("  #", at)
+            tail = current[comment:] if comment >= 0 else ""
+            out[line - 1] = current[:at] + prefix + _flow(value) + tail
+    return "\n".join(out)
+
+
+def _flow(value: object) -> str:
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {_flow(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_flow(v) for v in value) + "]"
+    return str(value)

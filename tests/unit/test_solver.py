@@ -1,0 +1,49 @@
+"""The placement solver: beefcake2's tiers can serve at once (reasoning on vasp-01 + vasp-03, fast keeps vasp-02),
+a model too large for that says why nothing co-resides, and the change is written into the file with its
+comments."""
+
+import yaml
+
+from clusterbook.model.loader import load_cluster_document
+from clusterbook.pure.planner import solver
+
+from ..conftest import CLUSTERS
+
+
+def beefcake2_with(**reasoning):
+    cluster, doc = load_cluster_document(CLUSTERS["beefcake2"])
+    tiers = [t.model_copy(update=reasoning) if t.name == "reasoning" else t for t in cluster.tiers]
+    return cluster.model_copy(update={"tiers": tiers}), doc
+
+
+def test_beefcake2_serves_both_tiers_at_once_with_reasoning_on_two_nodes():
+    cluster, _ = beefcake2_with()
+    best = solver.solve(cluster, best=3)[0]
+    assert best.feasible and best.serving_together
+    assert best.changes == {"reasoning": {"workers": ["vasp-03"], "tensor_split": {"vasp-01": 40, "vasp-03": 40}}}
+    assert best.decode_tps["reasoning"] > solver.judge(cluster, {}).decode_tps["reasoning"]  # one RPC hop less
+    assert 0 < best.headroom_gib < 1
+    assert solver.better(solver.judge(cluster, {}), best)
+
+
+def test_when_nothing_co_resides_the_best_says_why():
+    cluster, _ = beefcake2_with(model="OR1-Behemoth-Q8_0")  # 77 GB: all three GPUs, at a small context only
+    best = solver.solve(cluster, {"reasoning": 4096}, best=1)[0]
+    assert best.feasible and not best.serving_together
+    assert best.changes["reasoning"]["ctx_size"] == 4096  # only a smaller context fits
+    assert any("vasp-0" in why for why in best.waits), best.waits
+
+
+def test_the_placement_is_written_into_the_file_with_its_comments():
+    cluster, doc = beefcake2_with()
+    text = CLUSTERS["beefcake2"].read_text()
+    changes = {"reasoning": {"workers": ["vasp-03"], "tensor_split": {"vasp-01": 40, "vasp-03": 40}},
+               "fast": {"ctx_size": 16384}}
+    edited = solver.yaml_edit(text, cluster, doc.lines, changes)
+    assert edited.count("\n") == text.count("\n")
+    assert [ln for ln in text.splitlines() if "#" in ln] == [ln for ln in edited.splitlines() if "#" in ln]
+    data = yaml.safe_load(edited)
+    reasoning = next(t for t in data["tiers"] if t["name"] == "reasoning")
+    fast = next(t for t in data["tiers"] if t["name"] == "fast")
+    assert reasoning["workers"] == ["vasp-03"] and reasoning["tensor_split"] == {"vasp-01": 40, "vasp-03": 40}
+    assert fast["ctx_size"] == 16384
