@@ -40,3 +40,23 @@ def pytest_ignore_collect(collection_path, config):
     if "acceptance" in collection_path.parts and not config.getoption("--live-cluster"):
         return True
     return None
+
+
+SEEDS_WORKERS = "    workers: [vasp-03]  # D18: vasp-02's GPU stays the fast tier's, so both serve at once\n"
+SEEDS_SPLIT = "    tensor_split: {vasp-01: 40, vasp-03: 40}\n"
+
+
+def seeds_placement(text: str) -> str:
+    """beefcake2's file with the reasoning tier where the seeds put it, over all three GPUs (before D18): the
+    worked examples of the planner and the exclusion of D14 are computed on it."""
+    assert SEEDS_WORKERS in text and SEEDS_SPLIT in text, "cluster.yaml's reasoning placement moved: update this"
+    return (text.replace(SEEDS_WORKERS, "    workers: [vasp-02, vasp-03]\n")
+            .replace(SEEDS_SPLIT, "    tensor_split: {vasp-01: 26, vasp-02: 27, vasp-03: 27}\n"))
+
+
+@pytest.fixture(scope="session")
+def beefcake2_seeds(tmp_path_factory):
+    """beefcake2 with the seeds' three-GPU reasoning placement (see seeds_placement)."""
+    path = tmp_path_factory.mktemp("seeds") / "cluster.yaml"
+    path.write_text(seeds_placement(CLUSTERS["beefcake2"].read_text()))
+    return load_cluster(path)

@@ -647,6 +647,12 @@ class Planner(Strict):
                                                         "AuthInfo=cred_expire, s (none: SLURM's default 120 s; "
                                                         "where clusterbook configures SLURM, slurm.requeue_hold_s "
                                                         "sets it)")
+    weights_error_pct: float = Field(2, ge=0, le=50,
+                                     description="how far llama.cpp's own load report may differ from the planned "
+                                                 "weights, % (measured within 2 % on the lab: test_planner_accuracy); "
+                                                 "the solver keeps this much free beside headroom_pct")
+    compute_error_pct: float = Field(10, ge=0, le=100,
+                                     description="the same for the compute buffers, % (measured within 10 %)")
     slurm_mem_margin_pct: float = Field(10, ge=0, le=100,
                                         description="a SLURM job's --mem must exceed the planned host memory "
                                                     "by this, %")

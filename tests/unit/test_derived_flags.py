@@ -49,7 +49,8 @@ def test_rpc_over_management_when_no_fabric(ridge):
     assert topology.rpc_endpoints(ridge, ridge.tier("deep")) == ["192.168.50.22:50070", "192.168.50.32:50070"]
 
 
-def test_tensor_split_in_llama_cpp_device_order(beefcake2, ridge):
+def test_tensor_split_in_llama_cpp_device_order(beefcake2_seeds, ridge):
+    beefcake2 = beefcake2_seeds  # the seeds' three-GPU placement (before D18)
     # beefcake2 declares vasp-01: 26, vasp-02: 27, vasp-03: 27; llama.cpp puts RPC devices first, head last
     assert topology.tensor_split_flag(beefcake2, beefcake2.tier("reasoning")) == "27,27,26"
     devices = topology.tier_devices(ridge, ridge.tier("deep"))
@@ -91,7 +92,8 @@ def test_ssh_route_uses_each_nodes_own_jump_host(beefcake2, ridge):
                                              ("reasoning.head", ["vasp-01"]), ("fast", ["vasp-02"]),
                                              ("gateway", ["slurm-ctl"]), ("controller", ["slurm-ctl"]),
                                              ("local", []), ("vasp-03", ["vasp-03"])])
-def test_host_selectors(beefcake2, selector, hosts):
+def test_host_selectors(beefcake2_seeds, selector, hosts):
+    beefcake2 = beefcake2_seeds  # the seeds' three-GPU placement (before D18)
     assert resolve_hosts(beefcake2, selector) == hosts
 
 

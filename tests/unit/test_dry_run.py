@@ -33,7 +33,7 @@ def test_dry_run_of_production_contacts_nothing(tmp_path):
     out = proc.stdout
     assert "dry run: nothing is contacted" in out
     # production's tiers run under SLURM (seed 004): deploy submits the rendered batch scripts on slurm-ctl
-    for expected in ("Deploy the reasoning tier as SLURM job llama-reasoning", "vasp-02 put /etc/llama/reasoning.env",
+    for expected in ("Deploy the reasoning tier as SLURM job llama-reasoning", "vasp-03 put /etc/llama/reasoning.env",
                      "slurm-ctl put /etc/llama/slurm/llama-reasoning.sbatch", "sbatch --parsable --comment=",
                      "Deploy the fast tier as SLURM job llama-fast", "scancel -n llama-reasoning",
                      "curl -fsS --retry 3 -C - -o OR1-Behemoth.Q4_K_M.gguf.part1"):

@@ -13,6 +13,8 @@ from clusterbook.pure.planner.findings import plan_findings
 from clusterbook.pure.planner.loadtime import predict_load
 from clusterbook.pure.render.artifacts import render_artifacts
 
+from ..conftest import seeds_placement
+
 ROOT = Path(__file__).resolve().parents[2]
 H100 = {"model": "NVIDIA H100 80GB HBM3", "memory_mib": 81559, "compute_capability": "9.0", "bandwidth_gbs": 3350}
 
@@ -69,7 +71,7 @@ def test_a_slow_network_caps_the_rpc_rate():
 
 
 def test_a_recovery_target_the_prediction_cannot_meet_is_refused():
-    data = yaml.safe_load((ROOT / "cluster.yaml").read_text())
+    data = yaml.safe_load(seeds_placement((ROOT / "cluster.yaml").read_text()))  # the figures of D15
     data["targets"][0]["recovery_s"] = {"target": 30, "acceptable": 60, "critical": 120}  # the seeds' target
     c = Cluster.model_validate(data)
     found = [m for _, m in plan_findings(c, plan_cluster(c)) if "after a worker crash" in m]

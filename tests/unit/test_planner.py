@@ -18,6 +18,8 @@ from clusterbook.pure.planner.capacity import (
 from clusterbook.pure.planner.findings import evaluate_claim, plan_findings
 from clusterbook.pure.planner.shape import from_declared, from_gguf
 
+from ..conftest import seeds_placement
+
 ROOT = Path(__file__).resolve().parents[2]
 
 # OR1-Behemoth (beefcake2's reasoning model), worked by hand:
@@ -48,7 +50,8 @@ def test_declared_shape_splits_the_file_by_parameters(beefcake2):
     (4096, 8 * 128 * 4096 * 18 // 32 + 8 * 128 * 4096 * 2),       # 2,359,296 + 8,388,608 = 10,747,904
     (131072, 8 * 128 * 131072 * 18 // 32 + 8 * 128 * 131072 * 2),  # 75,497,472 + 268,435,456 = 343,932,928
 ])
-def test_reasoning_tier_worked_example(beefcake2, ctx, kv_layer):
+def test_reasoning_tier_worked_example(beefcake2_seeds, ctx, kv_layer):
+    beefcake2 = beefcake2_seeds  # the seeds' three-GPU placement (before D18)
     tier = beefcake2.tier("reasoning").model_copy(update={"ctx_size": ctx})
     shape = from_declared(beefcake2.model("OR1-Behemoth"))
     assert kv_bytes_per_layer(shape, ctx, "q4_0", "f16") == kv_layer
@@ -73,7 +76,8 @@ def test_reasoning_tier_worked_example(beefcake2, ctx, kv_layer):
         assert round(rpc0.total / GIB, 2) == 40.69  # over the 30.4 GiB usable on a V100S
 
 
-def test_decode_bound_is_bandwidth_over_bytes_read(beefcake2):
+def test_decode_bound_is_bandwidth_over_bytes_read(beefcake2_seeds):
+    beefcake2 = beefcake2_seeds  # the seeds' three-GPU placement (before D18)
     plan = plan_tier(beefcake2, beefcake2.tier("reasoning"))
     read = 47_369_119_648 - round(EMBED_PARAMS * BPP)  # every weight but the embedding table, once per token
     hops = 2 * (0.8e-3 + 2 * 8192 * 4 / 12.5e9)  # two RPC devices; 100 Gb/s fabric
@@ -81,14 +85,16 @@ def test_decode_bound_is_bandwidth_over_bytes_read(beefcake2):
     assert round(plan.decode_bound_tps, 1) == 23.4
 
 
-def test_q8_claim_is_refuted(beefcake2):
+def test_q8_claim_is_refuted(beefcake2_seeds):
+    beefcake2 = beefcake2_seeds  # the seeds' three-GPU placement (before D18)
     decision = next(d for d in beefcake2.decisions if d.id == "D01")
     verdict = evaluate_claim(beefcake2, decision.claims[0], {})
     assert verdict.refuted and round(verdict.computed, 1) == 14.6
 
 
 @pytest.mark.parametrize("decision, computed", [("D05", 713.0), ("D13", 15.7), ("D08", 77568)])
-def test_seed_claims_are_computed(beefcake2, decision, computed):
+def test_seed_claims_are_computed(beefcake2_seeds, decision, computed):
+    beefcake2 = beefcake2_seeds  # the seeds' three-GPU placement (before D18)
     d = next(d for d in beefcake2.decisions if d.id == decision)
     verdict = evaluate_claim(beefcake2, d.claims[0], {})
     assert verdict.refuted
@@ -99,7 +105,8 @@ def test_production_plan_has_no_findings(beefcake2):
     assert plan_findings(beefcake2, plan_cluster(beefcake2)) == []
 
 
-def test_tier_that_does_not_fit_names_device_and_shortfall(beefcake2):
+def test_tier_that_does_not_fit_names_device_and_shortfall(beefcake2_seeds):
+    beefcake2 = beefcake2_seeds  # the seeds' three-GPU placement (before D18)
     big = beefcake2.model_copy(update={"tiers": [t.model_copy(update={"ctx_size": 131072})
                                                  if t.name == "reasoning" else t for t in beefcake2.tiers]})
     findings = dict((m.split(":")[0], m) for _, m in plan_findings(big, plan_cluster(big)))
@@ -108,7 +115,8 @@ def test_tier_that_does_not_fit_names_device_and_shortfall(beefcake2):
     assert "short by 10.3 GiB; the largest context that fits is 77568" in message
 
 
-def test_target_above_bound_names_both_numbers(beefcake2):
+def test_target_above_bound_names_both_numbers(beefcake2_seeds):
+    beefcake2 = beefcake2_seeds  # the seeds' three-GPU placement (before D18)
     targets = [t.model_copy(update={"decode_tps": t.decode_tps.model_copy(update={"target": 30})})
                if t.tier == "reasoning" else t for t in beefcake2.targets]
     fast = beefcake2.model_copy(update={"targets": targets})
@@ -117,8 +125,8 @@ def test_target_above_bound_names_both_numbers(beefcake2):
 
 
 def test_check_cli_fails_an_unfitting_cluster_with_its_line(tmp_path):
-    text = (ROOT / "cluster.yaml").read_text().replace("    ctx_size: 32768\n    cache_type_k",
-                                                       "    ctx_size: 131072\n    cache_type_k")
+    text = seeds_placement((ROOT / "cluster.yaml").read_text()).replace("    ctx_size: 32768\n    cache_type_k",
+                                                                        "    ctx_size: 131072\n    cache_type_k")
     f = tmp_path / "big.yaml"
     f.write_text(text)
     proc = subprocess.run([sys.executable, "-m", "invoke", "check", "--cluster", str(f)], cwd=ROOT,
@@ -141,8 +149,10 @@ def test_gguf_header_gives_exact_tensor_sizes(tmp_path):
 
 
 def test_plan_json_is_complete(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "invoke", "plan", "--json", "--tier", "reasoning"], cwd=ROOT,
-                          capture_output=True, text=True)
+    seeds = tmp_path / "cluster.yaml"  # the seeds' placement, where the two tiers exclude each other (D14)
+    seeds.write_text(seeds_placement((ROOT / "cluster.yaml").read_text()))
+    proc = subprocess.run([sys.executable, "-m", "invoke", "plan", "--json", "--tier", "reasoning", "--cluster",
+                           str(seeds)], cwd=ROOT, capture_output=True, text=True)
     import json
     data = json.loads(proc.stdout)
     assert data["tiers"][0]["tier"] == "reasoning" and data["tiers"][0]["fits"] is True

@@ -11,6 +11,8 @@ from clusterbook.pure.planner.capacity import GIB, plan_cluster
 from clusterbook.pure.planner.findings import plan_findings
 from clusterbook.pure.planner.residency import exclusion_text, plan_residency
 
+from ..conftest import seeds_placement
+
 ROOT = Path(__file__).resolve().parents[2]
 MINI = yaml.safe_load((ROOT / "tests/clusters/mini.yaml").read_text())
 GPU16 = {"model": "GPU", "memory_mib": 16384, "compute_capability": "8.0", "bandwidth_gbs": 900}
@@ -117,8 +119,8 @@ def test_mlock_is_checked_against_the_heads_ram():
     assert not [p for p in findings(relaxed) if "RAM" in p]
 
 
-def test_beefcake2_states_that_fast_and_reasoning_exclude_each_other_on_vasp_02():
-    c = load_cluster(ROOT / "cluster.yaml")
+def test_beefcake2_states_that_fast_and_reasoning_exclude_each_other_on_vasp_02(beefcake2_seeds):
+    c = beefcake2_seeds  # the seeds' placement (D14); D18 moved reasoning off vasp-02: test_solver.py
     plans = plan_cluster(c)
     cplan = plan_residency(c, plans)
     assert exclusion_text(cplan) == ["fast and reasoning cannot run at the same time: both need vasp-02's GPU (its "
@@ -131,7 +133,7 @@ def test_beefcake2_states_that_fast_and_reasoning_exclude_each_other_on_vasp_02(
 
 
 def test_beefcake2_as_systemd_tiers_is_refused_naming_vasp_02_and_both_tiers(tmp_path):
-    text = (ROOT / "cluster.yaml").read_text().replace("manager: slurm", "manager: systemd")
+    text = seeds_placement((ROOT / "cluster.yaml").read_text()).replace("manager: slurm", "manager: systemd")
     c = Cluster.model_validate(yaml.safe_load(text))
     together = [p for p in findings(c) if "do not fit together" in p]
     assert together == ["fast, reasoning run at the same time but do not fit together on vasp-02 GPU0 "

@@ -7,36 +7,45 @@ import yaml
 from clusterbook.model.loader import load_cluster_document
 from clusterbook.pure.planner import solver
 
-from ..conftest import CLUSTERS
+from ..conftest import CLUSTERS, seeds_placement
 
 
-def beefcake2_with(**reasoning):
-    cluster, doc = load_cluster_document(CLUSTERS["beefcake2"])
+def beefcake2_with(tmp_path, **reasoning):
+    """beefcake2 as the seeds placed it (reasoning over all three GPUs, D14), reasoning changed as given."""
+    seeds = tmp_path / "cluster.yaml"
+    seeds.write_text(seeds_placement(CLUSTERS["beefcake2"].read_text()))
+    cluster, doc = load_cluster_document(seeds)
     tiers = [t.model_copy(update=reasoning) if t.name == "reasoning" else t for t in cluster.tiers]
     return cluster.model_copy(update={"tiers": tiers}), doc
 
 
-def test_beefcake2_serves_both_tiers_at_once_with_reasoning_on_two_nodes():
-    cluster, _ = beefcake2_with()
+def test_beefcake2_serves_both_tiers_at_once_with_reasoning_on_two_nodes(tmp_path):
+    cluster, _ = beefcake2_with(tmp_path)
     best = solver.solve(cluster, best=3)[0]
     assert best.feasible and best.serving_together
     assert best.changes == {"reasoning": {"workers": ["vasp-03"], "tensor_split": {"vasp-01": 40, "vasp-03": 40}}}
     assert best.decode_tps["reasoning"] > solver.judge(cluster, {}).decode_tps["reasoning"]  # one RPC hop less
     assert 0 < best.headroom_gib < 1
     assert solver.better(solver.judge(cluster, {}), best)
+    assert best.margin_gib > 0  # room for the planner's measured error beside headroom_pct
 
 
-def test_when_nothing_co_resides_the_best_says_why():
-    cluster, _ = beefcake2_with(model="OR1-Behemoth-Q8_0")  # 77 GB: all three GPUs, at a small context only
+def test_beefcake2_as_adopted_is_its_own_best_placement(beefcake2):
+    best = solver.solve(beefcake2, best=1)[0]
+    assert best.changes == {} and best.serving_together  # D18
+
+
+def test_when_nothing_co_resides_the_best_says_why(tmp_path):
+    cluster, _ = beefcake2_with(tmp_path, model="OR1-Behemoth-Q8_0")  # 77 GB: all three GPUs, at a small context only
     best = solver.solve(cluster, {"reasoning": 4096}, best=1)[0]
     assert best.feasible and not best.serving_together
     assert best.changes["reasoning"]["ctx_size"] == 4096  # only a smaller context fits
     assert any("vasp-0" in why for why in best.waits), best.waits
 
 
-def test_the_placement_is_written_into_the_file_with_its_comments():
-    cluster, doc = beefcake2_with()
-    text = CLUSTERS["beefcake2"].read_text()
+def test_the_placement_is_written_into_the_file_with_its_comments(tmp_path):
+    cluster, doc = beefcake2_with(tmp_path)
+    text = (tmp_path / "cluster.yaml").read_text()
     changes = {"reasoning": {"workers": ["vasp-03"], "tensor_split": {"vasp-01": 40, "vasp-03": 40}},
                "fast": {"ctx_size": 16384}}
     edited = solver.yaml_edit(text, cluster, doc.lines, changes)

@@ -30,6 +30,7 @@ class Placement:
     headroom_gib: float  # the least headroom of any device that a tier uses
     problems: list[str] = field(default_factory=list)
     waits: list[str] = field(default_factory=list)  # why tiers cannot run together, where they cannot
+    margin_gib: float = 0.0  # the least memory left on a GPU beyond the planner's measured error (policy: >= 0)
 
     @property
     def rank(self) -> tuple:
@@ -43,7 +44,8 @@ class Placement:
                 "targets_met": self.targets_met,
                 "decode_bound_tps": {k: round(v, 1) for k, v in self.decode_tps.items()},
                 "recovery_s": {k: round(v) for k, v in self.recovery_s.items()},
-                "least_gpu_headroom_gib": round(self.headroom_gib, 2), "problems": self.problems}
+                "least_gpu_headroom_gib": round(self.headroom_gib, 2), "least_gpu_margin_gib": round(self.margin_gib, 2),
+                "problems": self.problems, "waits": self.waits}
 
 
 def better(current: Placement, found: Placement) -> bool:
@@ -118,9 +120,20 @@ def judge(c: Cluster, changes: dict[str, dict]) -> Placement:
             met += 1
     used = [load for load in cplan.loads if load.slot.model is not None]  # the GPUs
     headroom = min((load.headroom for load in used), default=0) / GIB
-    fits = all(p.fits for p in plans.values())
+    margin = min((error_margin(placed, load) for load in used), default=0) / GIB
+    fits = all(p.fits for p in plans.values()) and margin >= 0
     return Placement(changes, not cplan.exclusions, fits and not overfull, met, decode, recovery, headroom,
-                     problems, [f"{e.first} and {e.second}: {e.reason}" for e in cplan.exclusions])
+                     problems, [f"{e.first} and {e.second}: {e.reason}" for e in cplan.exclusions], margin)
+
+
+def error_margin(c: Cluster, load) -> float:
+    """Bytes a GPU keeps beyond what the planner's measured error could add (weights_error_pct of the weights,
+    compute_error_pct of the compute buffers): its headroom plus the headroom_pct the plan already keeps back,
+    less that error. A placement is safe when every GPU's margin is at least 0."""
+    kept_back = load.slot.capacity / (1 - c.planner.headroom_pct / 100) - load.slot.capacity
+    error = sum(s.weights * c.planner.weights_error_pct / 100 + s.compute * c.planner.compute_error_pct / 100
+                for s in load.shares)
+    return load.headroom + kept_back - error
 
 
 def solve(c: Cluster, min_ctx: dict[str, int] | None = None, best: int = 5) -> list[Placement]:
