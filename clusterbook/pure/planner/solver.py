@@ -44,7 +44,8 @@ class Placement:
                 "targets_met": self.targets_met,
                 "decode_bound_tps": {k: round(v, 1) for k, v in self.decode_tps.items()},
                 "recovery_s": {k: round(v) for k, v in self.recovery_s.items()},
-                "least_gpu_headroom_gib": round(self.headroom_gib, 2), "least_gpu_margin_gib": round(self.margin_gib, 2),
+                "least_gpu_headroom_gib": round(self.headroom_gib, 2),
+                "least_gpu_margin_gib": round(self.margin_gib, 2),
                 "problems": self.problems, "waits": self.waits}
 
 
