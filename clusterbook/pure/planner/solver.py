@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from itertools import combinations, product
 
 from clusterbook.model.schema import Cluster, RouterTier, RpcTier
-from clusterbook.pure.planner.capacity import GIB, plan_cluster
+from clusterbook.pure.planner.capacity import GIB, plan_tier
 from clusterbook.pure.planner.findings import plan_findings
 from clusterbook.pure.planner.loadtime import predict_load
 from clusterbook.pure.planner.residency import plan_residency, ram_findings, residency_findings
@@ -61,19 +61,29 @@ def gpu_nodes(c: Cluster) -> list[str]:
     return [n.name for n in c.nodes if n.gpus and ("compute" in n.roles or not n.roles)]
 
 
+MAX_OPTIONS_PER_TIER = 64  # head and worker sets tried per RPC tier (in file order, smallest sets first)
+
+
 def _rpc_options(c: Cluster, tier: RpcTier) -> list[dict]:
-    """Heads and worker sets on GPU nodes with one GPU share each, split by each device's memory."""
-    nodes = [n for n in gpu_nodes(c) if len(c.node(n).gpu_devices) == 1] or [tier.head]
+    """Heads and worker sets on single-GPU compute nodes, each share by its GPU's memory: the current size of the
+    set and the fewest GPUs the model could fit on, plus one; bounded, so a large cluster stays polynomial."""
+    nodes = [n for n in gpu_nodes(c) if len(c.node(n).gpu_devices) == 1]
+    if len(nodes) < 2:
+        return [{}]
+    smallest = min(c.node(n).gpu_devices[0].memory_mib for n in nodes) * 2**20
+    needed = max(2, -(-c.model(tier.model).bytes // smallest))
+    sizes = sorted({len(tier.nodes), needed, needed + 1} & set(range(2, len(nodes) + 1)))
     options = []
-    for head in nodes:
-        others = [n for n in nodes if n != head]
-        for size in range(1, len(others) + 1):
-            for workers in combinations(others, size):
-                members = [head, *workers]
-                mib = {n: c.node(n).gpu_devices[0].memory_mib for n in members}
+    for size in sizes:
+        for members in combinations(nodes, size):
+            for head in members:
+                workers = [n for n in members if n != head]
+                mib = {n: c.node(n).gpu_devices[0].memory_mib for n in [head, *workers]}
                 unit = min(mib.values())
-                split = {n: max(1, round(40 * mib[n] / unit)) for n in members}
-                options.append({"head": head, "workers": list(workers), "tensor_split": split})
+                options.append({"head": head, "workers": workers,
+                                "tensor_split": {n: max(1, round(40 * mib[n] / unit)) for n in [head, *workers]}})
+                if len(options) >= MAX_OPTIONS_PER_TIER:
+                    return options
     return options or [{}]
 
 
@@ -99,11 +109,16 @@ def _apply(c: Cluster, changes: dict[str, dict]) -> Cluster:
     return c.model_copy(update={"tiers": tiers})
 
 
-def judge(c: Cluster, changes: dict[str, dict]) -> Placement:
-    """Plan the cluster with these changes, as `invoke plan` and `invoke check` would."""
+def judge(c: Cluster, changes: dict[str, dict], known: dict[str, object] | None = None) -> Placement:
+    """Plan the cluster with these changes, as `invoke plan` and `invoke check` would. `known` keeps the plans of
+    tiers as written across one search (a tier's plan depends on it alone, not on where the others are)."""
     placed = _apply(c, changes)
+    known = {} if known is None else known
     try:
-        plans = plan_cluster(placed)
+        plans = {}
+        for t in placed.tiers:
+            key = t.model_dump_json()
+            plans[t.name] = known[key] if key in known else known.setdefault(key, plan_tier(placed, t))
         cplan = plan_residency(placed, plans)
         problems = [message for _, message in plan_findings(placed, plans)]  # targets missed too: shown
         overfull = residency_findings(placed, cplan) + ram_findings(placed, cplan)
@@ -138,26 +153,39 @@ def error_margin(c: Cluster, load) -> float:
 
 
 def solve(c: Cluster, min_ctx: dict[str, int] | None = None, best: int = 5) -> list[Placement]:
-    """The best placements, best first (the file's own placement is among those judged: no change)."""
+    """The best placements, best first (the file's own placement is among those judged: no change). Every
+    combination while there are at most MAX_PLACEMENTS; past that, one tier at a time from the file's placement,
+    keeping each tier's best while the others stay (a few passes: polynomial in tiers and options)."""
     per_tier = []
     for t in c.tiers:
         floor = (min_ctx or {}).get(t.name)
         shapes = _rpc_options(c, t) if isinstance(t, RpcTier) else _router_options(c, t)
-        options = [{**shape, "ctx_size": ctx} for shape, ctx in product(shapes, _contexts(t, floor))]
-        per_tier.append((t, options))
-    total = 1
-    for _, options in per_tier:
-        total *= len(options)
-    if total > MAX_PLACEMENTS:  # each tier alone first; keep its best few
-        per_tier = [(t, [p.changes[t.name] for p in sorted((judge(c, {t.name: o}) for o in options),
-                                                           key=lambda p: p.rank)[:4]]) for t, options in per_tier]
+        per_tier.append((t, [{**shape, "ctx_size": ctx} for shape, ctx in product(shapes, _contexts(t, floor))]))
     judged: dict[str, Placement] = {}
-    for combo in product(*(options for _, options in per_tier)):
-        changes = {t.name: _differences(t, option) for (t, _), option in zip(per_tier, combo)}
+    known: dict[str, object] = {}
+
+    def judged_once(changes: dict[str, dict]) -> Placement:
         changes = {name: ch for name, ch in changes.items() if ch}
         key = repr(sorted((k, sorted(v.items())) for k, v in changes.items()))
         if key not in judged:
-            judged[key] = judge(c, changes)
+            judged[key] = judge(c, changes, known)
+        return judged[key]
+
+    total = 1
+    for _, options in per_tier:
+        total *= len(options)
+    if total <= MAX_PLACEMENTS:
+        for combo in product(*(options for _, options in per_tier)):
+            judged_once({t.name: _differences(t, o) for (t, _), o in zip(per_tier, combo)})
+    else:
+        current: dict[str, dict] = {}
+        for _ in range(3):
+            before = judged_once(current).rank
+            for t, options in per_tier:
+                tried = [judged_once({**current, t.name: _differences(t, o)}) for o in options]
+                current = dict(min(tried, key=lambda p: p.rank).changes)
+            if judged_once(current).rank == before:
+                break
     return sorted(judged.values(), key=lambda p: p.rank)[:best]
 
 
