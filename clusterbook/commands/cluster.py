@@ -11,7 +11,7 @@ from clusterbook.effects.console import Failed, console
 from clusterbook.effects.files import write_tree
 from clusterbook.effects.validators import MissingTools, validate
 from clusterbook.model.loader import load_cluster, load_cluster_document
-from clusterbook.model.problems import InputError
+from clusterbook.model.problems import InputError, Problem
 from clusterbook.pure.docpages import fix_findings
 from clusterbook.pure.planner import solver
 from clusterbook.pure.planner.capacity import GIB, plan_cluster, plan_json
@@ -120,9 +120,17 @@ def solve_placements(cluster_file: str, as_json: bool, min_ctx: int | None) -> N
     import json
 
     cluster, doc = load_cluster_document(cluster_file)
+    if min_ctx is not None and not 256 <= min_ctx <= 16_777_216:
+        raise InputError([Problem((), f"--min-ctx {min_ctx}: a context is 256 to 16,777,216 tokens",
+                                  file=cluster_file)])
     floors = {t.name: min_ctx for t in cluster.tiers} if min_ctx else None
     current = solver.judge(cluster, {})
     found = solver.solve(cluster, floors)
+    if not any(p.feasible for p in found):
+        why = "; ".join(found[0].problems[:3]) if found else "no placement to judge"
+        raise InputError([Problem((), "no placement fits every tier on its devices"
+                                  + (f" even at --min-ctx {min_ctx}" if min_ctx else "") + f": {why}",
+                                  file=cluster_file)])
     text = Path(cluster_file).read_text()
     edited = solver.yaml_edit(text, cluster, doc.lines, found[0].changes) if found and found[0].changes else None
     diff = "".join(difflib.unified_diff(text.splitlines(True), edited.splitlines(True), cluster_file,

@@ -56,3 +56,19 @@ def test_the_placement_is_written_into_the_file_with_its_comments(tmp_path):
     fast = next(t for t in data["tiers"] if t["name"] == "fast")
     assert reasoning["workers"] == ["vasp-03"] and reasoning["tensor_split"] == {"vasp-01": 40, "vasp-03": 40}
     assert fast["ctx_size"] == 16384
+
+
+def test_bad_input_to_the_solver_is_named(tmp_path):
+    import pytest
+
+    from clusterbook.commands.cluster import solve_placements
+    from clusterbook.model.problems import InputError
+
+    with pytest.raises(InputError, match="--min-ctx 100: a context is 256"):
+        solve_placements(str(CLUSTERS["beefcake2"]), False, 100)
+    big = tmp_path / "big.yaml"  # 131,072 tokens fit no placement of three V100S
+    big.write_text(CLUSTERS["beefcake2"].read_text().replace("    ctx_size: 32768\n    cache_type_k",
+                                                              "    ctx_size: 131072\n    cache_type_k"))
+    with pytest.raises(InputError, match="no placement fits every tier on its devices: tier reasoning"):
+        solve_placements(str(big), False, None)
+    solve_placements(str(big), False, 32768)  # with a floor, a smaller context is found
