@@ -12,6 +12,7 @@ from clusterbook.model.templating import render_command
 from clusterbook.pure import flags as fl
 from clusterbook.pure import topology as topo
 from clusterbook.pure.mdtext import fence_for, mermaid_text, prose, prose_inline, text, title
+from clusterbook.pure.operations import cluster_command, tier_command
 from clusterbook.pure.planner.capacity import GIB, TierPlan, plan_cluster
 from clusterbook.pure.planner.findings import evaluate_claim
 from clusterbook.pure.planner.loadtime import predict_load, recovery_text
@@ -574,6 +575,47 @@ def runbook_page(expansion: Expansion) -> str:
 
 def slug(runbook_id: str, tier: str | None) -> str:
     return f"{runbook_id}-{tier}" if tier else runbook_id
+
+
+def deploy_order(c: Cluster) -> list[tuple[str, str]]:
+    """The tiers in the order the plan deploys them, each with what the plan says of it: tiers that run beside
+    every other first (file order), then the tiers of an exclusion, the one with more GPUs first (it holds them;
+    the other's job waits in the queue until it ends)."""
+    cplan = plan_residency(c, plan_cluster(c))
+    excluded = {name: e for e in cplan.exclusions for name in (e.first, e.second)}
+    gpus = {t.name: sum(len(c.node(n).gpu_devices) for n in t.nodes) for t in c.tiers}
+    order = sorted(c.tiers, key=lambda t: (t.name in excluded, -gpus[t.name] if t.name in excluded else 0))
+    out = []
+    for t in order:
+        e = excluded.get(t.name)
+        other = (e.second if e.first == t.name else e.first) if e else None
+        first = other is not None and order.index(c.tier(other)) > order.index(t)
+        note = ("" if e is None else f" It holds its GPUs first; {other} waits while it runs ({e.reason})." if first
+                else f" Its job waits in the queue while {other} runs ({e.reason}).")
+        out.append((t.name, note))
+    return out
+
+
+def bringup_steps(c: Cluster) -> str:
+    """The production guide's numbered bring-up, from the cluster and its plan: every task in the order it runs."""
+    steps = [f"{cluster_command(c, 'deploy.install')} — llama.cpp b{c.engine.build} on every tier node: "
+             f"{engine_install(c)}.",
+             f"`invoke models.fetch` — each node's models into `{c.storage.models_dir}`."]
+    for name, note in deploy_order(c):
+        t = c.tier(name)
+        steps.append(f"{tier_command(c, 'deploy', name)} — the {name} tier"
+                     + (" (RPC workers first, then the head)" if t.kind == "rpc" else "") + "." + note)
+    steps.append(f"{cluster_command(c, 'deploy.router')} — the model selector"
+                 + (f" (`{c.router.script}`)" if c.router else "") + ".")
+    if c.gateway:
+        steps.append(f"{cluster_command(c, 'deploy.gateway')} — nginx on {c.gateway.node} and the endpoint "
+                     "updater" + (", published with `tailscale serve`" if c.gateway.tailscale_name else "") + ".")
+    if c.monitoring:
+        steps.append(f"{cluster_command(c, 'deploy.monitoring')} — Prometheus and Alertmanager on "
+                     f"{c.monitoring.node}, the node exporter everywhere (see [monitoring](monitoring.md)).")
+    steps.append("`invoke verify` — the acceptance scenarios against the cluster; a rollback returns to what "
+                 "they passed on.")
+    return "\n".join(f"{i}. {step}" for i, step in enumerate(steps, 1)) + "\n"
 
 
 def engine_install(c: Cluster) -> str:

@@ -72,3 +72,14 @@ def test_bad_input_to_the_solver_is_named(tmp_path):
     with pytest.raises(InputError, match="no placement fits every tier on its devices: tier reasoning"):
         solve_placements(str(big), False, None)
     solve_placements(str(big), False, 32768)  # with a floor, a smaller context is found
+
+
+def test_the_guide_deploys_in_the_order_the_plan_allows(beefcake2, beefcake2_seeds):
+    from clusterbook.pure.docpages import bringup_steps, deploy_order
+
+    assert [name for name, _ in deploy_order(beefcake2_seeds)] == ["reasoning", "fast"]  # D14: reasoning holds
+    assert "waits in the queue while reasoning runs" in dict(deploy_order(beefcake2_seeds))["fast"]
+    assert [name for name, _ in deploy_order(beefcake2)] == ["fast", "reasoning"]  # D18: both at once, file order
+    steps = bringup_steps(beefcake2)
+    for task in ("deploy.install", "models.fetch", "deploy.router", "deploy.gateway", "deploy.monitoring", "verify"):
+        assert f"`invoke {task}`" in steps, task
