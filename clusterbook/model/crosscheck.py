@@ -5,7 +5,7 @@ from __future__ import annotations
 import ipaddress
 from collections import Counter
 
-from clusterbook.model.hosts import resolve_hosts
+from clusterbook.model.hosts import build_node, resolve_hosts
 from clusterbook.model.ownedpaths import folder_findings
 from clusterbook.model.problems import Path
 from clusterbook.model.quantization import SIZE_TOLERANCE, weights_bytes
@@ -29,7 +29,7 @@ def check_cluster(c: Cluster) -> list[Finding]:
     """Every cross-field problem of a schema-valid cluster, as (path, message)."""
     findings: list[Finding] = []
     for rule in (_networks, _nodes, _hostnames, _jumps, _engine, _models, _tiers, _contexts, _ports, _router, _gateway,
-                 _targets, _unique_ids, _slurm, folder_findings, _memory_max):
+                 _targets, _unique_ids, _slurm, folder_findings, _memory_max, _compilers):
         findings.extend(rule(c))
     return findings
 
@@ -408,4 +408,36 @@ def _memory_max(c: Cluster) -> list[Finding]:
             out.append((("tiers", i, "systemd", "memory_max"),
                         f"MemoryMax={limit} is below the {models[tier.model].bytes / 2**30:.1f} GiB the head locks in "
                         "RAM (mlock of the model file): raise it or turn mlock off"))
+    return out
+
+
+# The newest GCC major each CUDA release accepts as nvcc's host compiler (NVIDIA's installation guides).
+CUDA_MAX_GCC = {"11.8": 11, "12.0": 12, "12.1": 12, "12.2": 12, "12.3": 12, "12.4": 13, "12.5": 13, "12.6": 13}
+
+
+def _compilers(c: Cluster) -> list[Finding]:
+    """An EL node that builds llama.cpp with CUDA needs a gcc-toolset (its own GCC is too old), one the CUDA
+    version accepts as host compiler."""
+    out: list[Finding] = []
+    if c.engine.release_url or not any(n.gpus for n in c.nodes):
+        return out
+    names = {n.name for n in c.nodes}
+    try:
+        builder = build_node(c)
+    except (ValueError, StopIteration, IndexError):  # unknown nodes: reported by the rules above
+        return out
+    if builder not in names:
+        return out
+    i = [n.name for n in c.nodes].index(builder)
+    system = c.nodes[i].os
+    if system.family != "el":
+        return out
+    if not system.gcc_toolset:
+        out.append((("nodes", i, "os", "gcc_toolset"),
+                    f"{builder} builds llama.cpp on {system.id} {system.version}, whose own GCC is too old for it: "
+                    "name the gcc-toolset that builds it (seed 001 used gcc-toolset-12)"))
+    elif c.engine.cuda_version in CUDA_MAX_GCC and system.gcc_toolset > CUDA_MAX_GCC[c.engine.cuda_version]:
+        out.append((("nodes", i, "os", "gcc_toolset"),
+                    f"CUDA {c.engine.cuda_version} accepts GCC {CUDA_MAX_GCC[c.engine.cuda_version]} at most as nvcc's "
+                    f"host compiler; gcc-toolset-{system.gcc_toolset} is newer"))
     return out

@@ -61,3 +61,13 @@ def resolve_hosts(c: Cluster, selector: str) -> list[str]:
                 "candidates": candidate_nodes(c, tier)}[part]
     raise ValueError(f"unknown host selector '{selector}': use local, all, a node ({', '.join(names)}), "
                      "a role (compute, gateway, controller) or TIER.head / TIER.workers / TIER.nodes")
+
+
+def build_node(c) -> str:
+    """The node that builds llama.cpp: engine.build_node, else the first tier node with a GPU, else the first tier
+    node."""
+    if c.engine.build_node:
+        return c.engine.build_node
+    nodes = resolve_hosts(c, "tiers")
+    with_gpu = [n for n in nodes if c.node(n).gpus]
+    return (with_gpu or nodes)[0]

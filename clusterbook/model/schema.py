@@ -116,6 +116,23 @@ class Gpu(Strict):
         return float(self.compute_capability)
 
 
+class OperatingSystem(Strict):
+    """A node's operating system: which package manager, compilers and firewall its steps use."""
+
+    family: Literal["debian", "el"] = Field(description="debian: Debian and Ubuntu (apt); el: RHEL, Rocky, Alma "
+                                                        "(dnf with EPEL, gcc-toolset for builds)")
+    id: str = Field(pattern=r"^[a-z][a-z0-9._-]*$", max_length=32,
+                    description="/etc/os-release's ID, e.g. debian, rocky (preflight compares it)")
+    version: str = Field(pattern=r"^[0-9]{1,4}(\.[0-9]{1,4}){0,2}$",
+                         description='/etc/os-release\'s VERSION_ID, e.g. "12", "8.10" (preflight compares it)')
+    gcc_toolset: int | None = Field(None, ge=9, le=20,
+                                    description="EL: the gcc-toolset that builds llama.cpp (its gcc and g++, and "
+                                                "nvcc's host compiler); Rocky 8's own GCC 8.5 cannot build it")
+
+
+DEBIAN_12 = {"family": "debian", "id": "debian", "version": "12"}
+
+
 class Node(Strict):
     """A machine of the cluster."""
 
@@ -133,6 +150,12 @@ class Node(Strict):
     cpu_bandwidth_gbs: float | None = Field(None, gt=0, le=100_000,
                                             description="memory bandwidth for CPU inference, GB/s")
     cpu_gflops: float | None = Field(None, gt=0, le=10_000_000, description="CPU GFLOP/s (for the prompt estimate)")
+    os: OperatingSystem = Field(default_factory=lambda: OperatingSystem(**DEBIAN_12),
+                                description="operating system (default: Debian 12, the lab's)")
+    nvidia_driver: str | None = Field(None, pattern=r"^[0-9]{2,4}(\.[0-9]{1,4}){1,2}$",
+                                      description="NVIDIA driver version nvidia-smi reports (preflight compares it)")
+    cpu_model: Line | None = Field(None, description="CPU model, as the docs' hardware page shows it")
+    nic: Line | None = Field(None, description="the fast network's adapter, as the hardware page shows it")
 
     @property
     def gpu_devices(self) -> list[Gpu]:

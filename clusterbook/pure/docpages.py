@@ -203,7 +203,19 @@ def hardware(c: Cluster) -> str:
     addrs = [[n.name] + [f"`{n.addresses.get(net, '–')}`" for net in c.networks] for n in c.nodes]
     jumps = [[name, j.address, j.user or c.access.user, j.port, j.via or "–", text(j.description)]
              for name, j in c.access.jump_hosts.items()]
+    systems = [[f"**{n.name}**", f"{n.os.id} {n.os.version} ({n.os.family})",
+                f"gcc-toolset-{n.os.gcc_toolset}" if n.os.gcc_toolset else "the system's",
+                n.nvidia_driver or "–", text(n.cpu_model) if n.cpu_model else "–", text(n.nic) if n.nic else "–"]
+               for n in c.nodes]
     out = "## Nodes\n\n" + table(["node", "host name", "roles", "GPUs", "CPU cores", "RAM", "SSH"], rows)
+    out += ("\n## Operating systems and drivers\n\n" + table(["node", "operating system", "compilers for the build",
+                                                              "NVIDIA driver", "CPU", "fast network adapter"],
+                                                             systems)
+            + "\n`invoke preflight` compares each node's `/etc/os-release` and driver with these. Packages come from "
+              "each node's own family: apt on Debian; dnf with EPEL and PowerTools on EL, where the build uses the "
+              "gcc-toolset named here (and nvcc uses its g++ as host compiler). The EL path is rehearsed statically "
+              "(shellcheck of every command, fixtures with a Rocky 8.10 node's facts, `--dry`), not run: no Rocky "
+              "packages are reachable from where clusterbook is developed.\n")
     out += "\n## Networks\n\n" + table(["network", "role", "link", "subnet", "MTU", "bandwidth", "carries RPC"], nets)
     out += "\n## Addresses\n\n" + table(["node", *c.networks], addrs)
     if jumps:

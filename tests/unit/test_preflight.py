@@ -14,7 +14,9 @@ BEEFCAKE2 = load_cluster(ROOT / "cluster.yaml")
 LAB = load_cluster(ROOT / "lab/cluster.yaml")
 
 GOOD = """\
-gpu=Tesla V100S-PCIE-32GB|32768|535.104.05
+os=rocky|8.10
+toolset=12
+gpu=Tesla V100S-PCIE-32GB|32768|535.183.01
 cuda=12.2
 avail=200000000000
 iface=ib0|up|2044
@@ -30,14 +32,17 @@ def test_a_node_as_declared_passes_every_check():
     found = verdicts(GOOD)
     assert {check: v[0] for check, v in found.items()} == {
         "GPUs": "ok", "driver's CUDA": "ok", "free space in /scratch/ai/models": "ok", "fabric interface": "ok",
-        "clock": "ok"}
+        "clock": "ok", "operating system": "ok", "NVIDIA driver": "ok", "compiler": "ok"}  # a Rocky 8.10 node
     assert found["free space in /scratch/ai/models"][1] == "≥ 47.4 GB for OR1-Behemoth"
 
 
 @pytest.mark.parametrize("change, check, found", [
     (("gpu=Tesla V100S-PCIE-32GB|32768", "gpu=Tesla V100-PCIE-16GB|16384"), "GPUs", "Tesla V100-PCIE-16GB 16384 MiB"),
-    (("gpu=Tesla V100S-PCIE-32GB|32768|535.104.05\n", ""), "GPUs", "no nvidia-smi or no GPU"),
-    (("cuda=12.2", "cuda=11.8"), "driver's CUDA", "11.8 (driver 535.104.05)"),
+    (("gpu=Tesla V100S-PCIE-32GB|32768|535.183.01\n", ""), "GPUs", "no nvidia-smi or no GPU"),
+    (("cuda=12.2", "cuda=11.8"), "driver's CUDA", "11.8 (driver 535.183.01)"),
+    (("os=rocky|8.10", "os=rocky|8.9"), "operating system", "rocky 8.9"),
+    (("os=rocky|8.10", "os=debian|12"), "operating system", "debian 12"),
+    (("|535.183.01", "|550.54.15"), "NVIDIA driver", "550.54.15"),
     (("avail=200000000000", "avail=40000000000"), "free space in /scratch/ai/models", "40.0 GB"),
     (("iface=ib0|up|2044", "iface=ib0|down|2044"), "fabric interface", "ib0 down, MTU 2044"),
     (("iface=ib0|up|2044", "iface=ib0|up|1500"), "fabric interface", "ib0 up, MTU 1500"),

@@ -1,0 +1,44 @@
+"""What a node installs from its operating system's packages: one name per need, the command per family (apt on
+Debian; dnf with EPEL and the PowerTools repository on EL)."""
+
+from __future__ import annotations
+
+import shlex
+
+from clusterbook.model.schema import OperatingSystem
+
+# need -> family -> package names. A need with no entry for a family is not packaged for it by clusterbook yet:
+# its command fails, naming the need, instead of installing something else.
+PACKAGES: dict[str, dict[str, list[str]]] = {
+    "build": {"debian": ["cmake", "ninja-build", "g++", "python3-pip"],
+              "el": ["cmake", "ninja-build", "python3-pip"]},  # + the node's gcc-toolset
+    "jq": {"debian": ["jq"], "el": ["jq"]},
+    "iperf3": {"debian": ["iperf3"], "el": ["iperf3"]},
+    "node-exporter": {"debian": ["prometheus-node-exporter"]},
+    "prometheus": {"debian": ["prometheus", "prometheus-alertmanager"]},
+}
+
+
+def packages(os: OperatingSystem, need: str) -> list[str]:
+    """The packages of a need on this operating system (empty: not packaged for it)."""
+    names = list(PACKAGES[need].get(os.family, []))
+    if need == "build" and os.family == "el" and names and os.gcc_toolset:
+        names.append(f"gcc-toolset-{os.gcc_toolset}")
+    return names
+
+
+def install_command(os: OperatingSystem, need: str) -> str:
+    """The shell command that installs a need's packages on a node of this operating system."""
+    names = packages(os, need)
+    if not names:
+        return (f"echo '{need}: clusterbook has no {os.family} packages for it yet; install it by hand' >&2; "
+                "exit 1")
+    words = " ".join(shlex.quote(n) for n in names)
+    if os.family == "debian":
+        return f"DEBIAN_FRONTEND=noninteractive apt-get install -y -q {words}"
+    return f"dnf install -y -q epel-release && dnf install -y -q --enablerepo=powertools {words}"
+
+
+def toolset_bin(os: OperatingSystem) -> str | None:
+    """Where an EL node's gcc-toolset keeps gcc and g++ (None: the system compilers)."""
+    return f"/opt/rh/gcc-toolset-{os.gcc_toolset}/root/usr/bin" if os.family == "el" and os.gcc_toolset else None
