@@ -26,7 +26,12 @@ def router_nodes(c: Cluster) -> list[str]:
 
 def resolve_hosts(c: Cluster, selector: str) -> list[str]:
     """Node names for a selector: local, all, tiers, gpus, monitoring, a node, a role, gateway, or TIER.head /
-    .workers / .nodes."""
+    .workers / .nodes; `SELECTOR@debian` or `@el` keeps the nodes of that operating system family."""
+    base, at, family = selector.partition("@")
+    if at:
+        if family not in ("debian", "el"):
+            raise ValueError(f"unknown operating system family '{family}' in '{selector}': use @debian or @el")
+        return [n for n in resolve_hosts(c, base) if c.node(n).os.family == family]
     if selector == "local":
         return []
     names = [n.name for n in c.nodes]

@@ -56,7 +56,7 @@ def tier_operations(c: Cluster) -> list[Operation]:
         if isinstance(t, RpcTier) and t.manager == "systemd":
             ops.append(Operation("deploy", f"{t.name}-workers", "deploy-rpc",
                                  f"Deploy only the {t.name} tier's RPC workers.", t.name,
-                                 ("env", "workers", "workers-listening")))
+                                 ("env", "firewall", "firewalld", "workers", "workers-listening")))
         stopping = "cancel its SLURM job" if t.manager == "slurm" else "head first, then disable the units"
         ops.append(Operation("stop", t.name, tier_runbook(t, "stop"), f"Stop the {t.name} tier ({stopping}).",
                              t.name))

@@ -283,9 +283,20 @@ def _tier_files(c: Cluster, tier: RouterTier | RpcTier) -> list[Artifact]:
     return files
 
 
+def firewalld_script(tier: RpcTier) -> str:
+    """Where an EL worker keeps the script that opens its RPC port in firewalld."""
+    return f"/usr/local/sbin/clusterbook-rpc-firewalld-{tier.name}"
+
+
 def _nftables(c: Cluster, tier: RpcTier, worker: str) -> list[Artifact]:
-    """The RPC port's rules, and a unit that loads them at every boot (before the worker or slurmd starts)."""
+    """The RPC port's rules, and a unit that loads them at every boot (before the worker or slurmd starts); on an EL
+    node, where firewalld runs, a script that opens the port in firewalld instead (permanent rich rules)."""
     allowed = [topo.address(c, n, c.rpc_network) for n in tier.nodes if c.rpc_network in c.node(n).addresses]
+    if c.node(worker).os.family == "el":
+        text = template("firewalld-rpc.sh.j2", header=header(c), tier=tier, network=c.rpc_network,
+                        address=topo.address(c, worker, c.rpc_network), allowed=sorted(set(allowed)))
+        return [Artifact(worker, firewalld_script(tier), text, "script", 0o755,
+                         about=f"{tier.name}: RPC port open to the tier's nodes only (firewalld)")]
     rules = f"/etc/nftables.d/llama-rpc-{tier.name}.nft"
     text = template("nftables-rpc.nft.j2", header=header(c), tier=tier, table=tier.name.replace("-", "_"),
                     allowed=sorted(set(allowed)))
