@@ -10,6 +10,7 @@ from rich.table import Table
 from clusterbook.commands import settings
 from clusterbook.effects.console import Failed, console
 from clusterbook.model.loader import load_cluster
+from clusterbook.pure.planner.capacity import plan_cluster
 
 
 def default_cluster() -> str:
@@ -182,6 +183,17 @@ def status(cluster_file: str, only: str | None = None, dry: bool = False) -> Non
         _live_figures(cluster)
 
 
+def decode_text(value: str | None, bound: float | None) -> str:
+    """Prometheus's decode rate as status shows it: a figure far above the planner's bound is not a speed but a few
+    tokens over a rounded time (the server's seconds counter), so it is not shown as one."""
+    if value is None:
+        return "- (no generation)"
+    rate = float(value)
+    if rate != rate or (bound and rate > 2 * bound):  # NaN: no tokens in the window
+        return "- (too few tokens to tell)"
+    return f"{rate:.1f}"
+
+
 def _live_figures(cluster) -> None:
     """Each tier's decode speed and requests in flight, and each GPU's memory, as Prometheus has them now."""
     from clusterbook.effects.probes import prometheus_query
@@ -189,6 +201,7 @@ def _live_figures(cluster) -> None:
     from clusterbook.pure.render.monitoring import DECODE, GPU_METRICS, job
 
     transport = SshTransport(cluster)
+    bounds = {name: p.decode_bound_tps for name, p in plan_cluster(cluster).items()}
     try:
         table = Table("tier", "healthy", "first token s", "decode tok/s (last 5 min)", "requests in flight",
                       title=f"live, from Prometheus on {cluster.monitoring.node}")
@@ -199,7 +212,7 @@ def _live_figures(cluster) -> None:
             busy = prometheus_query(transport, cluster, f'sum(llamacpp:requests_processing{{job="{job(tier)}"}})')
             table.add_row(tier.name, {"1": "yes", "0": "[red]no[/]"}.get(healthy[0]["value"][1]) if healthy
                           else "- (not probed)", f"{float(ttft[0]['value'][1]):.2f}" if ttft else "-",
-                          f"{float(decode[0]['value'][1]):.1f}" if decode else "- (no generation)",
+                          decode_text(decode[0]["value"][1] if decode else None, bounds.get(tier.name)),
                           busy[0]["value"][1] if busy else "- (not scraped)")
         console.print(table)
         gpus = prometheus_query(transport, cluster, f"{GPU_METRICS}_memory_used_bytes / 2^30")

@@ -88,3 +88,4 @@ def test_the_prune_removes_only_generation_folders(tmp_path):
     subprocess.run(["bash", "-c", gen.end_command(str(gdir), gid, str(tmp_path / "bin"), kept=2)], check=True)
     assert sorted(p.name for p in gdir.iterdir()) == sorted([*names[-2:], "etc", "precious",
                                                             "20260101-not-a-generation"])
+
