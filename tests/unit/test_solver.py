@@ -83,3 +83,15 @@ def test_the_guide_deploys_in_the_order_the_plan_allows(beefcake2, beefcake2_see
     steps = bringup_steps(beefcake2)
     for task in ("deploy.install", "models.fetch", "deploy.router", "deploy.gateway", "deploy.monitoring", "verify"):
         assert f"`invoke {task}`" in steps, task
+
+
+def test_mixed_gpus_are_split_by_their_memory(tmp_path):
+    lines = CLUSTERS["mini"].read_text().splitlines()
+    n2 = lines.index("  - name: n2")
+    assert "memory_mib: 16384" in lines[n2 + 3]
+    lines[n2 + 3] = lines[n2 + 3].replace("memory_mib: 16384", "memory_mib: 32768")  # n2's card is twice the size
+    path = tmp_path / "mixed.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    cluster, _ = load_cluster_document(path)
+    splits = [p.changes.get("big", {}).get("tensor_split") for p in solver.solve(cluster, best=5)]
+    assert {"n1": 40, "n2": 80} in splits or {"n2": 80, "n1": 40} in splits, splits
