@@ -343,6 +343,9 @@ def _targets(c: Cluster) -> list[Finding]:
         if t.tier in seen:
             out.append((("targets", i, "tier"), f"tier '{t.tier}' already has targets"))
         seen.add(t.tier)
+    for i, seen in enumerate(c.observations):
+        if seen.tier and seen.tier not in tiers:
+            out.append((("observations", i, "tier"), f"unknown tier '{seen.tier}'"))
     for i, trouble in enumerate(c.troubleshooting):
         if trouble.tier and trouble.tier not in tiers:
             out.append((("troubleshooting", i, "tier"), f"unknown tier '{trouble.tier}'"))

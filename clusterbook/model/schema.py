@@ -559,6 +559,18 @@ class Decision(Strict):
                                 description="figures this decision refutes, computed by the planner")
 
 
+class Observation(Strict):
+    """A figure measured on this cluster before clusterbook (the seeds), kept with its source and date."""
+
+    what: Line = Field(description="what was measured, e.g. generation speed at 64K tokens")
+    value: float = Field(ge=0, le=1e12, description="the figure")
+    unit: Line = Field(description="its unit, e.g. tok/s, MiB, s")
+    tier: Name | None = Field(None, description="the tier it was measured on")
+    setup: Line = Field("", description="how it ran, where that differs from the cluster file today")
+    source: Line = Field(description="where it was recorded, e.g. seed 004")
+    date: str = Field(pattern=r"^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])$", description="YYYY-MM-DD")
+
+
 class FixStep(Strict):
     """A fix command, a Jinja template over the cluster, run on some hosts."""
 
@@ -697,6 +709,9 @@ class Cluster(Strict):
     targets: list[Targets] = Field(default_factory=list, description="success criteria per tier")
     decisions: list[Decision] = Field(default_factory=list, description="the decision log")
     troubleshooting: list[Trouble] = Field(default_factory=list, description="symptom -> cause -> fix")
+    observations: list[Observation] = Field(default_factory=list, max_length=1000,
+                                            description="figures measured on this cluster before clusterbook "
+                                                        "(shown on the results page with their source)")
     planner: Planner = Field(default_factory=Planner, description="capacity planner constants")
     slurm: SlurmCluster | None = Field(None, description="the SLURM cluster, when clusterbook configures it")
     monitoring: Monitoring | None = Field(None, description="Prometheus scraping every tier, node and GPU; alerts "

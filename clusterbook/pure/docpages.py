@@ -589,6 +589,15 @@ def slug(runbook_id: str, tier: str | None) -> str:
     return f"{runbook_id}-{tier}" if tier else runbook_id
 
 
+def observations(c: Cluster) -> str:
+    """What the cluster's own earlier records measured (the seeds), each with its source, date and setup."""
+    if not c.observations:
+        return "None recorded in the cluster file.\n"
+    rows = [[text(o.what), f"{o.value:,g} {text(o.unit)}", o.tier or "–", text(o.setup) or "as the file",
+             f"{text(o.source)}, {o.date}"] for o in c.observations]
+    return table(["what", "measured", "tier", "setup", "source"], rows)
+
+
 def deploy_order(c: Cluster) -> list[tuple[str, str]]:
     """The tiers in the order the plan deploys them, each with what the plan says of it: tiers that run beside
     every other first (file order), then the tiers of an exclusion, the one with more GPUs first (it holds them;
