@@ -598,6 +598,39 @@ def observations(c: Cluster) -> str:
     return table(["what", "measured", "tier", "setup", "source"], rows)
 
 
+def slurm_asks(c: Cluster) -> str:
+    """Where SLURM is managed elsewhere: what its administrators must have set for the tiers, as slurm.conf and
+    sacctmgr lines from the cluster file (partitions, QoS, a GPU gres per node, the requeue hold, preemption)."""
+    tiers = [t for t in c.tiers if t.slurm]
+    if c.slurm or not tiers:
+        return ""
+    gpu_nodes = [n for n in c.nodes if n.gpus and any(n.name in t.nodes for t in tiers)]
+    partitions = sorted({t.slurm.partition for t in tiers})
+    hold = c.planner.site_requeue_hold_s
+    lines = ["# slurm.conf", "GresTypes=gpu", "PreemptType=preempt/qos", "PreemptMode=REQUEUE"]
+    lines += [f"NodeName={n.name} Gres=gpu:{len(n.gpu_devices)} RealMemory={int(n.ram_gb * 1e9 / 2**20)}"
+              "  # beside the node's other settings" for n in gpu_nodes]
+    lines += [f"PartitionName={p} Nodes={','.join(n.name for n in gpu_nodes)}  # beside its other settings"
+              for p in partitions]
+    lines.append("AuthInfo=cred_expire=30  # a requeued job waits 30 s, not SLURM's default 120 (the lab's, measured)"
+                 if not hold else f"AuthInfo=cred_expire={hold}  # as the cluster file declares")
+    qos = {t.slurm.qos for t in tiers if t.slurm.qos}
+    if qos and c.slurm_site:
+        lines.append("# sacctmgr")
+        for q in c.slurm_site.qos:
+            if q.name in qos or q.preempts:
+                pre = f" preempt={','.join(q.preempts)}" if q.preempts else ""
+                lines.append(f"sacctmgr -i add qos {q.name} set priority={q.priority}{pre}")
+    gres = sorted({t.slurm.gres for t in tiers if t.slurm.gres})
+    return ("What the tiers' jobs ask SLURM for, and so what its administrators must have set up (clusterbook "
+            f"does not configure this cluster's SLURM): the partition{'s' if len(partitions) > 1 else ''} "
+            + ", ".join(f"`{p}`" for p in partitions) + (", the QoS " + ", ".join(f"`{q}`" for q in sorted(qos))
+                                                           if qos else "")
+            + (", the generic resource " + ", ".join(f"`{g}`" for g in gres) if gres else "")
+            + " on every GPU node, preemption that requeues, and the requeue hold the planner assumes. As "
+              "slurm.conf and sacctmgr lines:\n\n" + code("\n".join(lines), "text"))
+
+
 def deploy_order(c: Cluster) -> list[tuple[str, str]]:
     """The tiers in the order the plan deploys them, each with what the plan says of it: tiers that run beside
     every other first (file order), then the tiers of an exclusion, the one with more GPUs first (it holds them;

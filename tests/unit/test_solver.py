@@ -95,3 +95,15 @@ def test_mixed_gpus_are_split_by_their_memory(tmp_path):
     cluster, _ = load_cluster_document(path)
     splits = [p.changes.get("big", {}).get("tensor_split") for p in solver.solve(cluster, best=5)]
     assert {"n1": 40, "n2": 80} in splits or {"n2": 80, "n1": 40} in splits, splits
+
+
+def test_the_slurm_administrators_asks_come_from_the_file(beefcake2):
+    from clusterbook.model.loader import load_cluster
+    from clusterbook.pure.docpages import slurm_asks
+
+    asks = slurm_asks(beefcake2)
+    for line in ("GresTypes=gpu", "NodeName=vasp-01 Gres=gpu:1", "PartitionName=gpu_ai Nodes=vasp-01,vasp-02,vasp-03",
+                 "AuthInfo=cred_expire=30", "sacctmgr -i add qos vasp_priority set priority=1000 "
+                 "preempt=ai_opportunistic"):
+        assert line in asks, line
+    assert slurm_asks(load_cluster(CLUSTERS["beefcake2"].parent / "lab/cluster-slurm.yaml")) == ""  # its own SLURM
