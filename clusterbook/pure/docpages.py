@@ -413,7 +413,8 @@ def fix_commands(c: Cluster, trouble) -> str:
 def troubleshooting(c: Cluster) -> str:
     out = []
     for t in c.troubleshooting:
-        out.append(f"## {text(t.symptom)}\n\n**Cause.**\n\n{prose(t.cause)}\n**Fix.**\n\n{fix_commands(c, t)}")
+        out.append(f"## {text(t.symptom)} {{ #{t.id} }}\n\n**Cause.**\n\n{prose(t.cause)}\n**Fix.**\n\n"
+                   f"{fix_commands(c, t)}")  # the id is the entry's anchor: alerts link to it
     return "\n".join(out) or "No entries.\n"
 
 
@@ -724,7 +725,7 @@ def monitoring(c: Cluster) -> str:
     rows = []
     for rule in mon.alerts(c):
         entry = rule["annotations"].get("troubleshooting")
-        link = f"[{entries[entry]}](troubleshooting.md)" if entry in entries else "–"
+        link = f"[{entries[entry]}](troubleshooting.md#{entry})" if entry in entries else "–"
         rows.append([f"**{rule['alert']}**", rule["labels"].get("tier", "–"), rule["annotations"]["summary"],
                      rule["for"], link])
     out.append(table(["alert", "tier", "when", "for", "troubleshooting"], rows))

@@ -163,6 +163,10 @@ def test_the_capacity_page_shows_the_whole_cluster(beefcake2_site):
 @needs_mermaid
 def test_troubleshooting_follows_the_manager(beefcake2_site):
     page = (beefcake2_site[0] / "troubleshooting/index.html").read_text()
+    for entry in ("rpc-worker-down", "rpc-port-blocked", "job-not-starting"):  # stable anchors, for the alerts
+        assert f'id="{entry}"' in page, entry
+    monitoring = (beefcake2_site[0] / "monitoring/index.html").read_text()
+    assert 'href="../troubleshooting/#job-not-starting"' in monitoring
     assert "systemctl" not in page  # beefcake2's tiers are SLURM jobs: no unit to restart
     assert "squeue -n llama-reasoning" in page and "scontrol requeue" in page
 

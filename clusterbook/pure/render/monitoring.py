@@ -99,9 +99,22 @@ def prometheus_config(c: Cluster, header: str) -> str:
     return _dump(header, config)
 
 
+def docs_base(c: Cluster) -> str | None:
+    """Where the published docs site is: cluster.docs_url, else the gateway's /docs/ (docs.publish)."""
+    if c.cluster.docs_url:
+        return c.cluster.docs_url.rstrip("/")
+    if c.gateway and c.gateway.docs_port and c.gateway.url:
+        return f"{c.gateway.url}/docs"
+    return None
+
+
 def _entry(c: Cluster, trouble: str) -> dict:
-    """The annotation naming the troubleshooting entry, when the cluster file has it."""
-    return {"troubleshooting": trouble} if trouble in {t.id for t in c.troubleshooting} else {}
+    """The annotations naming the troubleshooting entry, when the cluster file has it, and linking to that very
+    entry on the published site (runbook_url, Alertmanager's usual name for it)."""
+    if trouble not in {t.id for t in c.troubleshooting}:
+        return {}
+    base = docs_base(c)
+    return {"troubleshooting": trouble, **({"runbook_url": f"{base}/troubleshooting/#{trouble}"} if base else {})}
 
 
 @dataclass(frozen=True)
