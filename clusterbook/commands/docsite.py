@@ -12,6 +12,7 @@ from clusterbook.model.loader import load_cluster
 from clusterbook.model.problems import InputError
 from clusterbook.model.schema import Cluster
 from clusterbook.pure import docpages as pages
+from clusterbook.pure import layout
 from clusterbook.pure.charts import node_pictures
 from clusterbook.pure.operations import operations
 from clusterbook.pure.planner.capacity import TierPlan, plan_cluster
@@ -165,8 +166,8 @@ def result_picture(name: str, site: Site, caption: str) -> str:
 
 def packed_site(c: Cluster, packed: str) -> Artifact:
     """The built site as one upload for the gateway: a gzipped tar, base64 (uploads are text)."""
-    return Artifact(c.gateway.node, f"{c.gateway.docs_dir}/site.tar.gz.b64", packed, "archive",
-                    about="the docs site, packed")
+    return Artifact(c.gateway.node, layout.path(c, "site_archive"), packed, "archive", about="the docs site, packed",
+                    id="site_archive")
 
 
 REPORTS = {  # report name: (what "not yet …" says, the task that writes it)

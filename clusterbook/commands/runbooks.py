@@ -10,7 +10,6 @@ from rich.table import Table
 from clusterbook.commands import settings
 from clusterbook.effects.console import Failed, console
 from clusterbook.model.loader import load_cluster
-from clusterbook.pure.planner.capacity import plan_cluster
 
 
 def default_cluster() -> str:
@@ -183,36 +182,41 @@ def status(cluster_file: str, only: str | None = None, dry: bool = False) -> Non
         _live_figures(cluster)
 
 
-def decode_text(value: str | None, bound: float | None) -> str:
-    """Prometheus's decode rate as status shows it: a figure far above the planner's bound is not a speed but a few
-    tokens over a rounded time (the server's seconds counter), so it is not shown as one."""
-    if value is None:
+MIN_DECODE_SAMPLE = (16, 0.1)  # tokens and generation seconds in the window below which a rate is not a speed
+
+
+def decode_text(tokens: str | None, seconds: str | None) -> str:
+    """A tier's decode speed as status shows it, from the tokens generated in the window and the generation seconds
+    they took (llama-server's counters). A few tokens over a rounded time (the probe's one-token completions take
+    ~0 s) is not a speed, so it is not shown as one."""
+    if tokens is None or seconds is None:
         return "- (no generation)"
-    rate = float(value)
-    if rate != rate or (bound and rate > 2 * bound):  # NaN: no tokens in the window
+    n, t = float(tokens), float(seconds)
+    if not (n >= MIN_DECODE_SAMPLE[0] and t >= MIN_DECODE_SAMPLE[1]):  # NaN fails both
         return "- (too few tokens to tell)"
-    return f"{rate:.1f}"
+    return f"{n / t:.1f}"
 
 
 def _live_figures(cluster) -> None:
     """Each tier's decode speed and requests in flight, and each GPU's memory, as Prometheus has them now."""
     from clusterbook.effects.probes import prometheus_query
     from clusterbook.effects.ssh import SshTransport
-    from clusterbook.pure.render.monitoring import DECODE, GPU_METRICS, job
+    from clusterbook.pure.render.monitoring import GPU_METRICS, job
 
     transport = SshTransport(cluster)
-    bounds = {name: p.decode_bound_tps for name, p in plan_cluster(cluster).items()}
     try:
         table = Table("tier", "healthy", "first token s", "decode tok/s (last 5 min)", "requests in flight",
                       title=f"live, from Prometheus on {cluster.monitoring.node}")
         for tier in cluster.tiers:
             healthy = prometheus_query(transport, cluster, f'clusterbook_tier_healthy{{tier="{tier.name}"}}')
             ttft = prometheus_query(transport, cluster, f'max(clusterbook_tier_ttft_seconds{{tier="{tier.name}"}})')
-            decode = prometheus_query(transport, cluster, f"sum({DECODE.format(job=job(tier))})")
+            tokens, seconds = (prometheus_query(transport, cluster,
+                                                f'sum(increase(llamacpp:{counter}{{job="{job(tier)}"}}[5m]))')
+                               for counter in ("tokens_predicted_total", "tokens_predicted_seconds_total"))
             busy = prometheus_query(transport, cluster, f'sum(llamacpp:requests_processing{{job="{job(tier)}"}})')
             table.add_row(tier.name, {"1": "yes", "0": "[red]no[/]"}.get(healthy[0]["value"][1]) if healthy
                           else "- (not probed)", f"{float(ttft[0]['value'][1]):.2f}" if ttft else "-",
-                          decode_text(decode[0]["value"][1] if decode else None, bounds.get(tier.name)),
+                          decode_text(*(v[0]["value"][1] if v else None for v in (tokens, seconds))),
                           busy[0]["value"][1] if busy else "- (not scraped)")
         console.print(table)
         gpus = prometheus_query(transport, cluster, f"{GPU_METRICS}_memory_used_bytes / 2^30")

@@ -73,7 +73,7 @@ def slurm_load_report(transport, c: Cluster, tier: RpcTier, seconds: int = 300) 
     """
     import posixpath
 
-    from clusterbook.pure.render.artifacts import sbatch_path
+    from clusterbook.pure.layout import sbatch_path
     ctl, job = c.slurm_controller, topo.units(tier).job
     record = posixpath.join(c.storage.endpoint_dir, f"{tier.name}.json")
     submit = transport.run(ctl, f"sbatch --parsable --export=ALL,LLAMA_ARG_LOG_VERBOSITY=4 {sbatch_path(c, tier)}")

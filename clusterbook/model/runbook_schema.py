@@ -21,7 +21,9 @@ class ActionBase(Strict):
 class Upload(ActionBase):
     """Put a rendered file on the host; changed only when the content differs (sha256)."""
 
-    upload: str = Field(description="target path (a template); the content is the rendered file for that host")
+    upload: str = Field(pattern=r"^[a-z][a-z0-9_]*$",
+                        description="artifact id (clusterbook/pure/layout.py): the rendered file of that id for the "
+                                    "host (the runbook's tier's, the looped tier's, else the cluster's), at its path")
 
 
 class Run(ActionBase):

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 
 from clusterbook.model.schema import Cluster
 from clusterbook.pure import topology as topo
+from clusterbook.pure.layout import sbatch_path
 from clusterbook.pure.operations import cluster_operations, tier_operations
-from clusterbook.pure.render.artifacts import sbatch_path
 from clusterbook.pure.runbooks import Expansion, PutFile
 
 NOT_THERE = "-"  # a file a node does not have, a link that is not set

@@ -7,6 +7,7 @@ import shlex
 from dataclasses import dataclass
 
 from clusterbook.model.schema import MLOCK_FLAG_DEPRECATED_BUILD, Cluster, RouterTier, RpcTier
+from clusterbook.pure import layout
 from clusterbook.pure import topology as topo
 
 
@@ -25,10 +26,6 @@ class Flag:
 
 def binary(c: Cluster, name: str) -> str:
     return posixpath.join(c.engine.install_dir, name)
-
-
-def models_preset_path(c: Cluster, tier: RouterTier) -> str:
-    return posixpath.join(c.storage.env_dir, f"{tier.name}-models.ini")
 
 
 def _common(c: Cluster, tier: RouterTier | RpcTier) -> list[Flag]:
@@ -110,7 +107,7 @@ def server_flags(c: Cluster, tier: RouterTier | RpcTier) -> list[Flag]:
 
 def _router_flags(c: Cluster, tier: RouterTier) -> list[Flag]:
     return [
-        Flag("--models-preset", models_preset_path(c, tier), "router mode: models this server may load",
+        Flag("--models-preset", layout.models_preset_path(c, tier), "router mode: models this server may load",
              f"generated from tier {tier.name}'s model list: " + ", ".join(tier.models)),
         Flag("--models-max", str(tier.models_max), "models resident at once; the least recently used unloads",
              "what fits the node's GPU memory (see the capacity plan)"),

@@ -19,9 +19,10 @@ from clusterbook.model.templating import render_string
 from clusterbook.model.yamlsource import YamlDocument, load_yaml
 from clusterbook.pure import engine_build as eb
 from clusterbook.pure import flags as fl
+from clusterbook.pure import layout
 from clusterbook.pure import topology as topo
 from clusterbook.pure.packages import install_command, toolset_bin
-from clusterbook.pure.render.artifacts import Artifact, env_file, ld_library_path, render_artifacts
+from clusterbook.pure.render.artifacts import Artifact, ld_library_path, render_artifacts
 from clusterbook.pure.render.escaping import checked_target
 
 RUNBOOK_DIR = Path(__file__).resolve().parents[2] / "runbooks"
@@ -160,6 +161,7 @@ def template_context(c: Cluster, tier: RouterTier | RpcTier | None, host: str | 
                  "install_name": posixpath.basename(c.engine.install_dir.rstrip("/")),
                  "ld_library_path": ld_library_path(c),
                  "units_of": topo.units,
+                 "files": layout.cluster_paths(c),  # every generated file's node path by artifact id (layout.py)
                  "endpoint_of": lambda t: topo.endpoint_url(c, t)}
     if c.monitoring:  # what deploy.monitoring checks: the scrape jobs that must be up, the key files it reads
         from clusterbook.pure.render import monitoring as mon
@@ -168,10 +170,9 @@ def template_context(c: Cluster, tier: RouterTier | RpcTier | None, host: str | 
                              "key_files": [t.api_key.file for t in c.tiers if t.api_key and t.api_key.file
                                       and c.monitoring.node in t.nodes]}
     if tier is not None:
-        from clusterbook.pure.render.artifacts import keeper_marker_dir, sbatch_path
-        ctx.update(units=topo.units(tier), endpoint=topo.endpoint_url(c, tier), sbatch_path=sbatch_path(c, tier),
-                   keeper_dir=keeper_marker_dir(c),
-                   http_address=topo.http_address(c, tier), env_file=env_file(c, tier),
+        ctx["files"] = {**ctx["files"], **layout.tier_paths(c, tier)}
+        ctx.update(units=topo.units(tier), endpoint=topo.endpoint_url(c, tier),
+                   http_address=topo.http_address(c, tier),
                    rpc_endpoints=topo.rpc_endpoints(c, tier) if isinstance(tier, RpcTier) else [],
                    rpc_addresses=[a.split(":")[0] for a in topo.rpc_endpoints(c, tier)]
                    if isinstance(tier, RpcTier) else [])
@@ -185,7 +186,7 @@ def expand(book: RunbookFile, c: Cluster, tier_name: str | None = None, only: li
     rb, doc = book.runbook, book.doc
     tier = _tier(c, rb, tier_name)
     artifacts = artifacts if artifacts is not None else render_artifacts(c)
-    files = {(a.node, a.path): a for a in artifacts}
+    files = {(a.node, a.tier, a.id): a for a in artifacts}
     problems = []
     expanded = []
 
@@ -227,8 +228,8 @@ def expand(book: RunbookFile, c: Cluster, tier_name: str | None = None, only: li
                     path = ("steps", i, "actions", j)
                     def render(t, p, ctx=ctx, extra=extra):
                         return tpl(t, p, **ctx, **extra)
-                    concrete = _concrete(action, path, files, host, render, problems,
-                                         doc)
+                    owner = extra["each"].name if "each" in extra else tier.name if tier else None
+                    concrete = _concrete(action, path, files, host, owner, render, problems, doc)
                     if concrete is not None:
                         actions.append(concrete)
             per_host[host] = actions
@@ -252,16 +253,17 @@ def _tier(c: Cluster, rb: Runbook, tier_name: str | None) -> RouterTier | RpcTie
     return c.tier(tier_name)
 
 
-def _concrete(action, path, files, host, tpl, problems, doc) -> Concrete | None:
+def _concrete(action, path, files, host, owner, tpl, problems, doc) -> Concrete | None:
     notify = tuple(action.notify)
     common = {"timeout": action.timeout, "retries": action.retries, "delay": action.delay, "notify": notify}
     if isinstance(action, Upload):
-        target = tpl(action.upload, path + ("upload",))
-        artifact = files.get((host, target))
+        artifact = files.get((host, owner, action.upload)) or files.get((host, None, action.upload))
         if artifact is None:
-            problems.append(doc.problem(path + ("upload",), f"nothing is rendered for {host}:{target}"))
+            whose = f"tier {owner}'s " if owner else ""
+            problems.append(doc.problem(path + ("upload",), f"nothing is rendered for {host} as {whose}"
+                                                            f"{action.upload}"))
             return None
-        return PutFile(target, artifact.text, artifact.mode, notify)
+        return PutFile(artifact.path, artifact.text, artifact.mode, notify)
     if isinstance(action, Run):
         return Command(tpl(action.run, path + ("run",)).strip(),
                        tpl(action.unless, path + ("unless",)).strip() if action.unless else None,

@@ -13,6 +13,7 @@ import yaml
 
 from clusterbook.effects.executor import Executor, Outcome, RunStarted, StepFinished, StepStarted
 from clusterbook.model.loader import load_cluster
+from clusterbook.pure import layout
 from clusterbook.pure.render.artifacts import Artifact, render_artifacts
 from clusterbook.pure.runbooks import Command, PutFile, available, expand
 
@@ -49,8 +50,9 @@ def facts(expansion, case: dict) -> FakeHosts:
 def run_case(path: Path, state_dir: Path) -> tuple[dict, list[str], str | None, list]:
     case = yaml.safe_load(path.read_text())
     cluster = load_cluster(ROOT / case["cluster"])
-    extra = [Artifact(node, path, content, "archive") for node, files in case.get("extra_artifacts", {}).items()
-             for path, content in files.items()]  # what a command adds to the rendered files (docs.publish)
+    extra = [Artifact(node, layout.path(cluster, ids), content, "archive", id=ids)
+             for node, files in case.get("extra_artifacts", {}).items()
+             for ids, content in files.items()]  # what a command adds to the rendered files (docs.publish)
     expansion = expand(available()[case["runbook"]], cluster, case.get("tier"), variables=case.get("variables"),
                        artifacts=render_artifacts(cluster) + extra)
     hosts = facts(expansion, case)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import posixpath
 from dataclasses import dataclass
 from functools import cache
 from typing import Literal
@@ -15,7 +14,9 @@ from clusterbook.model.hosts import candidate_nodes, resolve_hosts, router_nodes
 from clusterbook.model.schema import Cluster, RouterTier, RpcTier
 from clusterbook.model.templating import JINJA_OPTIONS
 from clusterbook.pure import flags as fl
+from clusterbook.pure import layout
 from clusterbook.pure import topology as topo
+from clusterbook.pure.layout import path as at
 from clusterbook.pure.planner.capacity import plan_tier
 from clusterbook.pure.planner.loadtime import predict_load
 from clusterbook.pure.render import monitoring as mon
@@ -23,15 +24,12 @@ from clusterbook.pure.render.escaping import LANGUAGE, Quoted, UnsafeValue, chec
 
 Kind = Literal["unit", "env", "script", "config", "nginx", "nftables", "ini", "archive", "prometheus",
                "rules", "rule-tests", "alertmanager", "python", "json"]
-SELECTOR_NAME = "llama-model-selector"
-UPDATER_SCRIPT = "/usr/local/sbin/clusterbook-upstreams"
-KEEPER_SCRIPT = "/usr/local/sbin/clusterbook-keeper"
-SYSTEMD_DIR = "/etc/systemd/system"
 
 
 @dataclass(frozen=True)
 class Artifact:
-    """A generated file: which node gets it, where, its text and what kind of file it is."""
+    """A generated file: which node gets it, where, its text and what kind of file it is; `id` is the name runbooks
+    upload it by (layout.py), `tier` the tier it belongs to (None: the cluster's)."""
 
     node: str
     path: str
@@ -39,6 +37,8 @@ class Artifact:
     kind: Kind
     mode: int = 0o644
     about: str = ""
+    id: str = ""
+    tier: str | None = None
 
     def __post_init__(self) -> None:
         checked_target(self.path)
@@ -66,17 +66,6 @@ def header(c: Cluster) -> Quoted:
 
 def ld_library_path(c: Cluster) -> str:
     return ":".join(p for p in (c.engine.install_dir, c.engine.cuda_lib_dir) if p)
-
-
-def env_file(c: Cluster, tier: RouterTier | RpcTier) -> str:
-    return posixpath.join(c.storage.env_dir, f"{tier.name}.env")
-
-
-def secrets_file(c: Cluster, tier: RouterTier | RpcTier) -> str | None:
-    """Where an env-referenced API key is kept on the node (written by the operator, never rendered)."""
-    if tier.api_key and tier.api_key.env:
-        return posixpath.join(c.storage.env_dir, f"{tier.name}.secrets")
-    return None
 
 
 def server_exec(c: Cluster, tier: RouterTier | RpcTier) -> list[str]:
@@ -124,14 +113,32 @@ def path_collisions(c: Cluster, artifacts: list[Artifact]) -> list[tuple[tuple, 
     return out
 
 
-GGUF_CHECK = "/usr/local/sbin/clusterbook-gguf-check"
-
-
 def _model_checker(c: Cluster) -> list[Artifact]:
     """On every node that runs (or may run) a tier: a GGUF header check against the cluster file's architecture."""
     text = template("gguf-check.py.j2", header=header(c))
-    return [Artifact(node, GGUF_CHECK, text, "python", 0o755, about="models: GGUF header against the cluster file")
+    return [Artifact(node, at(c, "gguf_check"), text, "python", 0o755,
+                     about="models: GGUF header against the cluster file", id="gguf_check")
             for node in resolve_hosts(c, "tiers")]
+
+
+def _periodic(c: Cluster, node: str, ids: str, script_text: str | None, command: str | Quoted, description: str,
+              interval: int, every: str, about: str, label: str, after: str | None = None,
+              kind: Kind = "script") -> list[Artifact]:
+    """A periodic job's files: its script (when it has its own), a oneshot service that runs `command`, and a timer."""
+    h = header(c)
+    files = []
+    if script_text is not None:
+        files.append(Artifact(node, at(c, ids), script_text, kind, 0o755, about=about, id=ids))
+    files += [
+        Artifact(node, at(c, f"{ids}_service"),
+                 template("oneshot.service.j2", header=h, script=command, after=after,
+                          description=Quoted(f"clusterbook: {description}")), "unit",
+                 about=f"{label} service", id=f"{ids}_service"),
+        Artifact(node, at(c, f"{ids}_timer"),
+                 template("periodic.timer.j2", header=h, interval=interval, description=f"clusterbook: {every}"),
+                 "unit", about=f"{label} timer", id=f"{ids}_timer"),
+    ]
+    return files
 
 
 def _monitoring(c: Cluster) -> list[Artifact]:
@@ -140,77 +147,47 @@ def _monitoring(c: Cluster) -> list[Artifact]:
     m = c.monitoring
     h = header(c)
     files = [
-        Artifact(m.node, f"{mon.PROMETHEUS_DIR}/prometheus.yml", mon.prometheus_config(c, h), "prometheus",
-                 about="monitoring: what Prometheus scrapes"),
-        Artifact(m.node, f"{mon.PROMETHEUS_DIR}/{mon.RULES}", mon.rules_file(c, h), "rules",
-                 about="monitoring: alerts from the targets"),
-        Artifact(m.node, f"{mon.PROMETHEUS_DIR}/{mon.RULE_TESTS}", mon.rule_tests(c, h), "rule-tests",
-                 about="monitoring: promtool tests of every alert"),
-        Artifact(m.node, f"{mon.PROMETHEUS_DIR}/alertmanager.yml", mon.alertmanager_config(c, h), "alertmanager",
-                 about="monitoring: where alerts go"),
-        Artifact(m.node, "/etc/default/prometheus",
+        Artifact(m.node, at(c, "prometheus_config"), mon.prometheus_config(c, h), "prometheus",
+                 about="monitoring: what Prometheus scrapes", id="prometheus_config"),
+        Artifact(m.node, at(c, "rules"), mon.rules_file(c, h), "rules",
+                 about="monitoring: alerts from the targets", id="rules"),
+        Artifact(m.node, at(c, "rule_tests"), mon.rule_tests(c, h), "rule-tests",
+                 about="monitoring: promtool tests of every alert", id="rule_tests"),
+        Artifact(m.node, at(c, "alertmanager"), mon.alertmanager_config(c, h), "alertmanager",
+                 about="monitoring: where alerts go", id="alertmanager"),
+        Artifact(m.node, at(c, "prometheus_defaults"),
                  f"# {h}\nARGS=--storage.tsdb.retention.time={m.retention_days}d\n", "env",
-                 about="monitoring: Prometheus's retention"),
+                 about="monitoring: Prometheus's retention", id="prometheus_defaults"),
+        Artifact(m.node, at(c, "probe_config"), mon.probe_config(c), "json",
+                 about="monitoring: which tiers the probe asks, and where", id="probe_config"),
     ]
-    probe = "/usr/local/sbin/clusterbook-tier-probe"
-    files += [
-        Artifact(m.node, mon.PROBE_CONFIG, mon.probe_config(c), "json",
-                 about="monitoring: which tiers the probe asks, and where"),
-        Artifact(m.node, probe, template("tier-probe.py.j2", header=h), "python", 0o755,
-                 about="monitoring: each tier's health and time to first token -> node exporter textfile"),
-        Artifact(m.node, f"{SYSTEMD_DIR}/clusterbook-tier-probe.service",
-                 template("oneshot.service.j2", header=h, script=Quoted(f"{probe} {mon.PROBE_CONFIG}"), after=None,
-                          description=Quoted("clusterbook: ask every tier as a client does")), "unit",
-                 about="monitoring: tier probe service"),
-        Artifact(m.node, f"{SYSTEMD_DIR}/clusterbook-tier-probe.timer",
-                 template("periodic.timer.j2", header=h, interval=m.probe_interval_s,
-                          description=f"clusterbook: ask every tier every {m.probe_interval_s} s"), "unit",
-                 about="monitoring: tier probe timer"),
-    ]
-    gpu_nodes = [n.name for n in c.nodes if n.gpus]
-    script = "/usr/local/sbin/clusterbook-gpu-metrics"
-    for node in gpu_nodes:
-        files += [
-            Artifact(node, script, template("gpu-metrics.sh.j2", header=h, textfile_dir=mon.TEXTFILE_DIR,
-                                            prefix=mon.GPU_METRICS), "script", 0o755,
-                     about="monitoring: nvidia-smi -> node exporter textfile"),
-            Artifact(node, f"{SYSTEMD_DIR}/clusterbook-gpu-metrics.service",
-                     template("oneshot.service.j2", header=h, script=script, after=None,
-                              description=Quoted("clusterbook: GPU figures for the node exporter")), "unit",
-                     about="monitoring: GPU collector service"),
-            Artifact(node, f"{SYSTEMD_DIR}/clusterbook-gpu-metrics.timer",
-                     template("periodic.timer.j2", header=h, interval=m.scrape_interval_s,
-                              description=f"clusterbook: GPU figures every {m.scrape_interval_s} s"), "unit",
-                     about="monitoring: GPU collector timer"),
-        ]
+    files += _periodic(c, m.node, "probe", template("tier-probe.py.j2", header=h),
+                       Quoted(f"{at(c, 'probe')} {at(c, 'probe_config')}"), "ask every tier as a client does",
+                       m.probe_interval_s, f"ask every tier every {m.probe_interval_s} s",
+                       "monitoring: each tier's health and time to first token -> node exporter textfile",
+                       "monitoring: tier probe", kind="python")
+    for node in (n.name for n in c.nodes if n.gpus):
+        files += _periodic(c, node, "gpu_metrics",
+                           template("gpu-metrics.sh.j2", header=h, textfile_dir=layout.TEXTFILE_DIR,
+                                    prefix=mon.GPU_METRICS), at(c, "gpu_metrics"),
+                           "GPU figures for the node exporter", m.scrape_interval_s,
+                           f"GPU figures every {m.scrape_interval_s} s",
+                           "monitoring: nvidia-smi -> node exporter textfile", "monitoring: GPU collector")
     # model ids are Names (letters, digits, . _ -): their JSON array is safe inside the script's single quotes
     slurm = [{"name": t.name, "models": Quoted(json.dumps(t.models)) if isinstance(t, RouterTier) else None}
              for t in c.tiers if t.manager == "slurm"]
     if slurm:
-        targets = "/usr/local/sbin/clusterbook-scrape-targets"
-        files += [
-            Artifact(m.node, targets, template("scrape-targets.sh.j2", header=h, sd_dir=mon.SD_DIR,
-                                               endpoint_dir=c.storage.endpoint_dir, tiers=slurm), "script", 0o755,
-                     about="monitoring: endpoint registry -> Prometheus targets"),
-            Artifact(m.node, f"{SYSTEMD_DIR}/clusterbook-scrape-targets.service",
-                     template("oneshot.service.j2", header=h, script=targets, after=None,
-                              description=Quoted("clusterbook: Prometheus targets of the SLURM tiers")), "unit",
-                     about="monitoring: scrape targets service"),
-            Artifact(m.node, f"{SYSTEMD_DIR}/clusterbook-scrape-targets.timer",
-                     template("periodic.timer.j2", header=h, interval=m.scrape_interval_s,
-                              description=f"clusterbook: targets of the SLURM tiers every {m.scrape_interval_s} s"),
-                     "unit", about="monitoring: scrape targets timer"),
-        ]
+        files += _periodic(c, m.node, "scrape_targets",
+                           template("scrape-targets.sh.j2", header=h, sd_dir=layout.SD_DIR,
+                                    endpoint_dir=c.storage.endpoint_dir, tiers=slurm), at(c, "scrape_targets"),
+                           "Prometheus targets of the SLURM tiers", m.scrape_interval_s,
+                           f"targets of the SLURM tiers every {m.scrape_interval_s} s",
+                           "monitoring: endpoint registry -> Prometheus targets", "monitoring: scrape targets")
     for node in c.nodes:
-        files.append(Artifact(node.name, "/etc/systemd/journald.conf.d/clusterbook.conf",
+        files.append(Artifact(node.name, at(c, "journald"),
                               f"# {h}\n[Journal]\nSystemMaxUse={m.journald_max_use}\n", "ini",
-                              about="monitoring: journald's size limit for the services' logs"))
+                              about="monitoring: journald's size limit for the services' logs", id="journald"))
     return files
-
-
-def keeper_marker_dir(c: Cluster) -> str:
-    """Where deploy marks a SLURM tier as wanted and stop unmarks it (the keeper reads it)."""
-    return posixpath.join(c.storage.env_dir, "slurm")
 
 
 def _keeper(c: Cluster) -> list[Artifact]:
@@ -220,20 +197,12 @@ def _keeper(c: Cluster) -> list[Artifact]:
         return []
     node = c.slurm_controller or tiers[0].nodes[0]
     interval = min(t.slurm.keeper_interval_s for t in tiers)
-    jobs = [{"name": topo.units(t).job, "script": sbatch_path(c, t)} for t in tiers]
-    return [
-        Artifact(node, KEEPER_SCRIPT, template("keeper.sh.j2", header=header(c), jobs=jobs,
-                                               marker_dir=keeper_marker_dir(c), log_dir=c.storage.log_dir),
-                 "script", 0o755, about="SLURM: resubmit a wanted tier that has no job"),
-        Artifact(node, f"{SYSTEMD_DIR}/clusterbook-keeper.service",
-                 template("oneshot.service.j2", header=header(c), script=KEEPER_SCRIPT, after=None,
-                          description=Quoted("clusterbook: resubmit the SLURM tiers that should run and have no job")),
-                 "unit", about="SLURM: keeper service"),
-        Artifact(node, f"{SYSTEMD_DIR}/clusterbook-keeper.timer",
-                 template("periodic.timer.j2", header=header(c), interval=interval,
-                          description=f"clusterbook: look for the jobs of the SLURM tiers every {interval} s"),
-                 "unit", about="SLURM: keeper timer"),
-    ]
+    jobs = [{"name": topo.units(t).job, "script": layout.sbatch_path(c, t)} for t in tiers]
+    return _periodic(c, node, "keeper", template("keeper.sh.j2", header=header(c), jobs=jobs,
+                                                 marker_dir=layout.keeper_marker_dir(c), log_dir=c.storage.log_dir),
+                     at(c, "keeper"), "resubmit the SLURM tiers that should run and have no job", interval,
+                     f"look for the jobs of the SLURM tiers every {interval} s",
+                     "SLURM: resubmit a wanted tier that has no job", "SLURM: keeper")
 
 
 def _slurm_conf(c: Cluster) -> list[Artifact]:
@@ -246,46 +215,42 @@ def _slurm_conf(c: Cluster) -> list[Artifact]:
              for n in names if any(n in p.nodes for p in c.slurm.partitions)]
     controller = c.node(c.slurm.controller)
     text = template("slurm.conf.j2", header=header(c), slurm=c.slurm, controller=controller,
-                    controller_address=topo.address(c, controller.name), nodes=nodes)
-    return [Artifact(n, "/etc/slurm/slurm.conf", text, "config", about="SLURM configuration") for n in names]
+                    files=layout.cluster_paths(c), controller_address=topo.address(c, controller.name), nodes=nodes)
+    return [Artifact(n, at(c, "slurm_conf"), text, "config", about="SLURM configuration", id="slurm_conf")
+            for n in names]
 
 
-def _unit(c: Cluster, tier: RouterTier | RpcTier, node: str, name: str, role: str, argv: list[str],
+def _unit(c: Cluster, tier: RouterTier | RpcTier, node: str, ids: str, role: str, argv: list[str],
           settings: object, mlock: bool) -> Artifact:
     text = template("server.service.j2", header=header(c), tier=tier, role=role, docs_url=c.cluster.docs_url,
-                    env_file=env_file(c, tier), secrets_file=secrets_file(c, tier), engine=c.engine,
+                    env_file=layout.env_file(c, tier), secrets_file=layout.secrets_file(c, tier), engine=c.engine,
                     exec_start=Quoted(fl.shell_line(argv)), settings=settings, mlock=mlock)
-    return Artifact(node, f"{SYSTEMD_DIR}/{name}.service", text, "unit", about=f"{tier.name}: {role}")
+    return Artifact(node, at(c, ids, tier), text, "unit", about=f"{tier.name}: {role}", id=ids, tier=tier.name)
 
 
 def _tier_files(c: Cluster, tier: RouterTier | RpcTier) -> list[Artifact]:
-    names = topo.units(tier)
     head = tier.nodes[0]
     env = template("tier.env.j2", header=header(c), ld_library_path=ld_library_path(c), extra=[])
-    files = [Artifact(n, env_file(c, tier), env, "env", about=f"{tier.name}: environment")
+    files = [Artifact(n, at(c, "env", tier), env, "env", about=f"{tier.name}: environment", id="env", tier=tier.name)
              for n in candidate_nodes(c, tier)]
     if isinstance(tier, RouterTier):
         role = f"router mode, models on demand ({', '.join(tier.models)})"
-        files.append(_unit(c, tier, head, names.head, role, server_exec(c, tier), tier.systemd, False))
+        files.append(_unit(c, tier, head, "head_unit", role, server_exec(c, tier), tier.systemd, False))
         preset = template("models-preset.ini.j2", header=header(c), tier=tier, models_dir=c.storage.models_dir,
                           models=[c.model(m) for m in tier.models])
-        files += [Artifact(n, fl.models_preset_path(c, tier), preset, "ini", about=f"{tier.name}: models")
+        files += [Artifact(n, at(c, "models_preset", tier), preset, "ini", about=f"{tier.name}: models",
+                           id="models_preset", tier=tier.name)
                   for n in candidate_nodes(c, tier)]
     else:
         role = f"head serving {tier.model} over {len(tier.workers)} RPC worker(s)"
-        files.append(_unit(c, tier, head, names.head, role, server_exec(c, tier), tier.systemd, tier.mlock))
+        files.append(_unit(c, tier, head, "head_unit", role, server_exec(c, tier), tier.systemd, tier.mlock))
         for w in tier.workers:
-            files.append(_unit(c, tier, w, names.worker, "RPC worker", fl.worker_argv(c, tier, w),
+            files.append(_unit(c, tier, w, "worker_unit", "RPC worker", fl.worker_argv(c, tier, w),
                                tier.worker_systemd, False))
             files += _nftables(c, tier, w)
     if tier.manager == "slurm" or tier.slurm:
         files.append(_sbatch(c, tier))
     return files
-
-
-def firewalld_script(tier: RpcTier) -> str:
-    """Where an EL worker keeps the script that opens its RPC port in firewalld."""
-    return f"/usr/local/sbin/clusterbook-rpc-firewalld-{tier.name}"
 
 
 def _nftables(c: Cluster, tier: RpcTier, worker: str) -> list[Artifact]:
@@ -295,20 +260,18 @@ def _nftables(c: Cluster, tier: RpcTier, worker: str) -> list[Artifact]:
     if c.node(worker).os.family == "el":
         text = template("firewalld-rpc.sh.j2", header=header(c), tier=tier, network=c.rpc_network,
                         address=topo.address(c, worker, c.rpc_network), allowed=sorted(set(allowed)))
-        return [Artifact(worker, firewalld_script(tier), text, "script", 0o755,
-                         about=f"{tier.name}: RPC port open to the tier's nodes only (firewalld)")]
-    rules = f"/etc/nftables.d/llama-rpc-{tier.name}.nft"
+        return [Artifact(worker, at(c, "firewalld_script", tier), text, "script", 0o755,
+                         about=f"{tier.name}: RPC port open to the tier's nodes only (firewalld)",
+                         id="firewalld_script", tier=tier.name)]
+    rules = at(c, "rpc_rules", tier)
     text = template("nftables-rpc.nft.j2", header=header(c), tier=tier, table=tier.name.replace("-", "_"),
                     allowed=sorted(set(allowed)))
     unit = template("firewall.service.j2", header=header(c), tier=tier, worker_unit=topo.units(tier).worker,
                     rules=rules)
-    return [Artifact(worker, rules, text, "nftables", about=f"{tier.name}: RPC port open to the tier's nodes only"),
-            Artifact(worker, f"{SYSTEMD_DIR}/{topo.units(tier).firewall}.service", unit, "unit",
-                     about=f"{tier.name}: loads the RPC port's rules at boot")]
-
-
-def sbatch_path(c: Cluster, tier: RouterTier | RpcTier) -> str:
-    return posixpath.join(c.storage.env_dir, "slurm", f"{topo.units(tier).job}.sbatch")
+    return [Artifact(worker, rules, text, "nftables", about=f"{tier.name}: RPC port open to the tier's nodes only",
+                     id="rpc_rules", tier=tier.name),
+            Artifact(worker, at(c, "firewall_unit", tier), unit, "unit",
+                     about=f"{tier.name}: loads the RPC port's rules at boot", id="firewall_unit", tier=tier.name)]
 
 
 def _sbatch(c: Cluster, tier: RouterTier | RpcTier) -> Artifact:
@@ -337,7 +300,8 @@ def _sbatch(c: Cluster, tier: RouterTier | RpcTier) -> Artifact:
                     http_addr=None if floating else topo.http_address(c, tier), addresses=addresses,
                     ld_library_path=ld_library_path(c))
     controller = c.slurm_controller or head
-    return Artifact(controller, sbatch_path(c, tier), text, "script", 0o755, about=f"{tier.name}: SLURM job")
+    return Artifact(controller, at(c, "sbatch", tier), text, "script", 0o755, about=f"{tier.name}: SLURM job",
+                    id="sbatch", tier=tier.name)
 
 
 def selector_rows(c: Cluster) -> list[dict]:
@@ -366,8 +330,8 @@ def _selector(c: Cluster) -> list[Artifact]:
     default = model_endpoint(c, c.router.default_model) if c.router.default_model else None
     text = template("model-selector.sh.j2", header=header(c), cluster_name=c.cluster.name,
                     rows=selector_rows(c), default=default)
-    return [Artifact(n, c.router.script, text, "script", 0o755, about="router: task -> model -> endpoint")
-            for n in selector_nodes(c)]
+    return [Artifact(n, at(c, "selector"), text, "script", 0o755, about="router: task -> model -> endpoint",
+                     id="selector") for n in selector_nodes(c)]
 
 
 def upstream_name(tier_name: str) -> str:
@@ -385,35 +349,26 @@ def _gateway_files(c: Cluster) -> list[Artifact]:
         routes.append({"path": route.path, "tier": route.tier, "port": route.port, "public": public,
                        "upstream": upstream_name(route.tier), "timeout": tier.timeout_s,
                        "retry_after": max(1, math.ceil(recovery))})
-    files = [Artifact(node, "/etc/nginx/sites-available/clusterbook.conf",
+    files = [Artifact(node, at(c, "nginx_site"),
                       template("nginx-site.conf.j2", header=header(c), gateway=gw, routes=routes), "nginx",
-                      about="gateway: nginx site")]
+                      about="gateway: nginx site", id="nginx_site")]
     for tier in c.tiers:
-        files.append(Artifact(node, posixpath.join(gw.upstream_dir, f"{tier.name}.conf"),
+        files.append(Artifact(node, at(c, "upstream", tier),
                               template("upstream.conf.j2", header=header(c), upstream=upstream_name(tier.name),
                                        server=f"{topo.http_address(c, tier)}:{tier.port}"),
-                              "nginx", about=f"gateway: initial upstream of {tier.name}"))
+                              "nginx", about=f"gateway: initial upstream of {tier.name}", id="upstream",
+                              tier=tier.name))
     if any(t.manager == "slurm" for t in c.tiers):
         # only SLURM tiers move; a systemd tier keeps its rendered upstream
         tiers = [{"name": t.name, "upstream": upstream_name(t.name)} for t in c.tiers if t.manager == "slurm"]
-        files += [
-            Artifact(node, UPDATER_SCRIPT, template("upstream-updater.sh.j2", header=header(c), gateway=gw,
-                                                    endpoint_dir=c.storage.endpoint_dir, tiers=tiers),
-                     "script", 0o755, about="gateway: endpoint registry -> nginx upstreams"),
-            Artifact(node, f"{SYSTEMD_DIR}/clusterbook-upstreams.service",
-                     template("oneshot.service.j2", header=header(c), script=UPDATER_SCRIPT, after="nginx.service",
-                              description=Quoted("clusterbook: point nginx at the tiers' current endpoints")),
-                     "unit",
-                     about="gateway: updater service"),
-            Artifact(node, f"{SYSTEMD_DIR}/clusterbook-upstreams.timer",
-                     template("periodic.timer.j2", header=header(c), interval=gw.update_interval_s,
-                              description=f"clusterbook: refresh nginx upstreams every {gw.update_interval_s} s"),
-                     "unit",
-                     about="gateway: updater timer"),
-        ]
+        files += _periodic(c, node, "updater", template("upstream-updater.sh.j2", header=header(c), gateway=gw,
+                                                        endpoint_dir=c.storage.endpoint_dir, tiers=tiers),
+                           at(c, "updater"), "point nginx at the tiers' current endpoints", gw.update_interval_s,
+                           f"refresh nginx upstreams every {gw.update_interval_s} s",
+                           "gateway: endpoint registry -> nginx upstreams", "gateway: updater", after="nginx.service")
     if gw.tailscale_name:
         ts_routes = [{"path": r.path, "port": r.port} for r in gw.routes]
-        files.append(Artifact(node, "/usr/local/sbin/clusterbook-tailscale-serve",
+        files.append(Artifact(node, at(c, "tailscale_serve"),
                               template("tailscale-serve.sh.j2", header=header(c), gateway=gw, routes=ts_routes),
-                              "script", 0o755, about="gateway: tailscale serve paths"))
+                              "script", 0o755, about="gateway: tailscale serve paths", id="tailscale_serve"))
     return files

@@ -12,14 +12,9 @@ import yaml
 
 from clusterbook.model.schema import Cluster, RouterTier, RpcTier
 from clusterbook.pure import topology as topo
+from clusterbook.pure.layout import RULES, SD_DIR, TEXTFILE_DIR
 
-PROMETHEUS_DIR = "/etc/prometheus"
-RULES = "rules/clusterbook.rules.yml"  # relative to the configuration: promtool resolves it the same way
-RULE_TESTS = "rules/clusterbook.rules.test.yml"
-SD_DIR = "/etc/prometheus/clusterbook"  # file_sd targets of the SLURM tiers, written from the endpoint registry
-TEXTFILE_DIR = "/var/lib/prometheus/node-exporter"  # the node exporter's textfile collector (Debian's default)
 GPU_METRICS = "clusterbook_gpu"
-PROBE_CONFIG = "/etc/prometheus/clusterbook-tier-probe.json"  # what the tier probe asks (on the monitoring node)
 
 # a tier's decode speed over the last 5 minutes: generated tokens per second of generation time (llama-server's
 # counters, --metrics); no series while nothing is generated, so an idle tier never alerts

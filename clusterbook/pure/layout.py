@@ -1,0 +1,104 @@
+"""Where every generated file lives on a node: one home per path, named by an artifact id that runbooks use."""
+
+from __future__ import annotations
+
+import posixpath
+
+from clusterbook.model.schema import Cluster, RouterTier, RpcTier
+from clusterbook.pure import topology as topo
+
+SYSTEMD_DIR = "/etc/systemd/system"
+SBIN = "/usr/local/sbin"
+PROMETHEUS_DIR = "/etc/prometheus"
+RULES = "rules/clusterbook.rules.yml"  # relative to the configuration: promtool resolves it the same way
+RULE_TESTS = "rules/clusterbook.rules.test.yml"
+SD_DIR = f"{PROMETHEUS_DIR}/clusterbook"  # file_sd targets of the SLURM tiers, written from the endpoint registry
+TEXTFILE_DIR = "/var/lib/prometheus/node-exporter"  # the node exporter's textfile collector (Debian's default)
+NGINX_SITE = "/etc/nginx/sites-available/clusterbook.conf"
+NGINX_SITE_ENABLED = "/etc/nginx/sites-enabled/clusterbook.conf"
+
+
+def unit_file(name: str, suffix: str = "service") -> str:
+    return f"{SYSTEMD_DIR}/{name}.{suffix}"
+
+
+def _timer(ids: str, name: str, script: str | None = None) -> dict[str, str]:
+    """A periodic job's three files: its script (unless given), service and timer."""
+    return {ids: script or f"{SBIN}/{name}", f"{ids}_service": unit_file(name),
+            f"{ids}_timer": unit_file(name, "timer")}
+
+
+def cluster_paths(c: Cluster) -> dict[str, str]:
+    """Every cluster-wide generated file by artifact id (the same path on every node that gets it)."""
+    paths = {
+        "gguf_check": f"{SBIN}/clusterbook-gguf-check",
+        "journald": "/etc/systemd/journald.conf.d/clusterbook.conf",
+        "slurm_conf": "/etc/slurm/slurm.conf",
+        "slurm_state_dir": "/var/lib/slurm/slurmctld",
+        "slurmd_spool_dir": "/var/lib/slurm/slurmd",
+        "slurm_log_dir": "/var/log/slurm",
+        "prometheus_defaults": "/etc/default/prometheus",
+        "prometheus_config": f"{PROMETHEUS_DIR}/prometheus.yml",
+        "rules": f"{PROMETHEUS_DIR}/{RULES}",
+        "rule_tests": f"{PROMETHEUS_DIR}/{RULE_TESTS}",
+        "alertmanager": f"{PROMETHEUS_DIR}/alertmanager.yml",
+        "probe_config": f"{PROMETHEUS_DIR}/clusterbook-tier-probe.json",
+        "nginx_site": NGINX_SITE,
+        "nginx_site_enabled": NGINX_SITE_ENABLED,
+        "tailscale_serve": f"{SBIN}/clusterbook-tailscale-serve",
+        "keeper_dir": keeper_marker_dir(c),
+        **_timer("probe", "clusterbook-tier-probe"),
+        **_timer("gpu_metrics", "clusterbook-gpu-metrics"),
+        **_timer("scrape_targets", "clusterbook-scrape-targets"),
+        **_timer("keeper", "clusterbook-keeper"),
+        **_timer("updater", "clusterbook-upstreams"),
+    }
+    if c.router:
+        paths["selector"] = c.router.script
+    if c.gateway:
+        paths["site_archive"] = posixpath.join(c.gateway.docs_dir, "site.tar.gz.b64")
+    return paths
+
+
+def tier_paths(c: Cluster, tier: RouterTier | RpcTier) -> dict[str, str]:
+    """Every generated file of one tier by artifact id."""
+    names = topo.units(tier)
+    paths = {"env": env_file(c, tier), "head_unit": unit_file(names.head), "sbatch": sbatch_path(c, tier)}
+    if isinstance(tier, RouterTier):
+        paths["models_preset"] = models_preset_path(c, tier)
+    else:
+        paths |= {"worker_unit": unit_file(names.worker), "rpc_rules": f"/etc/nftables.d/llama-rpc-{tier.name}.nft",
+                  "firewall_unit": unit_file(names.firewall),
+                  "firewalld_script": f"{SBIN}/clusterbook-rpc-firewalld-{tier.name}"}
+    if c.gateway:
+        paths["upstream"] = posixpath.join(c.gateway.upstream_dir, f"{tier.name}.conf")
+    return paths
+
+
+def path(c: Cluster, artifact_id: str, tier: RouterTier | RpcTier | None = None) -> str:
+    """The node path of one artifact id (a tier's own files need the tier)."""
+    return (tier_paths(c, tier) if tier is not None else {}).get(artifact_id) or cluster_paths(c)[artifact_id]
+
+
+def env_file(c: Cluster, tier: RouterTier | RpcTier) -> str:
+    return posixpath.join(c.storage.env_dir, f"{tier.name}.env")
+
+
+def secrets_file(c: Cluster, tier: RouterTier | RpcTier) -> str | None:
+    """Where an env-referenced API key is kept on the node (written by the operator, never rendered)."""
+    if tier.api_key and tier.api_key.env:
+        return posixpath.join(c.storage.env_dir, f"{tier.name}.secrets")
+    return None
+
+
+def models_preset_path(c: Cluster, tier: RouterTier) -> str:
+    return posixpath.join(c.storage.env_dir, f"{tier.name}-models.ini")
+
+
+def keeper_marker_dir(c: Cluster) -> str:
+    """Where deploy marks a SLURM tier as wanted and stop unmarks it (the keeper reads it)."""
+    return posixpath.join(c.storage.env_dir, "slurm")
+
+
+def sbatch_path(c: Cluster, tier: RouterTier | RpcTier) -> str:
+    return posixpath.join(keeper_marker_dir(c), f"{topo.units(tier).job}.sbatch")
