@@ -38,20 +38,52 @@ class Run(ActionBase):
     changed_when: Literal["always", "never"] = Field("always", description="what a successful run reports")
 
 
-class WaitPort(ActionBase):
-    """Wait until a TCP port is listening on the host (checked with ss on the host itself)."""
+class UnitWatch(ActionBase):
+    """A wait may watch the systemd unit that should answer: it then fails at once, with the end of the unit's
+    journal, when the unit keeps exiting (pure/waits.py)."""
+
+    unit: str | None = Field(None, description="systemd unit to watch (a template)")
+    restart_sec: str | None = Field(None, description="the unit's RestartSec= (a template): a unit seen restarting is "
+                                                      "looked at again after that")
+
+
+class WaitPort(UnitWatch):
+    """Wait until a TCP port is listening on the host (checked with ss on the host itself); `timeout` is the whole
+    wait."""
 
     wait_port: str = Field(description="port (a template)")
 
 
-class WaitHttp(ActionBase):
-    """Wait until a URL answers with a status, asked from the host itself."""
+class WaitHttp(UnitWatch):
+    """Wait until a URL answers with a status, asked from the host itself; `timeout` is the whole wait."""
 
     wait_http: str = Field(description="URL template")
     status: int = Field(200, description="expected HTTP status")
 
 
-Action = Upload | Run | WaitPort | WaitHttp
+class SubmitJob(ActionBase):
+    """Submit a SLURM tier's job on the controller, its script's digest as the job's comment (pure/slurmjob.py)."""
+
+    submit_job: str = Field(description="the tier (a template)")
+    replace: Literal["older", "always"] = Field("older", description="older: skip when a job already runs this very "
+                                                                     "script; always: cancel it and submit again")
+
+
+class WaitJob(ActionBase):
+    """Wait until a SLURM tier's job runs and its registered endpoint answers /health; fails at once when the job
+    leaves the queue. `timeout` is the whole wait."""
+
+    wait_job: str = Field(description="the tier (a template)")
+
+
+class WaitGateway(ActionBase):
+    """Rewrite the gateway's upstreams and wait until the tier's route answers /health. `timeout` is the whole
+    wait."""
+
+    wait_gateway: str = Field(description="the tier (a template)")
+
+
+Action = Upload | Run | WaitPort | WaitHttp | SubmitJob | WaitJob | WaitGateway
 
 
 class Step(Strict):

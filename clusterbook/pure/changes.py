@@ -3,12 +3,12 @@ what its nodes hold, the engine link, and a SLURM job that runs an older script.
 
 from __future__ import annotations
 
-import hashlib
 import posixpath
 import shlex
 from dataclasses import dataclass, field
 
 from clusterbook.model.schema import Cluster
+from clusterbook.pure import slurmjob
 from clusterbook.pure import topology as topo
 from clusterbook.pure.layout import sbatch_path
 from clusterbook.pure.operations import cluster_operations, tier_operations
@@ -91,11 +91,6 @@ class PhasePlan:
         return not self.changes and bool(self.engine_hosts)
 
 
-def script_digest(text: str) -> str:
-    """What deploy-slurm passes as the job's comment: the first 16 hex digits of the script's sha256."""
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
 def puts(expansion: Expansion) -> dict[str, list[PutFile]]:
     """Every upload of an expansion, per host (a file uploaded twice counts once)."""
     out: dict[str, dict[str, PutFile]] = {}
@@ -172,9 +167,10 @@ def plan(c: Cluster, expansions: list[tuple[Phase, Expansion]], facts: dict[str,
             script = next((f for fs in puts(expansion).values() for f in fs if f.path == path), None)
             controller = submit_host(expansion) or ""
             running = facts.get(controller, NodeFacts()).jobs.get(job, "")
-            if script is not None and running != script_digest(script.content):
+            digest = slurmjob.script_digest(script.content) if script is not None else None
+            if digest and running != digest:
                 changes.append(Change(controller, f"job {job}", running or "not running",
-                                      f"runs {posixpath.basename(script.path)} {script_digest(script.content)}"))
+                                      f"runs {posixpath.basename(script.path)} {digest}"))
         hosts = {h for step in expansion.steps for h in step.hosts}
         engine_moved = tuple(h for h in moved if h in hosts) if phase.is_tier else ()
         plans.append(PhasePlan(phase, changes, engine_moved))

@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from clusterbook.model.schema import Cluster, RouterTier, RpcTier
 
 BUILD_STEPS = ("build-tools", "cuda-compiler", "source", "compile", "pack")  # the install runbook's; deploy.build
-RESUBMIT_STEPS = ("submit", "serving", "gateway")  # deploy-slurm's steps after its files: a rollback's restart
 
 
 @dataclass(frozen=True)
@@ -34,8 +33,8 @@ class Operation:
 
 def tier_runbook(tier: RouterTier | RpcTier, action: str) -> str | None:
     """The runbook of an action on a tier, by its manager and kind; None where the manager has no such action."""
-    if tier.manager == "slurm":  # (a restart is deploy-slurm with restart: true, see tier_operations)
-        return {"deploy": "deploy-slurm", "stop": "stop-slurm", "restart": "deploy-slurm"}.get(action)
+    if tier.manager == "slurm":
+        return {"deploy": "deploy-slurm", "stop": "stop-slurm", "restart": "restart-slurm"}.get(action)
     return {"deploy": f"deploy-{tier.kind}", "stop": "stop", "restart": "restart"}.get(action)
 
 
@@ -61,9 +60,9 @@ def tier_operations(c: Cluster) -> list[Operation]:
         ops.append(Operation("stop", t.name, tier_runbook(t, "stop"), f"Stop the {t.name} tier ({stopping}).",
                              t.name))
         if t.manager == "slurm":
-            ops.append(Operation("restart", t.name, "deploy-slurm",
+            ops.append(Operation("restart", t.name, "restart-slurm",
                                  f"Restart the {t.name} tier: cancel its SLURM job and submit it again; wait until "
-                                 "its endpoint answers.", t.name, variables=(("restart", True),)))
+                                 "its endpoint answers.", t.name))
         else:
             ops.append(Operation("restart", t.name, "restart",
                                  f"Restart the {t.name} tier" + (" (workers, then head)" if isinstance(t, RpcTier)
@@ -73,10 +72,10 @@ def tier_operations(c: Cluster) -> list[Operation]:
 
 def rollback_restart(tier: RouterTier | RpcTier) -> Operation:
     """What starts a tier again on the files a rollback put back: systemd restarts its units (workers, then head);
-    SLURM submits the job again from the restored script (deploy-slurm after its uploads)."""
+    SLURM cancels the job and submits the restored script (restart-slurm)."""
     if tier.manager == "slurm":
-        return Operation("rollback", tier.name, "deploy-slurm", f"Submit {tier.name}'s restored job script again.",
-                         tier.name, RESUBMIT_STEPS, (("restart", True),))
+        return Operation("rollback", tier.name, "restart-slurm", f"Submit {tier.name}'s restored job script again.",
+                         tier.name)
     return Operation("rollback", tier.name, "restart", f"Restart the {tier.name} tier on its restored files.",
                      tier.name)
 

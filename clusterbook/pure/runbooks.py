@@ -13,13 +13,13 @@ import jinja2
 from clusterbook.model.hosts import candidate_nodes, resolve_hosts
 from clusterbook.model.loader import validate_document
 from clusterbook.model.problems import InputError
-from clusterbook.model.runbook_schema import Run, Runbook, Upload, WaitHttp, WaitPort
+from clusterbook.model.runbook_schema import Run, Runbook, SubmitJob, Upload, WaitGateway, WaitHttp, WaitJob, WaitPort
 from clusterbook.model.schema import Cluster, RouterTier, RpcTier
 from clusterbook.model.templating import render_string
 from clusterbook.model.yamlsource import YamlDocument, load_yaml
 from clusterbook.pure import engine_build as eb
 from clusterbook.pure import flags as fl
-from clusterbook.pure import layout
+from clusterbook.pure import layout, slurmjob, waits
 from clusterbook.pure import topology as topo
 from clusterbook.pure.packages import install_command, toolset_bin
 from clusterbook.pure.render.artifacts import Artifact, ld_library_path, render_artifacts
@@ -229,7 +229,7 @@ def expand(book: RunbookFile, c: Cluster, tier_name: str | None = None, only: li
                     def render(t, p, ctx=ctx, extra=extra):
                         return tpl(t, p, **ctx, **extra)
                     owner = extra["each"].name if "each" in extra else tier.name if tier else None
-                    concrete = _concrete(action, path, files, host, owner, render, problems, doc)
+                    concrete = _concrete(action, path, files, host, owner, render, problems, doc, c)
                     if concrete is not None:
                         actions.append(concrete)
             per_host[host] = actions
@@ -253,7 +253,7 @@ def _tier(c: Cluster, rb: Runbook, tier_name: str | None) -> RouterTier | RpcTie
     return c.tier(tier_name)
 
 
-def _concrete(action, path, files, host, owner, tpl, problems, doc) -> Concrete | None:
+def _concrete(action, path, files, host, owner, tpl, problems, doc, c) -> Concrete | None:
     notify = tuple(action.notify)
     common = {"timeout": action.timeout, "retries": action.retries, "delay": action.delay, "notify": notify}
     if isinstance(action, Upload):
@@ -270,13 +270,57 @@ def _concrete(action, path, files, host, owner, tpl, problems, doc) -> Concrete 
                        tpl(action.until, path + ("until",)) if action.until else None, action.changed_when, **common,
                        name=tpl(action.name, path + ("name",)) if action.name else None,
                        abort_when=action.abort_when)
+    if isinstance(action, SubmitJob | WaitJob | WaitGateway):
+        return _job_action(action, path, tpl, problems, doc, c, common)
     tries = max(action.retries, int(action.timeout / max(action.delay, 0.5)))
+    unit = tpl(action.unit, path + ("unit",)).strip() if action.unit else None
+    restart_sec = _seconds(tpl(action.restart_sec, path + ("restart_sec",)), path + ("restart_sec",), problems, doc) \
+        if action.restart_sec else 0
+    watched = {"changed_when": "never", "timeout": max(120, restart_sec + 30), "retries": tries, "delay": action.delay,
+               "notify": notify, "abort_when": waits.EXITED}
     if isinstance(action, WaitPort):
         port = tpl(action.wait_port, path + ("wait_port",))
+        if unit:
+            return Command(waits.port_or_exited(port, unit, restart_sec), until="listening", **watched,
+                           name=f"port {port} listening (fails if {unit} keeps exiting)")
         return Command(f"ss -Hltn 'sport = :{port}' | grep -q LISTEN && echo listening", until="listening",
                        changed_when="never", timeout=10, retries=tries, delay=action.delay, notify=notify)
     if isinstance(action, WaitHttp):
         url = tpl(action.wait_http, path + ("wait_http",))
+        if unit:
+            return Command(waits.http_or_exited(url, action.status, unit, restart_sec), until="healthy", **watched,
+                           name=f"{url} answers {action.status} (fails if {unit} keeps exiting)")
         return Command(f"curl -s -o /dev/null -m 5 -w '%{{http_code}}' {shlex.quote(url)}", until=str(action.status),
                        changed_when="never", timeout=10, retries=tries, delay=action.delay, notify=notify)
     return None
+
+
+def _job_action(action, path, tpl, problems, doc, c, common) -> Concrete | None:
+    """A SLURM tier's job: submit it, wait until it serves, wait until the gateway points at it (slurmjob.py)."""
+    field = next(f for f in ("submit_job", "wait_job", "wait_gateway") if hasattr(action, f))
+    name = tpl(getattr(action, field), path + (field,)).strip()
+    if name not in {t.name for t in c.tiers}:
+        problems.append(doc.problem(path + (field,), f"no tier named {name!r}"))
+        return None
+    tier = c.tier(name)
+    if isinstance(action, SubmitJob):
+        command, unless, label = slurmjob.submit(c, tier, action.replace)
+        return Command(command, unless, None, "always", **common, name=label)
+    tries = max(action.retries, int(action.timeout / max(action.delay, 0.5)))
+    waiting = {**common, "timeout": 30, "retries": tries, "changed_when": "never"}
+    if isinstance(action, WaitJob):
+        command, label = slurmjob.serving(c, tier)
+        return Command(command, None, "serving:", **waiting, name=label, abort_when=waits.EXITED)
+    if not c.gateway or not any(r.tier == name for r in c.gateway.routes):
+        problems.append(doc.problem(path + (field,), f"the gateway has no route to tier {name}"))
+        return None
+    command, label = slurmjob.gateway_points_at(c, tier)
+    return Command(command, None, "gateway:", **waiting, name=label)
+
+
+def _seconds(text: str, path: tuple, problems: list, doc) -> int:
+    try:
+        return int(text.strip())
+    except ValueError:
+        problems.append(doc.problem(path, f"expected a whole number of seconds, got {text!r}"))
+        return 0

@@ -153,9 +153,9 @@ def browse_published(url: str) -> None:
 
 def test_apply_rolls_a_bad_change_back_and_resubmits_the_previous_script(slurm_lab, tmp_path):
     from clusterbook.model.loader import load_cluster
-    from clusterbook.pure.changes import script_digest
     from clusterbook.pure.layout import sbatch_path
     from clusterbook.pure.render.artifacts import render_artifacts
+    from clusterbook.pure.slurmjob import script_digest
 
     cluster = load_cluster(SLURM_LAB)
     script = next(a for a in render_artifacts(cluster) if a.path == sbatch_path(cluster, cluster.tier("reasoning")))

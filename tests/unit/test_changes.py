@@ -7,6 +7,7 @@ from pathlib import Path
 
 from clusterbook.model.loader import load_cluster
 from clusterbook.pure import changes as ch
+from clusterbook.pure import slurmjob
 from clusterbook.pure.changelog import ChangeRecord, PhaseRecord, Rollback, ScenarioRun, changes_page, from_json
 from clusterbook.pure.render.artifacts import render_artifacts
 from clusterbook.pure.runbooks import available, expand
@@ -30,7 +31,7 @@ def converged(c, exps) -> dict[str, ch.NodeFacts]:
     for phase, e in exps:
         if job := ch.slurm_job(c, phase):
             script = next(f for fs in ch.puts(e).values() for f in fs if f.path.endswith(".sbatch"))
-            jobs[job] = ch.script_digest(script.content)
+            jobs[job] = slurmjob.script_digest(script.content)
     return {n.name: ch.NodeFacts(files.get(n.name, {}), ch.engine_link(c), jobs) for n in c.nodes}
 
 

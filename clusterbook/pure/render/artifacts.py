@@ -14,7 +14,7 @@ from clusterbook.model.hosts import candidate_nodes, resolve_hosts, router_nodes
 from clusterbook.model.schema import Cluster, RouterTier, RpcTier
 from clusterbook.model.templating import JINJA_OPTIONS
 from clusterbook.pure import flags as fl
-from clusterbook.pure import layout
+from clusterbook.pure import layout, slurmjob
 from clusterbook.pure import topology as topo
 from clusterbook.pure.layout import path as at
 from clusterbook.pure.planner.capacity import plan_tier
@@ -199,6 +199,7 @@ def _keeper(c: Cluster) -> list[Artifact]:
     interval = min(t.slurm.keeper_interval_s for t in tiers)
     jobs = [{"name": topo.units(t).job, "script": layout.sbatch_path(c, t)} for t in tiers]
     return _periodic(c, node, "keeper", template("keeper.sh.j2", header=header(c), jobs=jobs,
+                                                 sbatch=Quoted(slurmjob.sbatch_shell('"$script"')),
                                                  marker_dir=layout.keeper_marker_dir(c), log_dir=c.storage.log_dir),
                      at(c, "keeper"), "resubmit the SLURM tiers that should run and have no job", interval,
                      f"look for the jobs of the SLURM tiers every {interval} s",

@@ -1,0 +1,66 @@
+"""A SLURM tier's job from the controller's side: submit it with its script's digest as the job's comment (one rule
+for Python, the runbooks and the keeper), wait until it serves, and until the gateway points at it."""
+
+from __future__ import annotations
+
+import hashlib
+
+from clusterbook.model.schema import Cluster, RouterTier, RpcTier
+from clusterbook.pure import layout
+from clusterbook.pure import topology as topo
+
+DIGEST_CHARS = 16  # the job's --comment: the first 16 hex digits of its script's sha256
+
+
+def script_digest(text: str) -> str:
+    """The comment a job running this script carries."""
+    return hashlib.sha256(text.encode()).hexdigest()[:DIGEST_CHARS]
+
+
+def digest_shell(script: str) -> str:
+    """The same digest computed on the node (`script` is a shell word: a path or a quoted variable)."""
+    return f"$(sha256sum {script} | cut -c1-{DIGEST_CHARS})"
+
+
+def sbatch_shell(script: str) -> str:
+    """sbatch a script with its digest as the job's comment; prints the job id."""
+    return f'sbatch --parsable --comment="{digest_shell(script)}" {script}'
+
+
+def submit(c: Cluster, tier: RouterTier | RpcTier, replace: str) -> tuple[str, str | None, str]:
+    """(command, unless, label) that submits the tier's job. The keeper's mark is taken while the old job is
+    cancelled (so the keeper does not submit it in between) and set again once sbatch took the new one; replace
+    `older`: skipped when a job already runs this very script, `always`: the running job is cancelled and submitted
+    again (a restart)."""
+    job, script = topo.units(tier).job, layout.sbatch_path(c, tier)
+    wanted = f"{layout.keeper_marker_dir(c)}/{job}.wanted"
+    command = (f"rm -f {wanted}; scancel -n {job} 2>/dev/null; "
+               f"while squeue -h -n {job} | grep -q .; do sleep 1; done; {sbatch_shell(script)} && touch {wanted}")
+    if replace == "always":
+        return command, None, f"sbatch {script} (cancelling the running job first)"
+    return (command, f'test "$(squeue -h -n {job} -o %k)" = "{digest_shell(script)}"',
+            f"sbatch {script} (unless a job runs this very script; a job on an older one is cancelled first)")
+
+
+def serving(c: Cluster, tier: RouterTier | RpcTier) -> tuple[str, str]:
+    """(command, label): prints `serving: …` once the job runs and its registered endpoint answers /health, and
+    `exited: …` when the job left the queue before that."""
+    job = topo.units(tier).job
+    command = (f"rec={c.storage.endpoint_dir}/{tier.name}.json; host=$(jq -r .host \"$rec\" 2>/dev/null); "
+               f"port=$(jq -r .port \"$rec\" 2>/dev/null); "
+               f"if [ -n \"$host\" ] && curl -sf -o /dev/null -m 5 \"http://$host:$port/health\"; then "
+               f"echo \"serving: job $(squeue -h -n {job} -o '%i on %N') at http://$host:$port\"; "
+               f"elif ! squeue -h -n {job} | grep -q .; then echo \"exited: job {job} left the queue before its "
+               f"endpoint answered (invoke logs --tier {tier.name} shows why)\"; fi")
+    return command, f"job {job} running and registered in {c.storage.endpoint_dir}"
+
+
+def gateway_points_at(c: Cluster, tier: RouterTier | RpcTier) -> tuple[str, str]:
+    """(command, label): rewrite the gateway's upstreams now and print `gateway: …` once the tier's route answers
+    /health (or once it is clear the gateway is not deployed yet)."""
+    route = next(r for r in c.gateway.routes if r.tier == tier.name)
+    updater, url = layout.path(c, "updater"), f"http://{c.gateway.listen[0]}:{route.port}"
+    command = (f"if [ -x {updater} ] && systemctl is-active --quiet nginx; then {updater} >/dev/null && "
+               f"curl -sf -o /dev/null -m 5 {url}/health && echo \"gateway: {url} serves {tier.name}\"; "
+               f"else echo \"gateway: not deployed yet\"; fi")
+    return command, f"rewrite the upstreams and wait until the gateway answers for {tier.name}"
