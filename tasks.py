@@ -135,15 +135,13 @@ def _operation_task(op):
         @task(name=op.name, help=DEPLOY_HELP)
         @command
         def run(c, cluster=None, dry=False, only=None, preflight=True):
-            commands.run_runbook(op.runbook, cluster or commands.default_cluster(), op.tier, dry, only,
-                                 ",".join(op.steps) if op.steps else None, variables=dict(op.variables),
+            commands.run_runbook(op.runbook, cluster or commands.default_cluster(), op.tier, dry, only, op.part,
                                  preflight=preflight)
     else:
         @task(name=op.name, help=RUN_HELP)
         @command
         def run(c, cluster=None, dry=False, only=None):
-            commands.run_runbook(op.runbook, cluster or commands.default_cluster(), op.tier, dry, only,
-                                 ",".join(op.steps) if op.steps else None, variables=dict(op.variables))
+            commands.run_runbook(op.runbook, cluster or commands.default_cluster(), op.tier, dry, only, op.part)
     run.__doc__ = op.doc
     return run
 

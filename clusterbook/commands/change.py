@@ -65,7 +65,7 @@ def expansions(cluster: Cluster) -> list[tuple[ch.Phase, Expansion]]:
     from clusterbook.pure.render.artifacts import render_artifacts
 
     books, artifacts = available(), render_artifacts(cluster)
-    return [(p, expand(books[p.runbook], cluster, p.tier, artifacts=artifacts, variables=dict(p.variables)))
+    return [(p, expand(books[p.runbook], cluster, p.tier, artifacts=artifacts))
             for p in ch.phases(cluster)]
 
 
@@ -170,7 +170,7 @@ def unit_hosts(cluster: Cluster, unit: str) -> list[str]:
     if phase is None:
         names = ", ".join(p.unit for p in ch.phases(cluster))
         raise Failed(f"nothing to roll back by the name '{unit}' (the units of this cluster: {names})")
-    exp = expand(available()[phase.runbook], cluster, phase.tier, variables=dict(phase.variables))
+    exp = expand(available()[phase.runbook], cluster, phase.tier)
     return [n.name for n in cluster.nodes if any(n.name in s.hosts for s in exp.steps)]
 
 
@@ -241,8 +241,7 @@ def rollback_unit(cluster_file: str, unit: str, dry: bool = False) -> Rollback:
     if tier is not None:
         op = rollback_restart(tier)
         try:
-            run_runbook(op.runbook, start_with, tier.name, steps=",".join(op.steps) if op.steps else None,
-                        variables=dict(op.variables), quiet_recap=True)
+            run_runbook(op.runbook, start_with, tier.name, part=op.part, quiet_recap=True)
         except Failed as exc:
             return Rollback(restored, time.monotonic() - started, False, str(exc))
     seconds = time.monotonic() - started
@@ -348,9 +347,9 @@ def apply_phase(cluster_file: str, cluster: Cluster, pp: ch.PhasePlan, out: Path
     try:
         if pp.restart_only:
             op = next(o for o in tier_operations(cluster) if o.collection == "restart" and o.name == phase.tier)
-            run_runbook(op.runbook, cluster_file, phase.tier, variables=dict(op.variables))
+            run_runbook(op.runbook, cluster_file, phase.tier, part=op.part)
         else:
-            run_runbook(phase.runbook, cluster_file, phase.tier, variables=dict(phase.variables))
+            run_runbook(phase.runbook, cluster_file, phase.tier)
     except Failed as exc:
         rec.error = str(exc)
     if rec.error is None and phase.scenarios:

@@ -91,9 +91,8 @@ def _build_site(path: str, stamp: tuple) -> Site:
     c = load_cluster(path)
     books = available()
     # one page per operation this cluster offers (its tiers' managers decide which), plus status and logs
-    entries = [(op.runbook, op.tier, op.command, dict(op.variables),
-                pages.slug(f"{op.collection}-slurm" if op.variables else op.runbook, op.tier))
-               for op in operations(c) if op.steps is None]
+    entries = [(op.runbook, op.tier, op.command, {}, pages.slug(op.runbook, op.tier))
+               for op in operations(c) if op.part is None]
     entries += [("status", None, "invoke status", {}, "status"), ("logs", None, "invoke logs", {}, "logs")]
     if c.gateway and c.gateway.docs_port:
         entries.append(("publish-docs", None, "invoke docs.publish", {"build_id": "BUILD-TIME"}, "publish-docs"))

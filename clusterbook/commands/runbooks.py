@@ -24,7 +24,7 @@ def state_dir(cluster) -> Path:
 
 
 def run_runbook(runbook_id: str, cluster_file: str, tier: str | None = None, dry: bool = False,
-                only: str | None = None, steps: str | None = None, quiet_recap: bool = False,
+                only: str | None = None, part: str | None = None, quiet_recap: bool = False,
                 variables: dict | None = None, extra_artifacts: list | None = None, preflight: bool = False):
     """Expand a runbook for the cluster and run it over SSH (or print the plan with dry); with preflight, the
     nodes it touches pass the preflight checks first."""
@@ -44,8 +44,8 @@ def run_runbook(runbook_id: str, cluster_file: str, tier: str | None = None, dry
         if unknown:
             raise Failed(f"--only: unknown node(s) {', '.join(unknown)}")
     artifacts = render_artifacts(cluster) + list(extra_artifacts or [])  # e.g. the packed docs site
-    expansion = expand(books[runbook_id], cluster, tier, only_nodes, steps.split(",") if steps else None,
-                       artifacts=artifacts, variables=variables)
+    expansion = expand(books[runbook_id], cluster, tier, only_nodes, artifacts=artifacts, variables=variables,
+                       part=part)
     deployed = state_dir(cluster) / "deployed"
     hosts = [n.name for n in cluster.nodes if any(n.name in step.hosts for step in expansion.steps)]
     if dry:
@@ -138,7 +138,7 @@ def run_operation(cluster_file: str, action: str, tier: str, dry: bool = False, 
     op = next((o for o in tier_operations(cluster) if o.collection == action and o.name == tier), None)
     if op is None:
         raise Failed(unavailable_reason(cluster.tier(tier), action))
-    run_runbook(op.runbook, cluster_file, tier, dry, only, variables=dict(op.variables), preflight=preflight)
+    run_runbook(op.runbook, cluster_file, tier, dry, only, op.part, preflight=preflight)
 
 
 def status(cluster_file: str, only: str | None = None, dry: bool = False) -> None:

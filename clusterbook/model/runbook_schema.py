@@ -97,6 +97,9 @@ class Step(Strict):
     for_each: Literal["model", "systemd_tier"] | None = Field(
         None, description="repeat the actions: for each model the host needs (model), or each systemd tier (each)")
     actions: list[Action] = Field(min_length=1, description="actions in order")
+    parts: list[Name] = Field(default_factory=list, description="named parts of the runbook the step belongs to: an "
+                              "operation may run one part only (deploy.build, deploy.<tier>-workers), and Python "
+                              "finds a step by its part, never by its id")
 
 
 class Handler(Strict):

@@ -114,7 +114,7 @@ def apply_overview(c) -> str:
     for p in phases(c):
         if p.tier:
             op = rollback_restart(c.tier(p.tier))
-            back = (f"files back, then `{op.runbook}`" + (f" steps {', '.join(op.steps)}" if op.steps else "")
+            back = (f"files back, then `{op.runbook}`" + (f" (its {op.part} steps)" if op.part else "")
                     + (" (the job submitted again from the restored script)" if c.tier(p.tier).manager == "slurm"
                        else " (workers, then head)" if c.tier(p.tier).kind == "rpc" else ""))
         else:

@@ -24,7 +24,6 @@ class Phase:
     unit: str  # engine | slurm | a tier's name | router | gateway | monitoring
     runbook: str
     tier: str | None = None
-    variables: tuple[tuple[str, object], ...] = ()
     scenarios: str | None = None  # the scenario tag that checks it (a tier's are narrowed to it with --tier)
 
     @property
@@ -43,7 +42,7 @@ def phases(c: Cluster) -> list[Phase]:
         out.append(Phase("slurm", "slurm"))
     for op in tier_operations(c):
         if op.collection == "deploy" and op.name == op.tier:
-            out.append(Phase(op.tier, op.runbook, op.tier, op.variables, "tier"))
+            out.append(Phase(op.tier, op.runbook, op.tier, "tier"))
     out.append(Phase("router", "router", scenarios="router"))
     if "deploy.gateway" in by_task:
         out.append(Phase("gateway", "gateway", scenarios="gateway"))
@@ -108,8 +107,8 @@ def engine_link(c: Cluster) -> str:
 
 
 def engine_hosts(install: Expansion) -> list[str]:
-    """The nodes the install runbook links."""
-    return [h for step in install.steps if step.id == "link" for h in step.hosts]
+    """The nodes the install runbook links (its engine-link part)."""
+    return [h for step in install.steps if "engine-link" in step.parts for h in step.hosts]
 
 
 def slurm_job(c: Cluster, phase: Phase) -> str | None:
@@ -119,8 +118,8 @@ def slurm_job(c: Cluster, phase: Phase) -> str | None:
 
 
 def submit_host(expansion: Expansion) -> str | None:
-    """Where deploy-slurm submits the job: the host of its submit step (the controller)."""
-    return next((h for step in expansion.steps if step.id == "submit" for h in step.hosts), None)
+    """Where deploy-slurm submits the job: the host of its job-submit part (the controller)."""
+    return next((h for step in expansion.steps if "job-submit" in step.parts for h in step.hosts), None)
 
 
 def facts_command(paths: list[str], install_dir: str, jobs: list[str]) -> str:

@@ -7,20 +7,17 @@ from dataclasses import dataclass
 
 from clusterbook.model.schema import Cluster, RouterTier, RpcTier
 
-BUILD_STEPS = ("build-tools", "cuda-compiler", "source", "compile", "pack")  # the install runbook's; deploy.build
-
 
 @dataclass(frozen=True)
 class Operation:
-    """One runbook task: `invoke <collection>.<name>` runs `runbook` (for `tier`, limited to `steps`)."""
+    """One runbook task: `invoke <collection>.<name>` runs `runbook` (for `tier`, limited to the steps of `part`)."""
 
     collection: str
     name: str
     runbook: str
     doc: str
     tier: str | None = None
-    steps: tuple[str, ...] | None = None
-    variables: tuple[tuple[str, object], ...] = ()  # template variables of the runbook (restart: True)
+    part: str | None = None  # only the runbook's steps of this part (runbook_schema.Step.parts)
 
     @property
     def task(self) -> str:
@@ -54,8 +51,7 @@ def tier_operations(c: Cluster) -> list[Operation]:
                              f"Deploy the {t.name} tier ({how}); wait for /health 200.", t.name))
         if isinstance(t, RpcTier) and t.manager == "systemd":
             ops.append(Operation("deploy", f"{t.name}-workers", "deploy-rpc",
-                                 f"Deploy only the {t.name} tier's RPC workers.", t.name,
-                                 ("env", "firewall", "firewalld", "workers", "workers-listening")))
+                                 f"Deploy only the {t.name} tier's RPC workers.", t.name, "workers"))
         stopping = "cancel its SLURM job" if t.manager == "slurm" else "head first, then disable the units"
         ops.append(Operation("stop", t.name, tier_runbook(t, "stop"), f"Stop the {t.name} tier ({stopping}).",
                              t.name))
@@ -98,7 +94,7 @@ def cluster_operations(c: Cluster) -> list[Operation]:
         ops.append(Operation("deploy", "build", "install",
                              "Build llama.cpp from source on the build node with the CMake options the cluster's GPUs "
                              "call for, and leave the release tarball on the shared file system.",
-                             steps=BUILD_STEPS))
+                             part="build"))
     ops += [Operation("models", "fetch", "models",
                      "Fetch the models each node serves: resumable, parts joined, size and sha256 checked."),
            Operation("deploy", "router", "router", "Install the model selector script (task -> model -> endpoint).")]

@@ -108,6 +108,7 @@ class ExpandedStep:
     explain: str
     hosts: dict[str, list[Concrete]]
     handlers: dict[str, dict[str, str]] = field(default_factory=dict)  # host -> handler name -> command
+    parts: tuple[str, ...] = ()  # the runbook parts the step belongs to
 
 
 @dataclass(frozen=True)
@@ -180,7 +181,7 @@ def template_context(c: Cluster, tier: RouterTier | RpcTier | None, host: str | 
 
 
 def expand(book: RunbookFile, c: Cluster, tier_name: str | None = None, only: list[str] | None = None,
-           steps: list[str] | None = None, artifacts: list[Artifact] | None = None,
+           steps: list[str] | None = None, artifacts: list[Artifact] | None = None, part: str | None = None,
            variables: dict | None = None) -> Expansion:
     """The concrete plan: per step, per host, the exact files and commands. Template errors name their line."""
     rb, doc = book.runbook, book.doc
@@ -201,7 +202,7 @@ def expand(book: RunbookFile, c: Cluster, tier_name: str | None = None, only: li
     title = tpl(rb.title, ("title",), **base)
     explain = tpl(rb.explain, ("explain",), **base)
     for i, step in enumerate(rb.steps):
-        if steps and step.id not in steps:
+        if (steps and step.id not in steps) or (part and part not in step.parts):
             continue
         if step.when and tpl("{{ 'yes' if (" + step.when + ") else 'no' }}", ("steps", i, "when"), **base) != "yes":
             continue
@@ -236,7 +237,8 @@ def expand(book: RunbookFile, c: Cluster, tier_name: str | None = None, only: li
             notified = {n for a in actions for n in a.notify}
             handlers[host] = {n: tpl(rb.handlers[n].run, ("handlers", n, "run"), **ctx) for n in sorted(notified)}
         expanded.append(ExpandedStep(step.id, tpl(step.title, ("steps", i, "title"), **base),
-                                     tpl(step.explain, ("steps", i, "explain"), **base), per_host, handlers))
+                                     tpl(step.explain, ("steps", i, "explain"), **base), per_host, handlers,
+                                     tuple(step.parts)))
     if problems:
         raise InputError(problems)
     return Expansion(rb.id, title, explain, tier.name if tier else None, expanded, rb.generation)

@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def expansions(c):
     arts = render_artifacts(c)
-    return [(p, expand(available()[p.runbook], c, p.tier, artifacts=arts, variables=dict(p.variables)))
+    return [(p, expand(available()[p.runbook], c, p.tier, artifacts=arts))
             for p in ch.phases(c)]
 
 

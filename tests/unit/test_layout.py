@@ -48,3 +48,17 @@ def test_the_path_literal_check_can_fail():
     assert NODE_PATH.findall("run: nft -f /etc/nftables.d/llama-rpc-{{ tier.name }}.nft")[0].split("{")[0] == (
         "/etc/nftables.d/llama-rpc-")  # as the test above compares it: in layout.py's f-string
     assert NODE_PATH.findall("{{ files.rpc_rules }} >/dev/null") == []
+
+
+@pytest.mark.parametrize("name", CLUSTERS)
+def test_every_part_python_names_is_a_part_of_its_runbook(name):
+    """Python finds steps by the parts the runbooks declare (deploy.build, deploy.<tier>-workers, the engine link,
+    the job submit), never by step id: each part it names has steps."""
+    from clusterbook.pure.operations import cluster_operations, tier_operations
+
+    c = load_cluster(ROOT / name)
+    books = available()
+    named = {(op.runbook, op.part) for op in cluster_operations(c) + tier_operations(c) if op.part}
+    named |= {("install", "engine-link"), ("deploy-slurm", "job-submit")}  # pure/changes.py
+    for runbook, part in named:
+        assert any(part in s.parts for s in books[runbook].runbook.steps), f"{runbook} has no steps of part {part}"
