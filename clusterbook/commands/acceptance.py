@@ -11,6 +11,7 @@ from clusterbook.commands.lab import LAB_CLUSTER, lab_up
 from clusterbook.commands.runbooks import run_operation, run_runbook
 from clusterbook.commands.site import docs
 from clusterbook.effects.console import Failed, console
+from clusterbook.effects.verified import mark_verified, remember_verified
 from clusterbook.model.loader import load_cluster
 
 FEATURES = Path("tests/features")
@@ -74,7 +75,6 @@ def verify(cluster_file: str, disruptive: bool, only: str | None) -> None:
         raise Failed(f"verify: scenarios failed (pytest exit status {proc.returncode}); "
                      f"see {reports}/verify-summary.md")
     if not only:  # every scenario passed: what the nodes run now is the state a rollback returns to
-        from clusterbook.commands.change import mark_verified, remember_verified
         try:
             remember_verified(cluster_file, load_cluster(cluster_file))
             marked = mark_verified(load_cluster(cluster_file))

@@ -7,6 +7,7 @@ from pathlib import Path
 from rich.table import Table
 
 from clusterbook.commands import settings
+from clusterbook.commands.arguments import tier_named
 from clusterbook.effects.console import Failed, console
 from clusterbook.model.loader import load_cluster
 from clusterbook.pure.planner.capacity import GIB
@@ -51,9 +52,7 @@ def _card() -> str:
 
 def _bench_tier(cluster, tier_name: str | None):
     from clusterbook.model.schema import RpcTier
-    tiers = [t for t in cluster.tiers if tier_name in (None, t.name)]
-    if not tiers:
-        raise Failed(f"unknown tier '{tier_name}' (tiers: {', '.join(t.name for t in cluster.tiers)})")
+    tiers = [tier_named(cluster, tier_name)] if tier_name else list(cluster.tiers)
     rpc = [t for t in tiers if isinstance(t, RpcTier)]
     return (rpc or tiers)[0]
 

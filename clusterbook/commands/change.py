@@ -8,15 +8,16 @@ import subprocess
 import sys
 import time
 import xml.etree.ElementTree as ET
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from rich.table import Table
 
 from clusterbook.commands import settings
+from clusterbook.commands.arguments import tier_named
 from clusterbook.commands.reportstamp import file_digest
-from clusterbook.commands.runbooks import run_runbook, state_dir
+from clusterbook.commands.runbooks import run_runbook
 from clusterbook.effects.console import Failed, console
+from clusterbook.effects.verified import listings, mark_verified, on_each, remember_verified, state_dir, verified_file
 from clusterbook.model.loader import load_cluster
 from clusterbook.model.problems import InputError
 from clusterbook.model.schema import Cluster
@@ -27,37 +28,8 @@ from clusterbook.pure.operations import UNIT_RELOAD, rollback_restart, tier_oper
 from clusterbook.pure.runbooks import Command, ExpandedStep, Expansion, available, expand
 
 
-def verified_file(cluster: Cluster, cluster_file: str) -> Path:
-    """The cluster file as it was when the scenarios last passed (verify, or a landed apply): what a rollback
-    returns to, so the scenarios before a change and after a rollback check against it. Kept per cluster and
-    generations folder, the nodes' own record of what they run (the lab's two files describe the same machines
-    under one name, each with its own generations), never per file name: the same edit saved under another name
-    finds the same verified file."""
-    folder = cluster.storage.generations_dir.strip("/").replace("/", "_") or "root"
-    return state_dir(cluster) / "verified" / f"{folder}.yaml"
-
-
-def remember_verified(cluster_file: str, cluster: Cluster) -> None:
-    verified_file(cluster, cluster_file).parent.mkdir(parents=True, exist_ok=True)
-    verified_file(cluster, cluster_file).write_bytes(Path(cluster_file).read_bytes())
-
-
 def changes_dir(cluster: Cluster) -> Path:
     return settings.current().runs / "changes" / cluster.cluster.name
-
-
-def _each(cluster: Cluster, hosts: list[str], command_of) -> dict[str, str]:
-    """A command per host, in parallel, over SSH; each host's stdout (a failure ends the command, naming it)."""
-    from clusterbook.effects.ssh import SshTransport
-
-    transport = SshTransport(cluster)
-    with ThreadPoolExecutor(max_workers=max(1, len(hosts))) as pool:
-        results = list(pool.map(lambda h: transport.run(h, command_of(h), timeout=60), hosts))
-    bad = [r for r in results if not r.ok]
-    if bad:
-        raise Failed(f"{bad[0].host}: {bad[0].command.splitlines()[0][:120]} exited {bad[0].returncode}\n"
-                     f"{bad[0].tail() or '(no stderr)'}")
-    return {r.host: r.stdout for r in results}
 
 
 # --- what changed ---------------------------------------------------------------------------------------------
@@ -80,7 +52,7 @@ def live_facts(cluster: Cluster, exps: list[tuple[ch.Phase, Expansion]]) -> dict
         if (job := ch.slurm_job(cluster, phase)) and (host := ch.submit_host(expansion)):
             jobs.setdefault(host, []).append(job)
     hosts = [n.name for n in cluster.nodes if n.name in paths or n.name in jobs]
-    out = _each(cluster, hosts, lambda h: ch.facts_command(list(paths.get(h, {})), cluster.engine.install_dir,
+    out = on_each(cluster, hosts, lambda h: ch.facts_command(list(paths.get(h, {})), cluster.engine.install_dir,
                                                           jobs.get(h, [])))
     return {h: ch.facts_from_output(text) for h, text in out.items()}
 
@@ -142,25 +114,6 @@ def run_scenarios(cluster_file: str, phase: ch.Phase, when: str, out: Path) -> S
     console.print(f"  [{colour}]{len(run.passed)} passed, {len(run.failed)} failed[/] ({run.seconds:.0f} s)"
                   + "".join(f"\n  [red]failed:[/] {n}" for n in run.failed))
     return run
-
-
-def listings(cluster: Cluster, hosts: list[str]) -> dict[str, list[gen.Generation]]:
-    out = _each(cluster, hosts, lambda h: gen.listing_command(cluster.storage.generations_dir))
-    return {h: gen.parse_listing(text) for h, text in out.items()}
-
-
-def mark_verified(cluster: Cluster, units: set[str] | None = None) -> int:
-    """Mark the applied generations of these units (all when None) verified on every node; how many. A tier's
-    scenarios passing does not verify the engine under it: other tiers run on it too (apply marks the engine
-    once every phase landed)."""
-    gdir = cluster.storage.generations_dir
-    found = listings(cluster, [n.name for n in cluster.nodes])
-    ids = {h: [g.id for g in gens if g.state == "applied" and (units is None or g.unit in units)]
-           for h, gens in found.items()}
-    ids = {h: i for h, i in ids.items() if i}
-    if ids:
-        _each(cluster, list(ids), lambda h: gen.mark_command(gdir, ids[h], "verified"))
-    return sum(len(i) for i in ids.values())
 
 
 # --- rollback -------------------------------------------------------------------------------------------------
@@ -263,8 +216,8 @@ def apply(cluster_file: str, tier: str | None = None, dry: bool = False) -> None
     """Compare, then deploy what changed phase by phase; each phase's scenarios before and after; a phase whose
     deploy or scenarios fail is rolled back and verified again, and apply stops there."""
     cluster = load_cluster(cluster_file)
-    if tier is not None and tier not in [t.name for t in cluster.tiers]:
-        raise Failed(f"unknown tier '{tier}' (tiers: {', '.join(t.name for t in cluster.tiers)})")
+    if tier is not None:
+        tier_named(cluster, tier)
     exps = expansions(cluster)
     facts = recorded_facts(cluster) if dry else live_facts(cluster, exps)
     plans = ch.plan(cluster, exps, facts, check_jobs=not dry)

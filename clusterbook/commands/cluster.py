@@ -7,6 +7,7 @@ from pathlib import Path
 from rich.markup import escape
 from rich.table import Table
 
+from clusterbook.commands.arguments import nodes_named, tier_named
 from clusterbook.effects.console import Failed, console
 from clusterbook.effects.files import write_tree
 from clusterbook.effects.validators import MissingTools, validate
@@ -81,8 +82,8 @@ def plan(cluster_file: str, tier: str | None, as_json: bool, models_dir: str | N
         return solve_placements(cluster_file, as_json, min_ctx)
     cluster = load_cluster(cluster_file)
     plans = plan_cluster(cluster, Path(models_dir) if models_dir else None)
-    if tier and tier not in plans:
-        raise Failed(f"unknown tier '{tier}' (tiers: {', '.join(plans)})")
+    if tier:
+        tier_named(cluster, tier)
     chosen = [plans[tier]] if tier else list(plans.values())
     cplan = plan_residency(cluster, plans)
     if as_json:
@@ -228,7 +229,7 @@ def print_preflight(cluster, nodes: list[str], checks: list, quiet: bool = False
 def preflight(cluster_file: str, only: str | None = None) -> None:
     """Every node's GPUs, driver, free space for its models, RPC interface and clock, against the cluster file."""
     cluster = load_cluster(cluster_file)
-    nodes = [n.name for n in cluster.nodes if not only or n.name in only.split(",")]
+    nodes = nodes_named(cluster, only) or [n.name for n in cluster.nodes]
     print_preflight(cluster, nodes, preflight_checks(cluster, nodes))
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
+from clusterbook.commands.arguments import node_named
 from clusterbook.commands.runbooks import run_runbook
 from clusterbook.effects.console import Failed, console
 from clusterbook.model.loader import load_cluster
@@ -52,9 +53,7 @@ def lab_down(cluster_file: str) -> None:
 
 def lab_restart(cluster_file: str, node: str) -> None:
     lab = _lab(cluster_file)
-    if node not in [n.name for n in lab.c.nodes]:
-        raise Failed(f"unknown node '{node}' (nodes: {', '.join(n.name for n in lab.c.nodes)})")
-    lab.restart(node)
+    lab.restart(node_named(lab.c, node))
     console.print(f"[green]{node} is back[/]")
 
 
@@ -62,6 +61,4 @@ def ssh_command(cluster_file: str, node: str) -> list[str]:
     """The ssh argv for an interactive session on a node of the cluster file."""
     from clusterbook.effects.ssh import ssh_argv
     cluster = load_cluster(cluster_file)
-    if node not in [n.name for n in cluster.nodes]:
-        raise Failed(f"unknown node '{node}' (nodes: {', '.join(n.name for n in cluster.nodes)})")
-    return ssh_argv(cluster, node)
+    return ssh_argv(cluster, node_named(cluster, node))

@@ -3,24 +3,19 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 from rich.table import Table
 
 from clusterbook.commands import settings
+from clusterbook.commands.arguments import nodes_named, tier_named
 from clusterbook.effects.console import Failed, console
+from clusterbook.effects.verified import state_dir
 from clusterbook.model.loader import load_cluster
 
 
 def default_cluster() -> str:
     """The cluster file tasks use when --cluster is not given: the configuration's clusterbook.cluster."""
     return settings.current().cluster
-
-
-def state_dir(cluster) -> Path:
-    """This checkout's record of a cluster: deployed/ (the last content uploaded per node and path, the base of
-    --dry diffs), engine/ (each node's engine link after the last install), verified/ (see commands/change.py)."""
-    return Path(".clusterbook") / cluster.cluster.name
 
 
 def run_runbook(runbook_id: str, cluster_file: str, tier: str | None = None, dry: bool = False,
@@ -38,11 +33,7 @@ def run_runbook(runbook_id: str, cluster_file: str, tier: str | None = None, dry
 
     cluster = load_cluster(cluster_file)
     books = available()
-    only_nodes = [n.strip() for n in only.split(",")] if only else None
-    if only_nodes:
-        unknown = [n for n in only_nodes if n not in {x.name for x in cluster.nodes}]
-        if unknown:
-            raise Failed(f"--only: unknown node(s) {', '.join(unknown)}")
+    only_nodes = nodes_named(cluster, only)
     artifacts = render_artifacts(cluster) + list(extra_artifacts or [])  # e.g. the packed docs site
     expansion = expand(books[runbook_id], cluster, tier, only_nodes, artifacts=artifacts, variables=variables,
                        part=part)
@@ -132,9 +123,7 @@ def run_operation(cluster_file: str, action: str, tier: str, dry: bool = False, 
     """Run deploy/stop/restart of a tier named on the command line, by its manager (pure/operations.py)."""
     from clusterbook.pure.operations import tier_operations, unavailable_reason
     cluster = load_cluster(cluster_file)
-    names = [t.name for t in cluster.tiers]
-    if tier not in names:
-        raise Failed(f"unknown tier '{tier}' in {cluster_file} (tiers: {', '.join(names)})")
+    tier_named(cluster, tier)
     op = next((o for o in tier_operations(cluster) if o.collection == action and o.name == tier), None)
     if op is None:
         raise Failed(unavailable_reason(cluster.tier(tier), action))
@@ -234,9 +223,10 @@ def _live_figures(cluster) -> None:
 def logs(cluster_file: str, only: str | None = None, tier: str | None = None, dry: bool = False) -> None:
     """The last log lines of every tier (or one): journald for systemd tiers; job state, end state, job log and
     OOM kills for SLURM tiers."""
-    names = [t.name for t in load_cluster(cluster_file).tiers]
-    if tier and tier not in names:
-        raise Failed(f"unknown tier '{tier}' (tiers: {', '.join(names)})")
+    cluster = load_cluster(cluster_file)
+    if tier:
+        tier_named(cluster, tier)
+    names = [t.name for t in cluster.tiers]
     report = run_runbook("logs", cluster_file, dry=dry, only=only, quiet_recap=True,
                          variables={"tiers_shown": [tier] if tier else names})
     if report is None:  # dry run: the plan was printed

@@ -43,3 +43,52 @@ def test_no_import_from_a_higher_layer(path):
         assert module != "relative", f"{path.name}:{line}: use absolute imports, so the layer is visible"
         assert layer_of(module) <= own, \
             f"{path.name}:{line} ({LAYERS[own]}) imports {module} ({LAYERS[layer_of(module)]})"
+
+
+def module_graph() -> dict[str, set[str]]:
+    """Each clusterbook module and the clusterbook modules it imports (`from pkg import submodule` names the
+    submodule, not the package)."""
+    files = {".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"): p
+             for p in (ROOT / "clusterbook").rglob("*.py")}
+    graph = {}
+    for name, path in files.items():
+        deps = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("clusterbook"):
+                subs = {f"{node.module}.{a.name}" for a in node.names} & files.keys()
+                deps |= subs | ({node.module} if len(subs) < len(node.names) else set())
+            elif isinstance(node, ast.Import):
+                deps |= {a.name for a in node.names}
+        graph[name] = (deps & files.keys()) - {name}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index, low, stack, out = {}, {}, [], []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while (w := stack.pop()) != v:
+                component.append(w)
+            if component:
+                out.append(sorted([v, *component]))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_import_cycle():
+    assert cycles(module_graph()) == []
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == [["a", "b", "c"]]  # the check can fail
