@@ -236,9 +236,8 @@ def recovery(cluster_file: str, tier_name: str | None, cases: tuple[str, ...], r
     transport = SshTransport(cluster)
     predicted = load_json(cluster, tier, plan_tier(cluster, tier))
     predicted_load = predict_load(cluster, tier, plan_tier(cluster, tier)).load_s  # unrounded, for the ratio
-    targets = cluster.targets_for(tier.name)
-    target = targets.recovery_s.target if targets and targets.recovery_s else None
-    limit = max(3 * (target or 60), 3 * predicted["recovery_s"], 60)
+    target = cluster.recovery_level(tier.name).target
+    limit = max(3 * target, 3 * predicted["recovery_s"], 60)
     card = _tier_card(cluster, tier)
     results = []
     caches = PAGE_CACHE if cold else PAGE_CACHE[:1]

@@ -11,7 +11,6 @@ PROJECT = Path(__file__).resolve().parents[2]  # where tasks.py and invoke.yaml 
 # invoke's configuration key `clusterbook`; override in invoke.yaml (project), ~/.invoke.yaml (user),
 # /etc/invoke.yaml (system), `invoke -f FILE` (runtime) or the environment: INVOKE_CLUSTERBOOK_CLUSTER=lab/cluster.yaml
 DEFAULTS = {"cluster": "cluster.yaml", "reports": "reports", "runs": "runs"}
-ENV_CLUSTER = "INVOKE_CLUSTERBOOK_CLUSTER"
 
 
 @dataclass(frozen=True)

@@ -499,6 +499,9 @@ class Level(Strict):
     critical: float = Field(ge=0, le=1_000_000, description="act now")
 
 
+DEFAULT_RECOVERY = Level(target=120, acceptable=200, critical=300)  # a tier whose targets give no recovery_s
+
+
 class Targets(Strict):
     """Success criteria of one tier (direction per metric is fixed: see the reference)."""
 
@@ -731,6 +734,12 @@ class Cluster(Strict):
 
     def targets_for(self, tier: str) -> Targets | None:
         return next((t for t in self.targets if t.tier == tier), None)
+
+    def recovery_level(self, tier: str) -> Level:
+        """How soon the tier must answer again after a crash: its recovery_s target, else DEFAULT_RECOVERY (the
+        window of its tier-down alert, of bench.recovery and of the recovery scenarios)."""
+        targets = self.targets_for(tier)
+        return targets.recovery_s if targets and targets.recovery_s else DEFAULT_RECOVERY
 
     @property
     def slurm_requeue_hold_s(self) -> int:

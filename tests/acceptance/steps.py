@@ -67,8 +67,7 @@ def until_answers(cluster, transport, tier, deadline_s: float) -> float:
 
 
 def recovery_target(cluster, tier) -> float:
-    targets = cluster.targets_for(tier.name)
-    return targets.recovery_s.target if targets and targets.recovery_s else 120.0
+    return cluster.recovery_level(tier.name).target
 
 
 @given("the cluster file")
@@ -251,7 +250,7 @@ def _reports_devices(cluster, context, measured):
 
 # --- performance ----------------------------------------------------------------------------------------
 @when(parsers.parse("each tier with targets generates {tokens:d} tokens {runs:d} times with the fixed prompt"))
-def _generate(cluster, transport, context, measured, tokens, runs):
+def _generate_timed(cluster, transport, context, measured, tokens, runs):
     results = {}
     for tier in cluster.tiers:
         targets = cluster.targets_for(tier.name)
@@ -720,7 +719,7 @@ def _probe_ttft(cluster, transport, measured):
 
 
 @when("the first RPC tier generates 32 tokens")
-def _generate(cluster, transport, context):
+def _generate_counted(cluster, transport, context):
     monitored(cluster)
     if not rpc_tiers(cluster):
         pytest.skip("no RPC tier in this cluster file")
@@ -754,8 +753,7 @@ def _down_until_alert(cluster, cluster_file, transport, context, measured):
     if not rpc_tiers(cluster):
         pytest.skip("no RPC tier in this cluster file")
     tier = rpc_tiers(cluster)[0]
-    targets = cluster.targets_for(tier.name)
-    window = targets.recovery_s.critical if targets and targets.recovery_s else 300
+    window = cluster.recovery_level(tier.name).critical
     result = run_invoke(cluster_file, f"stop.{tier.name}")
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr
     started = time.monotonic()

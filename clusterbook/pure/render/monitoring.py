@@ -156,13 +156,13 @@ def alert_cases(c: Cluster) -> list[Alert]:
 
 def samples(c: Cluster) -> int:
     """Minutes of series each promtool test feeds: past the longest `for:` and the margin after it."""
-    windows = [t.recovery_s.critical for t in c.targets if t.recovery_s] + [300]
+    windows = [c.recovery_level(t.name).critical for t in c.tiers]
     return _minutes(f"{max(windows):g}s") + _minutes(f"{3 * c.monitoring.scrape_interval_s}s") + 10
 
 
 def _tier_alerts(c: Cluster, tier: RouterTier | RpcTier, targets, n: int) -> list[Alert]:
     name, label = tier.name, {"tier": tier.name}
-    recovery = targets.recovery_s.critical if targets and targets.recovery_s else 300
+    recovery = c.recovery_level(name).critical
     down = f"tier {name} has not answered for {recovery:g} s (its recovery target's critical level)"
     trouble = _entry(c, "rpc-worker-down" if isinstance(tier, RpcTier) else "gateway-connection-refused")
     probe = f'clusterbook_tier_healthy{{tier="{name}"}}'
