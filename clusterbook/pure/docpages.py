@@ -17,6 +17,7 @@ from clusterbook.pure.planner.capacity import GIB, TierPlan, plan_cluster
 from clusterbook.pure.planner.findings import evaluate_claim
 from clusterbook.pure.planner.loadtime import predict_load, recovery_text
 from clusterbook.pure.planner.residency import exclusion_text, plan_residency
+from clusterbook.pure.planner.variants import variants
 from clusterbook.pure.render.artifacts import Artifact, selector_rows
 from clusterbook.pure.runbooks import Expansion, PutFile
 
@@ -333,6 +334,8 @@ def capacity(c: Cluster, plans: dict[str, TierPlan] | None = None) -> str:
         if c.tier(name).kind == "rpc":
             facts.append(recovery_text(c, c.tier(name), p))
         out.append("\n" + " ".join(facts) + "\n")
+        if c.tier(name).kind == "rpc":
+            out.append(quantization_choice(c, c.tier(name)))
     out.append(whole_cluster(c, plans))
     out.append("## Seed claims, computed\n")
     rows = []
@@ -344,6 +347,31 @@ def capacity(c: Cluster, plans: dict[str, TierPlan] | None = None) -> str:
                          "impossible" if v.refuted else "possible", f"[{d.id}](decisions.md#{d.id.lower()})"])
     out.append(table(["source", "claim", "claimed", "computed", "verdict", "decision"], rows) if rows else "None.\n")
     return "\n".join(out)
+
+
+def quantization_choice(c: Cluster, tier: RpcTier) -> str:
+    """The tier's model at each quantization the cluster file lists, planned on the tier's devices, split and
+    context (planner/variants.py); nothing when the file lists only the one it serves."""
+    found = variants(c, tier)
+    if len(found) < 2:
+        return ""
+    rows = [[f"`{v.model}`" + (" (served)" if v.served else ""), v.quantization,
+             f"{v.size_gb:,.1f}" if v.size_gb else "–", f"{v.peak_use:.0%}",
+             "yes" if v.plan.fits else "**no**", f"{v.plan.max_ctx:,}" if v.plan.max_ctx else "none",
+             f"{v.plan.decode_bound_tps:.1f}" if v.plan.decode_bound_tps else "–"] for v in found]
+    served = next(v for v in found if v.served)
+    roomier = [v for v in found if v.plan.fits and (v.plan.max_ctx or 0) > (served.plan.max_ctx or 0)]
+    best = max(roomier, key=lambda v: v.plan.max_ctx or 0) if roomier else None
+    advice = (f" Of the files listed, `{best.model}` fits with the most room here: a largest context of "
+              f"{best.plan.max_ctx:,} tokens against {served.plan.max_ctx or 0:,} (`tiers[{tier.name}].model`)."
+              if best else "")
+    return (f"### {tier.name}: its model at other quantizations\n\n"
+            f"Each file planned as if {tier.name} served it, on the same devices and split at {tier.ctx_size:,} "
+            "tokens. The bound counts the bytes read per token only; the de-quantization work per weight (which "
+            "seed 001 expected to favour Q5_K_S and Q6_K on the V100S) is not in it, so measure a file with "
+            "`invoke bench` before serving it." + advice
+            + "\n\n" + table(["model", "quantization", "GB", "fullest device (of usable)",
+                              f"fits at {tier.ctx_size:,}", "largest context", "decode bound tok/s"], rows))
 
 
 def whole_cluster(c: Cluster, plans: dict[str, TierPlan]) -> str:

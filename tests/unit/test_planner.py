@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from clusterbook.effects.lab.models import TinyModel, write_model
+from clusterbook.model.loader import load_cluster
 from clusterbook.pure.planner.capacity import (
     GIB,
     compute_bytes,
@@ -159,3 +160,21 @@ def test_plan_json_is_complete(tmp_path):
     assert {"weights", "kv", "compute", "overhead", "total", "headroom"} <= set(data["tiers"][0]["devices"][0])
     assert data["cluster"]["exclusions"] == [{"tiers": ["fast", "reasoning"], "reason": "both need vasp-02's GPU "
                                               "(its only GPU; --gres=gpu:1 and gpu:1): one waits in the queue"}]
+
+
+def test_the_reasoning_model_at_other_quantizations_is_planned_on_the_tiers_own_devices():
+    """Seed 001's table of OR1-Behemoth files (Q4_K_S to Q8_0), computed: each planned as if the tier served it."""
+    from clusterbook.pure.docpages import quantization_choice
+    from clusterbook.pure.planner.variants import variants
+
+    c = load_cluster(ROOT / "cluster.yaml")
+    found = variants(c, c.tier("reasoning"))
+    assert [v.quantization for v in found] == ["Q4_K_S", "Q4_K_M", "Q5_K_S", "Q6_K", "Q8_0"]  # smallest first
+    assert [v.served for v in found].count(True) == 1 and found[1].served
+    assert [v.plan.fits for v in found] == [True, True, False, False, False]
+    bounds = [v.plan.decode_bound_tps for v in found]
+    assert bounds == sorted(bounds, reverse=True)  # more bytes per token, a lower bound
+    page = quantization_choice(c, c.tier("reasoning"))
+    assert "`OR1-Behemoth-Q4_K_S` fits with the most room here" in page
+    lab = load_cluster(ROOT / "lab/cluster.yaml")
+    assert quantization_choice(lab, lab.tier("reasoning")) == ""  # one file: no table
