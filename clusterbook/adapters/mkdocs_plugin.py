@@ -119,6 +119,7 @@ def _sections(site: Site) -> dict:
         "engine_install": lambda: pages.engine_install(c),
         "bringup_steps": lambda: pages.bringup_steps(c),
         "observations": lambda: pages.observations(c),
+        "criteria": lambda: pages.criteria(c),
         "slurm_asks": lambda: pages.slurm_asks(c),
         "latest_report": lambda name: latest_report(name, site),
         "result_picture": lambda name, caption: result_picture(name, site, caption),

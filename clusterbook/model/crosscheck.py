@@ -343,6 +343,14 @@ def _targets(c: Cluster) -> list[Finding]:
         if t.tier in seen:
             out.append((("targets", i, "tier"), f"tier '{t.tier}' already has targets"))
         seen.add(t.tier)
+    decisions = {d.id for d in c.decisions}
+    for i, criterion in enumerate(c.criteria):
+        if criterion.decision and criterion.decision not in decisions:
+            out.append((("criteria", i, "decision"), f"unknown decision '{criterion.decision}' "
+                                                     f"(decisions: {', '.join(sorted(decisions)) or 'none'})"))
+        if not criterion.scenarios and not criterion.decision and not criterion.note:
+            out.append((("criteria", i), "say what checks it now: scenarios, the decision that replaced it, or a "
+                                         "note"))
     for i, seen in enumerate(c.observations):
         if seen.tier and seen.tier not in tiers:
             out.append((("observations", i, "tier"), f"unknown tier '{seen.tier}'"))

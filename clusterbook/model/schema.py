@@ -574,6 +574,18 @@ class Observation(Strict):
     date: str = Field(pattern=r"^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])$", description="YYYY-MM-DD")
 
 
+class Criterion(Strict):
+    """A success criterion the cluster's earlier records set, and what checks it now: acceptance scenarios (by
+    name, as `invoke verify --only` takes them) or the decision that replaced it."""
+
+    text: Line = Field(description="the criterion, in its source's words")
+    source: Line = Field(description="where it was set, e.g. seed 003")
+    scenarios: list[Line] = Field(default_factory=list, max_length=20,
+                                  description="the acceptance scenarios that check it (their names)")
+    decision: Name | None = Field(None, description="the decision that changed or replaced it (its id)")
+    note: Line = Field("", description="what differs today, in one line")
+
+
 class FixStep(Strict):
     """A fix command, a Jinja template over the cluster, run on some hosts."""
 
@@ -715,6 +727,9 @@ class Cluster(Strict):
     observations: list[Observation] = Field(default_factory=list, max_length=1000,
                                             description="figures measured on this cluster before clusterbook "
                                                         "(shown on the results page with their source)")
+    criteria: list[Criterion] = Field(default_factory=list, max_length=200,
+                                      description="success criteria from earlier records and what checks each "
+                                                  "now (the results page)")
     planner: Planner = Field(default_factory=Planner, description="capacity planner constants")
     slurm: SlurmCluster | None = Field(None, description="the SLURM cluster, when clusterbook configures it")
     monitoring: Monitoring | None = Field(None, description="Prometheus scraping every tier, node and GPU; alerts "

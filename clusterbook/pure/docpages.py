@@ -627,6 +627,18 @@ def observations(c: Cluster) -> str:
     return table(["what", "measured", "tier", "setup", "source"], rows)
 
 
+def criteria(c: Cluster) -> str:
+    """The earlier records' success criteria, each beside the scenarios that check it now or the decision that
+    replaced it."""
+    if not c.criteria:
+        return "None recorded in the cluster file.\n"
+    rows = [[text(k.text), text(k.source),
+             "<br>".join(text(s) for s in k.scenarios) or "–",
+             f"[{k.decision}](decisions.md#{k.decision.lower()})" if k.decision else "–", text(k.note) or "–"]
+            for k in c.criteria]
+    return table(["criterion", "source", "checked by (invoke verify)", "decision", "today"], rows)
+
+
 def slurm_asks(c: Cluster) -> str:
     """Where SLURM is managed elsewhere: what its administrators must have set for the tiers, as slurm.conf and
     sacctmgr lines from the cluster file (partitions, QoS, a GPU gres per node, the requeue hold, preemption)."""

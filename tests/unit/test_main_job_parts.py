@@ -63,3 +63,20 @@ def test_only_matches_scenario_names_tags_and_features(only, expected):
 ])
 def test_progress_comes_from_the_tools_own_lines(parse, line, expected):
     assert parse(line) == expected
+
+
+def test_every_criterion_names_scenarios_that_exist():
+    """The results page says which scenarios check each earlier success criterion: each name is a real scenario
+    (a renamed scenario fails here, not silently on the page)."""
+    from pathlib import Path
+
+    from clusterbook.model.loader import load_cluster
+
+    root = Path(__file__).resolve().parents[2]
+    names = {s.name for s in scenarios()}
+    for path in ("cluster.yaml", "lab/cluster.yaml", "lab/cluster-slurm.yaml"):
+        c = load_cluster(root / path)
+        missing = [s for k in c.criteria for s in k.scenarios if s not in names]
+        assert missing == [], f"{path}: no such scenario: {missing}"
+    assert len(load_cluster(root / "cluster.yaml").criteria) == 10  # seed 003's ten
+    assert "A killed RPC worker is recovered" in names and "A killed RPC worker was recovered" not in names
