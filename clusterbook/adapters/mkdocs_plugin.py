@@ -121,6 +121,7 @@ def _sections(site: Site) -> dict:
         "observations": lambda: pages.observations(c),
         "criteria": lambda: pages.criteria(c),
         "slurm_asks": lambda: pages.slurm_asks(c),
+        "prerequisites": lambda: pages.prerequisites(c),
         "latest_report": lambda name: latest_report(name, site),
         "result_picture": lambda name, caption: result_picture(name, site, caption),
         "apply_overview": lambda: changelog.apply_overview(c),

@@ -639,6 +639,42 @@ def criteria(c: Cluster) -> str:
     return table(["criterion", "source", "checked by (invoke verify)", "decision", "today"], rows)
 
 
+def prerequisites(c: Cluster) -> str:
+    """What must be true before the first task runs, from the cluster file: where clusterbook runs and how it reaches
+    each node, and per node the OS, driver, CUDA, fabric address and the folders that must be mounted."""
+    lines = ["- **Where clusterbook runs**: a Linux machine with this repository, Python 3.11 or newer and the "
+             "OpenSSH client (`./setup` installs the rest on Debian). It reaches every node as "
+             f"`{c.access.user}` with a key (no passwords), checking host keys against "
+             f"`{c.access.known_hosts}`: put each node's and jump host's key there first "
+             "(`ssh-keyscan`, compared with the host's own `ssh-keygen -lf`)."]
+    if c.storage.shared_dir:
+        lines.append(f"- **Shared file system**: `{c.storage.shared_dir}` mounted on every node (the build, the batch "
+                     f"scripts and the endpoint registry `{c.storage.endpoint_dir}` live there).")
+    local = sorted({d for d in (c.storage.models_dir, c.storage.log_dir) if not c.storage.shared_dir
+                    or not d.startswith(c.storage.shared_dir.rstrip("/") + "/")})
+    if local:
+        lines.append("- **Node-local folders**: " + ", ".join(f"`{d}`" for d in local) + " on every tier node, with "
+                     "room for its models (`invoke preflight` checks the free space).")
+    if c.engine.cuda_version:
+        lines.append(f"- **CUDA {c.engine.cuda_version}** on every GPU node"
+                     + (f", its libraries in `{c.engine.cuda_lib_dir}`" if c.engine.cuda_lib_dir else "")
+                     + " (the build node also needs its compiler, nvcc).")
+    lines.append(f"- **The {c.rpc_network} network** up on every tier node with MTU "
+                 f"{c.networks[c.rpc_network].mtu} ({c.networks[c.rpc_network].link}).")
+    rows = []
+    for n in c.nodes:
+        os_ = f"{n.os.id} {n.os.version}" + (f", gcc-toolset-{n.os.gcc_toolset}" if n.os.gcc_toolset else "")
+        if "os" not in n.model_fields_set:
+            os_ += " (assumed: the file does not say)"
+        rows.append([n.name, f"`{topo.ssh_route(c, n.name).command()}`", text(os_),
+                     text(n.nvidia_driver or "–") if n.gpus else "no GPU",
+                     n.addresses.get(c.rpc_network, "–")])
+    return ("\n".join(lines) + "\n\n" + table(["node", "reached with", "OS", "NVIDIA driver",
+                                                 f"{c.rpc_network} address"], rows)
+            + "\n`invoke preflight` checks all of it on every node and names what differs; every deploy runs it "
+              "first.\n")
+
+
 def slurm_asks(c: Cluster) -> str:
     """Where SLURM is managed elsewhere: what its administrators must have set for the tiers, as slurm.conf and
     sacctmgr lines from the cluster file (partitions, QoS, a GPU gres per node, the requeue hold, preemption)."""
