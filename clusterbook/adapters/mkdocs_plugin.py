@@ -61,7 +61,8 @@ class ClusterbookPlugin(MacrosPlugin):
 RUNBOOK_GROUPS = {  # nav entry: the runbooks it lists (by id); the index page goes to the first group
     "Deploy runbooks": ("install", "models", "router", "gateway", "slurm", "deploy-rpc", "deploy-router",
                         "deploy-slurm", "monitoring"),
-    "Operate runbooks": ("status", "logs", "stop", "stop-slurm", "restart", "restart-slurm", "publish-docs"),
+    "Operate runbooks": ("status", "logs", "stop", "stop-slurm", "restart", "restart-slurm", "retire-legacy",
+                         "publish-docs"),
 }
 
 

@@ -54,6 +54,10 @@ def resolve_hosts(c: Cluster, selector: str) -> list[str]:
         return [n.name for n in c.nodes if n.gpus]
     if selector == "router":  # nodes that get the model selector script
         return router_nodes(c)
+    if selector in ("legacy.units", "legacy.files"):  # the nodes holding a unit or file of the earlier setup
+        held = set() if not c.legacy else {n for u in c.legacy.units for n in u.nodes} \
+            if selector == "legacy.units" else {f.node for f in c.legacy.files}
+        return [n for n in names if n in held]
     if selector == "tiers":  # every node that runs (or may run) a tier, in node order
         used = {n for t in c.tiers for n in candidate_nodes(c, t)}
         return [n for n in names if n in used]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import posixpath
 
 from clusterbook.model.problems import Path
-from clusterbook.model.schema import Cluster
+from clusterbook.model.schema import LEGACY_FOLDERS, Cluster
 
 # Folders of the operating system and its packages: a dedicated folder may lie below one, never be one or hold one.
 SYSTEM_DIRS = frozenset({
@@ -78,4 +78,43 @@ def folder_findings(c: Cluster) -> list[tuple[Path, str]]:
             out.append((("gateway", "upstream_dir"), f"{upstream} is a folder nginx (or the system) already reads "
                                                      "every file of: the generated upstreams would be defined twice; "
                                                      "use a folder of its own, e.g. /etc/nginx/clusterbook"))
+    return out
+
+
+def legacy_findings(c: Cluster) -> list[tuple[Path, str]]:
+    """The earlier setup's files, units and jobs that `invoke stop.legacy` would touch: only where they may be (files
+    in the folders the seeds used, never a folder itself, never one clusterbook writes), only inference services,
+    only jobs in the tiers' own partitions."""
+    if not c.legacy:
+        return []
+    out: list[tuple[Path, str]] = []
+    nodes = {n.name for n in c.nodes}
+    ours = {*dedicated_folders(c).values(), *other_folders(c).values()} - {c.storage.shared_dir}
+    ours_units = {u for t in c.tiers for u in (f"llama-{t.name}", f"llama-rpc-{t.name}",
+                                                f"llama-rpc-{t.name}-firewall")}
+    allowed = [*LEGACY_FOLDERS] + ([c.storage.shared_dir.rstrip("/") + "/"] if c.storage.shared_dir else [])
+    for i, f in enumerate(c.legacy.files):
+        where = ("legacy", "files", i)
+        name = posixpath.basename(f.path)
+        if f.node not in nodes:
+            out.append(((*where, "node"), f"unknown node '{f.node}' (nodes: {', '.join(sorted(nodes))})"))
+        if not any(f.path.startswith(a) for a in allowed) or f.path.rstrip("/") + "/" in allowed \
+                or f.path in SYSTEM_DIRS:
+            out.append(((*where, "path"), f"{f.path}: a legacy file must lie in {', '.join(allowed)} (and not be "
+                                          "that folder): clusterbook moves it aside, and moves nothing else"))
+        elif any(inside(f.path, o) for o in ours) or name.startswith("clusterbook") \
+                or name.removesuffix(".service") in ours_units:
+            out.append(((*where, "path"), f"{f.path} is a file clusterbook writes itself: it cannot be legacy"))
+    for i, u in enumerate(c.legacy.units):
+        if u.name in ours_units:
+            out.append((("legacy", "units", i, "name"), f"{u.name} is a unit clusterbook runs itself"))
+        for j, n in enumerate(u.nodes):
+            if n not in nodes:
+                out.append((("legacy", "units", i, "nodes", j), f"unknown node '{n}'"))
+    if c.legacy.slurm_jobs and not any(t.slurm for t in c.tiers):
+        out.append((("legacy", "slurm_jobs"), "jobs are cancelled in the SLURM tiers' partitions only, and no tier "
+                                              "runs under SLURM"))
+    for i, job in enumerate(c.legacy.slurm_jobs):
+        if job in {f"llama-{t.name}" for t in c.tiers}:
+            out.append((("legacy", "slurm_jobs", i), f"{job} is a job clusterbook submits itself"))
     return out

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import re
 from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -343,7 +344,7 @@ RESERVED_TIER_NAMES = frozenset({
     "apply", "bench", "build", "check", "demo", "deploy", "docs", "down", "fabric", "fetch", "gateway", "hash",
     "install", "lab", "logs", "models", "monitoring", "plan", "preflight", "publish", "recovery", "reference",
     "rehearse", "render", "restart", "rollback", "router", "run", "serve", "slurm", "ssh", "status", "stop", "tier",
-    "tune", "up", "verify"})
+    "tune", "up", "verify", "legacy"})
 
 
 def _tier_name(value: str) -> str:
@@ -574,6 +575,44 @@ class Observation(Strict):
     date: str = Field(pattern=r"^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])$", description="YYYY-MM-DD")
 
 
+LEGACY_UNIT = r"^(llama|ai-|vllm|ollama)[a-z0-9_.@-]*$"  # the inference services clusterbook replaces, nothing else
+LEGACY_FOLDERS = ("/etc/nginx/", "/usr/local/bin/", "/usr/local/sbin/", "/etc/systemd/system/")
+
+
+class LegacyUnit(Strict):
+    """A systemd unit of the earlier setup, stopped and disabled (never deleted)."""
+
+    name: str = Field(max_length=64, description="unit name without .service; only an inference service's (llama…, "
+                                                 "ai-…, vllm…, ollama…): sshd, slurmd or nginx can never be named here")
+    nodes: list[Name] = Field(min_length=1, description="the nodes that run it")
+
+    @field_validator("name")
+    @classmethod
+    def _inference_service(cls, value: str) -> str:
+        if not re.fullmatch(LEGACY_UNIT, value):
+            raise ValueError(f"'{value}' is not an inference service's unit: only units named llama…, ai-…, vllm… or "
+                             "ollama… can be retired (lower-case letters, digits and . _ @ -)")
+        return value
+
+
+class LegacyFile(Strict):
+    """A file of the earlier setup, moved aside into generations_dir/legacy/ (kept, never deleted)."""
+
+    node: Name = Field(description="the node that holds it")
+    path: AbsPath = Field(description="where it is: under /etc/nginx/, /usr/local/bin/, /usr/local/sbin/, "
+                                      "/etc/systemd/system/ or storage.shared_dir, and not a file clusterbook writes")
+
+
+class Legacy(Strict):
+    """What ran before clusterbook, retired by `invoke stop.legacy` before the tiers need its GPUs and ports: its
+    SLURM jobs cancelled (in the tiers' partitions only), its units stopped and disabled, its files moved aside."""
+
+    source: Line = Field(description="where it is described, e.g. seed 004")
+    slurm_jobs: list[SlurmName] = Field(default_factory=list, max_length=50, description="job names to cancel")
+    units: list[LegacyUnit] = Field(default_factory=list, max_length=50, description="systemd units to stop")
+    files: list[LegacyFile] = Field(default_factory=list, max_length=200, description="files to move aside")
+
+
 class Criterion(Strict):
     """A success criterion the cluster's earlier records set, and what checks it now: acceptance scenarios (by
     name, as `invoke verify --only` takes them) or the decision that replaced it."""
@@ -727,6 +766,7 @@ class Cluster(Strict):
     observations: list[Observation] = Field(default_factory=list, max_length=1000,
                                             description="figures measured on this cluster before clusterbook "
                                                         "(shown on the results page with their source)")
+    legacy: Legacy | None = Field(None, description="what ran before clusterbook, retired by invoke stop.legacy")
     criteria: list[Criterion] = Field(default_factory=list, max_length=200,
                                       description="success criteria from earlier records and what checks each "
                                                   "now (the results page)")

@@ -732,6 +732,15 @@ def bringup_steps(c: Cluster) -> str:
     steps = [f"{cluster_command(c, 'deploy.install')} — llama.cpp b{c.engine.build} on every tier node: "
              f"{engine_install(c)}.",
              f"`invoke models.fetch` — each node's models into `{c.storage.models_dir}`."]
+    if c.legacy:
+        units = ", ".join(f"`{u.name}` on " + ", ".join(u.nodes) for u in c.legacy.units)
+        held = [f"cancels the jobs {', '.join(f'`{j}`' for j in c.legacy.slurm_jobs)}"] if c.legacy.slurm_jobs else []
+        held += [f"stops and disables {units}"] if c.legacy.units else []
+        held += [f"moves {len(c.legacy.files)} files aside into `{c.storage.generations_dir}/legacy/` (the nginx "
+                 "site, scripts and unit files; kept, not deleted)"] if c.legacy.files else []
+        steps.append(f"{cluster_command(c, 'stop.legacy')} — retires what ran before clusterbook "
+                     f"({text(c.legacy.source)}), which holds the GPUs and ports the tiers need: it "
+                     + "; ".join(held) + ".")
     for name, note in deploy_order(c):
         t = c.tier(name)
         steps.append(f"{tier_command(c, 'deploy', name)} — the {name} tier"

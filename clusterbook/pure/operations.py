@@ -86,6 +86,10 @@ UNIT_RELOAD = {  # what a unit that is not a tier needs after its files are put 
 def cluster_operations(c: Cluster) -> list[Operation]:
     """The runbook tasks that are not per tier; deploy.slurm only where clusterbook configures SLURM."""
     ops = []
+    if c.legacy:
+        ops.append(Operation("stop", "legacy", "retire-legacy",
+                             f"Retire what ran before clusterbook ({c.legacy.source}): cancel its SLURM jobs, stop "
+                             "and disable its units, move its files aside into the generations folder (kept)."))
     if c.engine.release_url or c.storage.shared_dir:  # a build from source reaches the nodes through shared_dir
         ops.append(Operation("deploy", "install", "install",
                              "Install the llama.cpp release on every tier node, each build in its own folder; "

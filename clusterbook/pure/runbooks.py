@@ -170,6 +170,11 @@ def template_context(c: Cluster, tier: RouterTier | RpcTier | None, host: str | 
         ctx["monitoring"] = {"router_jobs": "|".join(routers), "jobs": 1 + len(c.tiers) - len(routers),
                              "key_files": [t.api_key.file for t in c.tiers if t.api_key and t.api_key.file
                                       and c.monitoring.node in t.nodes]}
+    if c.legacy:  # the SLURM tiers' partitions: the only ones stop.legacy cancels jobs in
+        ctx["legacy_partitions"] = ",".join(sorted({t.slurm.partition for t in c.tiers if t.slurm}))
+    if c.legacy and host:  # what stop.legacy retires on this host
+        ctx["legacy_units"] = [u.name for u in c.legacy.units if host in u.nodes]
+        ctx["legacy_files"] = [f.path for f in c.legacy.files if f.node == host]
     if tier is not None:
         ctx["files"] = {**ctx["files"], **layout.tier_paths(c, tier)}
         ctx.update(units=topo.units(tier), endpoint=topo.endpoint_url(c, tier),

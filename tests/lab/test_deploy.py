@@ -215,3 +215,34 @@ def test_a_model_whose_header_contradicts_the_cluster_file_fails_naming_node_and
     assert result.returncode != 0
     assert "lab1: step 'header'" in result.stderr, result.stderr
     assert "layers: the cluster file says 16, the header (llama.block_count) says 12" in result.stderr, result.stderr
+
+
+def test_stop_legacy_retires_the_earlier_setup_and_a_second_run_changes_nothing(ssh, tmp_path):
+    """What ran before clusterbook (here made by the test: a unit on lab2 and a script on lab1) is stopped and
+    disabled and moved aside into the generations folder, kept; a second run finds nothing to do."""
+    import shlex
+
+    from clusterbook.model.loader import load_cluster
+
+    legacy = tmp_path / "cluster.yaml"
+    legacy.write_text(LAB.read_text() + "\nlegacy:\n  source: a seed-era setup this test makes\n"
+                      "  units:\n    - {name: llama-seed-rpc, nodes: [lab2]}\n  files:\n"
+                      "    - {node: lab2, path: /etc/systemd/system/llama-seed-rpc.service}\n"
+                      "    - {node: lab1, path: /usr/local/bin/ai-inference-upstream.sh}\n")
+    kept = load_cluster(legacy).storage.generations_dir + "/legacy"
+    unit = ("[Unit]\nDescription=seed era\n[Service]\nExecStart=/bin/sleep infinity\n"
+            "[Install]\nWantedBy=multi-user.target\n")
+    made = ssh.run("lab2", f"printf '%s' {shlex.quote(unit)} > /etc/systemd/system/llama-seed-rpc.service && "
+                           "systemctl daemon-reload && systemctl enable --now llama-seed-rpc")
+    assert made.ok, made.stderr
+    assert ssh.run("lab1", "printf '#!/bin/sh\\n' > /usr/local/bin/ai-inference-upstream.sh").ok
+    result = invoke("stop.legacy", cluster=legacy)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr
+    assert statuses(result.stdout).count("changed") >= 3, result.stdout
+    assert ssh.run("lab2", "systemctl is-active llama-seed-rpc").stdout.strip() != "active"
+    assert ssh.run("lab2", "test ! -e /etc/systemd/system/llama-seed-rpc.service").ok
+    assert ssh.run("lab2", f"test -s {kept}/etc/systemd/system/llama-seed-rpc.service").ok  # kept, not deleted
+    assert ssh.run("lab1", f"test ! -e /usr/local/bin/ai-inference-upstream.sh && "
+                           f"test -e {kept}/usr/local/bin/ai-inference-upstream.sh").ok
+    again = invoke("stop.legacy", cluster=legacy)
+    assert again.returncode == 0 and set(statuses(again.stdout)) == {"ok"}, again.stdout

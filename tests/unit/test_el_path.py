@@ -43,7 +43,8 @@ def test_the_lab_keeps_debian_and_its_own_compilers():
 @pytest.mark.tools
 @pytest.mark.skipif(not shutil.which("shellcheck"), reason="needs shellcheck (./setup installs it)")
 @pytest.mark.parametrize("runbook, tier", [("install", None), ("gateway", None), ("deploy-slurm", "reasoning"),
-                                          ("deploy-slurm", "fast"), ("models", None)])
+                                          ("deploy-slurm", "fast"), ("models", None), ("restart-slurm", "reasoning"),
+                                          ("retire-legacy", None)])
 def test_every_command_for_beefcake2s_nodes_passes_shellcheck(beefcake2, tmp_path, runbook, tier):
     for step, host, action in commands(beefcake2, runbook, tier):
         for part in (action.command, action.unless, action.until):
