@@ -1,68 +1,36 @@
-"""What each task does, in terms of the layers: load, plan, render, run, check, report. tasks.py calls these."""
+"""What each task does, in terms of the layers: load, plan, render, run, check, report. tasks.py calls these.
 
-from clusterbook.commands.acceptance import demo, verify
-from clusterbook.commands.bench import bench, fabric, recovery, rehearse, tune
-from clusterbook.commands.change import apply, rollback
-from clusterbook.commands.cluster import check, models_hash, plan, preflight, render, write_reference
-from clusterbook.commands.lab import (
-    LAB_CLUSTER,
-    LAB_SLURM_CLUSTER,
-    lab_down,
-    lab_restart,
-    lab_status,
-    lab_up,
-    ssh_command,
-)
-from clusterbook.commands.runbooks import (
-    cluster_for_tasks,
-    cluster_on_command_line,
-    default_cluster,
-    logs,
-    run_operation,
-    run_runbook,
-    status,
-    task_operations,
-)
-from clusterbook.commands.settings import DEFAULTS as SETTINGS_DEFAULTS
-from clusterbook.commands.settings import configure
-from clusterbook.commands.site import docs
-from clusterbook.commands.site import publish as publish_docs
-from clusterbook.effects.console import Failed
+Each name is imported from its module on first use (PEP 562), so `invoke --list` and a no-op deploy load only the
+modules they run: a benchmark's, the docs build's and the lab's imports stay out of every other task."""
 
-__all__ = [
-    "LAB_CLUSTER",
-    "LAB_SLURM_CLUSTER",
-    "SETTINGS_DEFAULTS",
-    "Failed",
-    "apply",
-    "bench",
-    "check",
-    "cluster_for_tasks",
-    "cluster_on_command_line",
-    "configure",
-    "default_cluster",
-    "demo",
-    "docs",
-    "fabric",
-    "lab_down",
-    "lab_restart",
-    "lab_status",
-    "lab_up",
-    "logs",
-    "models_hash",
-    "plan",
-    "preflight",
-    "publish_docs",
-    "recovery",
-    "rehearse",
-    "render",
-    "rollback",
-    "run_operation",
-    "run_runbook",
-    "ssh_command",
-    "status",
-    "task_operations",
-    "tune",
-    "verify",
-    "write_reference",
-]
+from __future__ import annotations
+
+from importlib import import_module
+
+WHERE = {  # name tasks.py uses -> (module under clusterbook.commands, or a full module path; its attribute)
+    **{n: ("acceptance", n) for n in ("demo", "verify")},
+    **{n: ("bench", n) for n in ("bench", "fabric", "recovery", "rehearse", "tune")},
+    **{n: ("change", n) for n in ("apply", "rollback")},
+    **{n: ("cluster", n) for n in ("check", "models_hash", "plan", "preflight", "render", "write_reference")},
+    **{n: ("lab", n) for n in ("lab_down", "lab_restart", "lab_status", "lab_up", "ssh_command")},
+    **{n: ("runbooks", n) for n in ("logs", "run_operation", "run_runbook", "status")},
+    **{n: ("tasklist", n) for n in ("cluster_for_tasks", "cluster_on_command_line", "default_cluster",
+                                    "task_operations")},
+    "LAB_CLUSTER": ("settings", "LAB_CLUSTER"),
+    "LAB_SLURM_CLUSTER": ("settings", "LAB_SLURM_CLUSTER"),
+    "SETTINGS_DEFAULTS": ("settings", "DEFAULTS"),
+    "configure": ("settings", "configure"),
+    "docs": ("site", "docs"),
+    "publish_docs": ("site", "publish"),
+    "Failed": ("clusterbook.effects.console", "Failed"),
+}
+__all__ = sorted(WHERE)
+
+
+def __getattr__(name: str):
+    if name not in WHERE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module, attribute = WHERE[name]
+    value = getattr(import_module(module if "." in module else f"{__name__}.{module}"), attribute)
+    globals()[name] = value
+    return value

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from clusterbook.commands import settings
 from clusterbook.commands.cluster import preflight
-from clusterbook.commands.lab import LAB_CLUSTER, lab_up
+from clusterbook.commands.lab import lab_up
 from clusterbook.commands.runbooks import run_operation, run_runbook
+from clusterbook.commands.settings import LAB_CLUSTER
 from clusterbook.commands.site import docs
 from clusterbook.effects.console import Failed, console
 from clusterbook.effects.verified import mark_verified, remember_verified
@@ -27,7 +31,7 @@ class Scenario:
 
     @property
     def test_name(self) -> str:
-        from pytest_bdd.scenario import make_python_name
+        from pytest_bdd.scenario import make_python_name  # lazy, both: pytest-bdd only to list scenarios
         return "test_" + make_python_name(self.name)
 
 
@@ -49,8 +53,6 @@ def matching(all_scenarios: list[Scenario], only: str) -> list[Scenario]:
 
 def verify(cluster_file: str, disruptive: bool, only: str | None) -> None:
     """Run tests/features against the live cluster; write cucumber JSON, JUnit XML and a Markdown summary."""
-    import subprocess
-    import sys
 
     load_cluster(cluster_file)
     reports = settings.current().reports
@@ -86,7 +88,6 @@ def verify(cluster_file: str, disruptive: bool, only: str | None) -> None:
 def demo(cluster_file: str = LAB_CLUSTER) -> None:
     """The main job on the lab: boot it, preflight every node, build and install llama.cpp, fetch models, deploy
     every tier and the monitoring, verify, build the docs."""
-    import os
 
     os.environ.update(settings.as_environment(cluster=cluster_file))  # the scenarios' own invoke commands
     settings.configure({**vars(settings.current()), "cluster": cluster_file})

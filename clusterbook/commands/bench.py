@@ -2,22 +2,47 @@
 
 from __future__ import annotations
 
+import json
+import shutil
+import statistics
+import subprocess
 from pathlib import Path
 
 from rich.table import Table
 
 from clusterbook.commands import settings
 from clusterbook.commands.arguments import tier_named
+from clusterbook.commands.reportstamp import stamped
+from clusterbook.effects.benchmark import (
+    PARALLEL_GAIN,
+    baseline_decode_samples,
+    concurrency_point,
+    decode_samples,
+    markdown,
+    run_bench,
+)
 from clusterbook.effects.console import Failed, console
+from clusterbook.effects.fabric import measure
+from clusterbook.effects.probes import api_key
+from clusterbook.effects.recovery import PAGE_CACHE, run_case
+from clusterbook.effects.rehearsal import Rehearsal, gpu_assignment, head_first_gpu, localize
+from clusterbook.effects.splitcost import SplitCost, engine_decode, fits_one_device, served_decode
+from clusterbook.effects.splitcost import markdown as split_markdown
+from clusterbook.effects.ssh import SshTransport
+from clusterbook.effects.tuning import change_to_make
+from clusterbook.effects.tuning import tune as run_tune
 from clusterbook.model.loader import load_cluster
-from clusterbook.pure.planner.capacity import GIB
+from clusterbook.model.schema import RpcTier
+from clusterbook.pure import topology as topo
+from clusterbook.pure.planner.capacity import GIB, plan_tier
+from clusterbook.pure.planner.loadtime import load_json, predict_load
+from clusterbook.pure.planner.shape import shape_of
+from clusterbook.pure.recoverylog import ordered
 
 
 def write_report(name: str, data: dict, markdown: str, cluster, cluster_file: str) -> None:
     """reports/NAME.json and reports/NAME-summary.md, the summary stamped with the cluster file it measured."""
-    import json
 
-    from clusterbook.commands.reportstamp import stamped
     reports = settings.current().reports
     reports.mkdir(parents=True, exist_ok=True)
     (reports / f"{name}.json").write_text(json.dumps(data, indent=2))
@@ -27,10 +52,7 @@ def write_report(name: str, data: dict, markdown: str, cluster, cluster_file: st
 
 def _write_bench(report, cluster, cluster_file: str, card: str, extra: dict | None = None,
                  extra_markdown: str = "") -> None:
-    import json
 
-    from clusterbook.commands.reportstamp import stamped
-    from clusterbook.effects.benchmark import markdown
     reports = settings.current().reports
     reports.mkdir(parents=True, exist_ok=True)
     (reports / "bench.json").write_text(json.dumps({**report.to_json(), "card": card, **(extra or {})}, indent=2))
@@ -41,8 +63,6 @@ def _write_bench(report, cluster, cluster_file: str, card: str, extra: dict | No
 
 
 def _card() -> str:
-    import shutil
-    import subprocess
     if not shutil.which("nvidia-smi"):
         return "CPU only"
     out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True)
@@ -51,7 +71,6 @@ def _card() -> str:
 
 
 def _bench_tier(cluster, tier_name: str | None):
-    from clusterbook.model.schema import RpcTier
     tiers = [tier_named(cluster, tier_name)] if tier_name else list(cluster.tiers)
     rpc = [t for t in tiers if isinstance(t, RpcTier)]
     return (rpc or tiers)[0]
@@ -59,11 +78,6 @@ def _bench_tier(cluster, tier_name: str | None):
 
 def bench(cluster_file: str, tier_name: str | None, quick: bool) -> None:
     """Measure a live tier over its HTTP API, beside the planner's bound."""
-    from clusterbook.effects.benchmark import run_bench
-    from clusterbook.effects.probes import api_key
-    from clusterbook.effects.ssh import SshTransport
-    from clusterbook.pure import topology as topo
-    from clusterbook.pure.planner.capacity import plan_tier
 
     cluster = load_cluster(cluster_file)
     tier = _bench_tier(cluster, tier_name)
@@ -81,13 +95,6 @@ def rehearse(cluster_file: str, tier_name: str | None, install_dir: str | None, 
              quick: bool) -> None:
     """Run the tier's rendered command lines on this machine (one RPC worker per GPU, head on GPU 0), bench it,
     and measure what the split costs against the model on the head's first device alone."""
-    from clusterbook.effects.benchmark import baseline_decode_samples, decode_samples, run_bench
-    from clusterbook.effects.rehearsal import Rehearsal, gpu_assignment, head_first_gpu, localize
-    from clusterbook.effects.splitcost import SplitCost, engine_decode, fits_one_device, served_decode
-    from clusterbook.effects.splitcost import markdown as split_markdown
-    from clusterbook.pure import topology as topo
-    from clusterbook.pure.planner.capacity import plan_tier
-    from clusterbook.pure.planner.shape import shape_of
 
     cluster = localize(load_cluster(cluster_file), install_dir, models_dir)
     tier = _bench_tier(cluster, tier_name)
@@ -125,12 +132,7 @@ def rehearse(cluster_file: str, tier_name: str | None, install_dir: str | None, 
 
 def _record_gpu_memory(cluster, tier, shape) -> None:
     """With GPUs: memory used per GPU once the tier is up, next to the plan's total for that device."""
-    import json
-    import shutil
-    import subprocess
 
-    from clusterbook.effects.rehearsal import gpu_assignment
-    from clusterbook.pure.planner.capacity import plan_tier
     if not shutil.which("nvidia-smi"):
         return
     out = subprocess.run(["nvidia-smi", "--query-gpu=index,memory.used", "--format=csv,noheader,nounits"],
@@ -151,9 +153,6 @@ def _record_gpu_memory(cluster, tier, shape) -> None:
 
 def parallel_sweep(cluster, tier, parallels: tuple[int, ...]) -> list[dict]:
     """The live server with each parallel slot count, as many clients as slots: aggregate throughput."""
-    from clusterbook.effects.benchmark import concurrency_point
-    from clusterbook.effects.rehearsal import Rehearsal
-    from clusterbook.pure import topology as topo
 
     points = []
     for n in parallels:
@@ -168,12 +167,7 @@ def parallel_sweep(cluster, tier, parallels: tuple[int, ...]) -> list[dict]:
 def tune(cluster_file: str, tier_name: str | None, install_dir: str | None, models_dir: str | None,
          parallels: tuple[int, ...] = (1, 2, 4)) -> None:
     """Try the settings grid with llama-bench over the tier's RPC workers; print the best and the change to make."""
-    import json
 
-    from clusterbook.effects.benchmark import PARALLEL_GAIN
-    from clusterbook.effects.rehearsal import Rehearsal, gpu_assignment, localize
-    from clusterbook.effects.tuning import change_to_make
-    from clusterbook.effects.tuning import tune as run_tune
 
     cluster = localize(load_cluster(cluster_file), install_dir, models_dir)
     tier = _bench_tier(cluster, tier_name)
@@ -220,14 +214,7 @@ def _tier_card(cluster, tier) -> str:
 
 def recovery(cluster_file: str, tier_name: str | None, cases: tuple[str, ...], runs: int, cold: bool) -> None:
     """Disrupt a live RPC tier run by run; time each phase until it answers again, beside the planner's prediction."""
-    import statistics
 
-    from clusterbook.effects.recovery import PAGE_CACHE, run_case
-    from clusterbook.effects.ssh import SshTransport
-    from clusterbook.model.schema import RpcTier
-    from clusterbook.pure.planner.capacity import plan_tier
-    from clusterbook.pure.planner.loadtime import load_json, predict_load
-    from clusterbook.pure.recoverylog import ordered
 
     cluster = load_cluster(cluster_file)
     tier = _bench_tier(cluster, tier_name)
@@ -298,9 +285,6 @@ def fabric(cluster_file: str, tier_name: str | None, seconds: int) -> None:
     """iperf3 from each RPC tier's head to its workers over the RPC network, beside the tier's fabric_gbps target and
     the network's declared bandwidth; reports/fabric-summary.md (on the Results page)."""
 
-    from clusterbook.effects.fabric import measure
-    from clusterbook.effects.ssh import SshTransport
-    from clusterbook.model.schema import RpcTier
 
     cluster = load_cluster(cluster_file)
     tiers = [t for t in cluster.tiers if isinstance(t, RpcTier) and tier_name in (None, t.name)]

@@ -4,6 +4,7 @@ rolled back when they fail) and `invoke rollback` (the last verified generation 
 from __future__ import annotations
 
 import datetime
+import hashlib
 import subprocess
 import sys
 import time
@@ -13,10 +14,14 @@ from pathlib import Path
 from rich.table import Table
 
 from clusterbook.commands import settings
+from clusterbook.commands.acceptance import scenarios
 from clusterbook.commands.arguments import tier_named
 from clusterbook.commands.reportstamp import file_digest
 from clusterbook.commands.runbooks import run_runbook
 from clusterbook.effects.console import Failed, console
+from clusterbook.effects.executor import Executor
+from clusterbook.effects.reporters import ConsoleReporter, RunLog
+from clusterbook.effects.ssh import SshTransport
 from clusterbook.effects.verified import listings, mark_verified, on_each, remember_verified, state_dir, verified_file
 from clusterbook.model.loader import load_cluster
 from clusterbook.model.problems import InputError
@@ -25,6 +30,7 @@ from clusterbook.pure import changes as ch
 from clusterbook.pure import generations as gen
 from clusterbook.pure.changelog import ChangeRecord, PhaseRecord, Rollback, ScenarioRun
 from clusterbook.pure.operations import UNIT_RELOAD, rollback_restart, tier_operations
+from clusterbook.pure.render.artifacts import render_artifacts
 from clusterbook.pure.runbooks import Command, ExpandedStep, Expansion, available, expand
 
 
@@ -34,7 +40,6 @@ def changes_dir(cluster: Cluster) -> Path:
 
 # --- what changed ---------------------------------------------------------------------------------------------
 def expansions(cluster: Cluster) -> list[tuple[ch.Phase, Expansion]]:
-    from clusterbook.pure.render.artifacts import render_artifacts
 
     books, artifacts = available(), render_artifacts(cluster)
     return [(p, expand(books[p.runbook], cluster, p.tier, artifacts=artifacts))
@@ -59,7 +64,6 @@ def live_facts(cluster: Cluster, exps: list[tuple[ch.Phase, Expansion]]) -> dict
 
 def recorded_facts(cluster: Cluster) -> dict[str, ch.NodeFacts]:
     """What the last deploys from this checkout put on the nodes (apply --dry contacts nothing)."""
-    import hashlib
 
     base = state_dir(cluster)
     facts = {}
@@ -87,7 +91,6 @@ def print_plan(plans: list[ch.PhasePlan], dry: bool) -> None:
 # --- scenarios and verified generations -------------------------------------------------------------------------
 def run_scenarios(cluster_file: str, phase: ch.Phase, when: str, out: Path) -> ScenarioRun:
     """The phase's scenarios (its tag; a tier's narrowed to that tier) in a pytest of their own."""
-    from clusterbook.commands.acceptance import scenarios
 
     junit = out / f"{phase.unit}-{when.replace(' ', '-')}.junit.xml"
     argv = [sys.executable, "-m", "pytest", "tests/acceptance", "--live-cluster", cluster_file, "-p",
@@ -150,9 +153,6 @@ def rollback_unit(cluster_file: str, unit: str, dry: bool = False) -> Rollback:
     """Put back on each node what the unit's generations since its last verified one replaced, then start it
     again as its manager does, with the file it restores; the seconds until it answers. --dry contacts nothing:
     it says what it would read and from where."""
-    from clusterbook.effects.executor import Executor
-    from clusterbook.effects.reporters import ConsoleReporter, RunLog
-    from clusterbook.effects.ssh import SshTransport
 
     cluster = load_cluster(cluster_file)
     gdir, install_dir = cluster.storage.generations_dir, cluster.engine.install_dir

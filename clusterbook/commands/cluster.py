@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import difflib
+import json
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from rich.markup import escape
@@ -10,6 +14,7 @@ from rich.table import Table
 from clusterbook.commands.arguments import nodes_named, tier_named
 from clusterbook.effects.console import Failed, console
 from clusterbook.effects.files import write_tree
+from clusterbook.effects.ssh import SshTransport
 from clusterbook.effects.validators import MissingTools, validate
 from clusterbook.model.loader import load_cluster, load_cluster_document
 from clusterbook.model.problems import InputError, Problem
@@ -19,7 +24,10 @@ from clusterbook.pure.planner.capacity import GIB, plan_cluster, plan_json
 from clusterbook.pure.planner.findings import plan_findings
 from clusterbook.pure.planner.loadtime import load_json, recovery_text
 from clusterbook.pure.planner.residency import exclusion_text, plan_residency, residency_json
+from clusterbook.pure.preflight import Check, facts_command, judge, parse_facts
+from clusterbook.pure.reference import reference_markdown, splice
 from clusterbook.pure.render.artifacts import path_collisions, render_artifacts
+from clusterbook.pure.runbooks import models_for_host
 
 
 def render(cluster_file: str, out_dir: str) -> None:
@@ -67,7 +75,6 @@ def check(cluster_file: str) -> None:
 
 def write_reference(readme: str) -> None:
     """Regenerate the cluster file reference between the README's markers."""
-    from clusterbook.pure.reference import reference_markdown, splice
     path = Path(readme)
     path.write_text(splice(path.read_text(), reference_markdown()))
     console.print(f"[green]updated[/] the cluster file reference in {readme}")
@@ -76,7 +83,6 @@ def write_reference(readme: str) -> None:
 def plan(cluster_file: str, tier: str | None, as_json: bool, models_dir: str | None, solve: bool = False,
          min_ctx: int | None = None) -> None:
     """Print the capacity plan of every tier (or one) as tables, or as JSON; with solve, the best placements."""
-    import json
 
     if solve:
         return solve_placements(cluster_file, as_json, min_ctx)
@@ -117,8 +123,6 @@ def plan(cluster_file: str, tier: str | None, as_json: bool, models_dir: str | N
 
 def solve_placements(cluster_file: str, as_json: bool, min_ctx: int | None) -> None:
     """`invoke plan --solve`: the best placements beside the file's own, and the change to the file for the best."""
-    import difflib
-    import json
 
     cluster, doc = load_cluster_document(cluster_file)
     if min_ctx is not None and not 256 <= min_ctx <= 16_777_216:
@@ -188,11 +192,7 @@ def _print_residency(cplan) -> None:
 
 def preflight_checks(cluster, nodes: list[str]) -> list:
     """Run the facts command on each node at once and judge what it printed against the cluster file."""
-    import time
-    from concurrent.futures import ThreadPoolExecutor
 
-    from clusterbook.effects.ssh import SshTransport
-    from clusterbook.pure.preflight import Check, facts_command, judge, parse_facts
 
     transport = SshTransport(cluster)
 
@@ -235,10 +235,7 @@ def preflight(cluster_file: str, only: str | None = None) -> None:
 
 def models_hash(cluster_file: str) -> None:
     """Each model's sha256, computed where it lies (on a node that serves it), beside the cluster file's."""
-    from concurrent.futures import ThreadPoolExecutor
 
-    from clusterbook.effects.ssh import SshTransport
-    from clusterbook.pure.runbooks import models_for_host
 
     cluster = load_cluster(cluster_file)
     holder = {}

@@ -2,23 +2,26 @@
 
 from __future__ import annotations
 
+import json
+import time
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
 from clusterbook.commands import settings
-from clusterbook.commands.reportstamp import report_for
+from clusterbook.commands.reportstamp import file_digest, report_for
 from clusterbook.model.loader import load_cluster
 from clusterbook.model.problems import InputError
 from clusterbook.model.schema import Cluster
+from clusterbook.pure import charts, layout
 from clusterbook.pure import docpages as pages
-from clusterbook.pure import layout
+from clusterbook.pure.changelog import from_json
 from clusterbook.pure.charts import node_pictures
 from clusterbook.pure.operations import operations
 from clusterbook.pure.planner.capacity import TierPlan, plan_cluster
 from clusterbook.pure.planner.residency import plan_residency
 from clusterbook.pure.render.artifacts import Artifact, render_artifacts
-from clusterbook.pure.runbooks import available, expand
+from clusterbook.pure.runbooks import RUNBOOK_DIR, available, expand
 
 
 @dataclass(frozen=True)
@@ -53,7 +56,6 @@ def current_site() -> Site:
 
 def build_stamp(site: Site, built_at: str) -> str:
     """The page footer: which cluster file (by the path given, and its digest) and when; docs.publish checks for it."""
-    from clusterbook.commands.reportstamp import file_digest
 
     path = Path(site.cluster_file)
     try:  # never the build machine's checkout: relative to the working directory, else the file's name
@@ -74,14 +76,12 @@ def handing(site: Site | None, built_at: str | None = None) -> None:
 
 
 def built_at() -> str:
-    import time
 
     return _built_at or time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
 def build_site(path: str) -> Site:
     """The site for a cluster file, recomputed when the file or a runbook changes (docs.serve reloads)."""
-    from clusterbook.pure.runbooks import RUNBOOK_DIR
     stamp = tuple(p.stat().st_mtime_ns for p in [Path(path), *sorted(RUNBOOK_DIR.glob("*.yaml"))])
     return _build_site(path, stamp)
 
@@ -120,7 +120,6 @@ GPU_LOAD_TIMES = Path("benchmarks/results/h100x2-load-time")  # measured on the 
 
 def _matching(name: str, c: Cluster, path: str) -> dict | None:
     """A report's JSON when its summary measured this cluster file as it is now (the stamp), else None."""
-    import json
 
     reports = settings.current().reports
     summary, data = reports / f"{name}-summary.md", reports / f"{name}.json"
@@ -132,9 +131,7 @@ def _matching(name: str, c: Cluster, path: str) -> dict | None:
 def result_pictures(c: Cluster, path: str) -> dict[str, str]:
     """The results pages' pictures: this cluster's own bench and recovery reports (only when they measured this
     very file), and the GPU load times of benchmarks/, labelled with their card."""
-    import json
 
-    from clusterbook.pure import charts
 
     out = {}
     bench = _matching("bench", c, path)
@@ -191,9 +188,7 @@ def latest_report(name: str, site: Site) -> str:
 
 def change_records(cluster_name: str) -> list:
     """The apply records of this cluster kept in runs/changes/<cluster>/ (a record that does not parse is skipped)."""
-    import json
 
-    from clusterbook.pure.changelog import from_json
 
     records = []
     for path in sorted((settings.current().runs / "changes" / cluster_name).glob("*.json")):

@@ -7,17 +7,13 @@ from rich.table import Table
 from clusterbook.commands.arguments import node_named
 from clusterbook.commands.runbooks import run_runbook
 from clusterbook.effects.console import Failed, console
+from clusterbook.effects.lab.lab import Lab
+from clusterbook.effects.ssh import ssh_argv
 from clusterbook.model.loader import load_cluster
-
-LAB_CLUSTER = "lab/cluster.yaml"
 
 
 def _lab(cluster_file: str):
-    from clusterbook.effects.lab.lab import Lab
     return Lab(load_cluster(cluster_file))
-
-
-LAB_SLURM_CLUSTER = "lab/cluster-slurm.yaml"
 
 
 def lab_up(cluster_file: str, slurm: bool = False) -> None:
@@ -59,6 +55,5 @@ def lab_restart(cluster_file: str, node: str) -> None:
 
 def ssh_command(cluster_file: str, node: str) -> list[str]:
     """The ssh argv for an interactive session on a node of the cluster file."""
-    from clusterbook.effects.ssh import ssh_argv
     cluster = load_cluster(cluster_file)
     return ssh_argv(cluster, node_named(cluster, node))

@@ -2,20 +2,29 @@
 
 from __future__ import annotations
 
+import datetime
 import json
+import time as _time
 
 from rich.table import Table
 
 from clusterbook.commands import settings
 from clusterbook.commands.arguments import nodes_named, tier_named
+from clusterbook.commands.cluster import preflight_checks, print_preflight
+from clusterbook.commands.reportstamp import file_digest
 from clusterbook.effects.console import Failed, console
+from clusterbook.effects.executor import Executor
+from clusterbook.effects.probes import prometheus_query
+from clusterbook.effects.reporters import ConsoleReporter, RunLog, dry_run, recap, step_times
+from clusterbook.effects.ssh import SshTransport
 from clusterbook.effects.verified import state_dir
 from clusterbook.model.loader import load_cluster
-
-
-def default_cluster() -> str:
-    """The cluster file tasks use when --cluster is not given: the configuration's clusterbook.cluster."""
-    return settings.current().cluster
+from clusterbook.pure import generations as gen
+from clusterbook.pure.changes import engine_hosts, engine_link
+from clusterbook.pure.operations import tier_operations, unavailable_reason
+from clusterbook.pure.render.artifacts import render_artifacts
+from clusterbook.pure.render.monitoring import GPU_METRICS, job
+from clusterbook.pure.runbooks import available, expand
 
 
 def run_runbook(runbook_id: str, cluster_file: str, tier: str | None = None, dry: bool = False,
@@ -23,13 +32,7 @@ def run_runbook(runbook_id: str, cluster_file: str, tier: str | None = None, dry
                 variables: dict | None = None, extra_artifacts: list | None = None, preflight: bool = False):
     """Expand a runbook for the cluster and run it over SSH (or print the plan with dry); with preflight, the
     nodes it touches pass the preflight checks first."""
-    import time as _time
 
-    from clusterbook.effects.executor import Executor
-    from clusterbook.effects.reporters import ConsoleReporter, RunLog, dry_run, recap, step_times
-    from clusterbook.effects.ssh import SshTransport
-    from clusterbook.pure.render.artifacts import render_artifacts
-    from clusterbook.pure.runbooks import available, expand
 
     cluster = load_cluster(cluster_file)
     books = available()
@@ -45,7 +48,6 @@ def run_runbook(runbook_id: str, cluster_file: str, tier: str | None = None, dry
         dry_run(expansion, deployed)
         return None
     if preflight and hosts:
-        from clusterbook.commands.cluster import preflight_checks, print_preflight
 
         print_preflight(cluster, hosts, preflight_checks(cluster, hosts), quiet=True)
     stamp = _time.strftime("%Y%m%dT%H%M%SZ", _time.gmtime())
@@ -55,7 +57,6 @@ def run_runbook(runbook_id: str, cluster_file: str, tier: str | None = None, dry
     report = Executor(SshTransport(cluster), deployed, [ConsoleReporter(), RunLog(log)],
                       recording=recording).run(expansion)
     if expansion.runbook == "install" and not report.failure:  # the engine link, for apply --dry's comparison
-        from clusterbook.pure.changes import engine_hosts, engine_link
         for host in engine_hosts(expansion):
             (state_dir(cluster) / "engine").mkdir(parents=True, exist_ok=True)
             (state_dir(cluster) / "engine" / host).write_text(engine_link(cluster) + "\n")
@@ -70,10 +71,7 @@ def run_runbook(runbook_id: str, cluster_file: str, tier: str | None = None, dry
 
 def generation_recording(cluster, cluster_file: str, expansion):
     """How this run is kept on each node it touches: a generation named by the time (microseconds) and the run."""
-    import datetime
 
-    from clusterbook.commands.reportstamp import file_digest
-    from clusterbook.pure import generations as gen
 
     now = datetime.datetime.now(datetime.UTC)
     gid = gen.generation_id(now.strftime("%Y%m%dT%H%M%S.%fZ"), expansion.runbook, expansion.tier)
@@ -83,45 +81,9 @@ def generation_recording(cluster, cluster_file: str, expansion):
     return gen.Recording(cluster.storage.generations_dir, gid, cluster.engine.install_dir, meta)
 
 
-def cluster_on_command_line(argv: list[str]) -> str | None:
-    """The --cluster value of an invoke command line. invoke gives a flag to the one task it follows, but an
-    operator who writes `invoke stop.fast stop.reasoning --cluster lab/cluster.yaml` means both tasks: one value
-    counts for every task of the line (two different values are refused)."""
-    values = {argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg == "--cluster"}
-    values |= {arg.split("=", 1)[1] for arg in argv if arg.startswith("--cluster=")}
-    if len(values) > 1:
-        raise Failed(f"--cluster given twice with different files ({', '.join(sorted(values))}): one command line "
-                     "runs against one cluster")
-    return values.pop() if values else None
-
-
-def cluster_for_tasks(argv: list[str]) -> str:
-    """The cluster file an invoke command line will use, known before invoke parses it (the task list depends on
-    it): its --cluster value, else the configured one (reading `-f FILE` as invoke will)."""
-    given = cluster_on_command_line(argv)
-    if given:
-        return given
-    runtime_file = next((argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg in ("-f", "--config")), None)
-    return str(settings.read_invoke_config(runtime_file)["cluster"]) if runtime_file else default_cluster()
-
-
-def task_operations(cluster_file: str) -> list:
-    """The runbook tasks of a cluster file; when it cannot be loaded, the cluster-wide ones only (running any
-    task then reports the file's problems)."""
-    from clusterbook.model.problems import InputError
-    from clusterbook.pure.operations import Operation, operations
-    try:
-        return operations(load_cluster(cluster_file))
-    except InputError:
-        return [Operation("deploy", n, n, f"{n} (the cluster file {cluster_file} does not load: run it to see why)")
-                for n in ("install", "router", "gateway", "slurm")] + \
-               [Operation("models", "fetch", "models", "Fetch the models each node serves.")]
-
-
 def run_operation(cluster_file: str, action: str, tier: str, dry: bool = False, only: str | None = None,
                   preflight: bool = False) -> None:
     """Run deploy/stop/restart of a tier named on the command line, by its manager (pure/operations.py)."""
-    from clusterbook.pure.operations import tier_operations, unavailable_reason
     cluster = load_cluster(cluster_file)
     tier_named(cluster, tier)
     op = next((o for o in tier_operations(cluster) if o.collection == action and o.name == tier), None)
@@ -188,9 +150,6 @@ def decode_text(tokens: str | None, seconds: str | None) -> str:
 
 def _live_figures(cluster) -> None:
     """Each tier's decode speed and requests in flight, and each GPU's memory, as Prometheus has them now."""
-    from clusterbook.effects.probes import prometheus_query
-    from clusterbook.effects.ssh import SshTransport
-    from clusterbook.pure.render.monitoring import GPU_METRICS, job
 
     transport = SshTransport(cluster)
     try:

@@ -6,11 +6,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from invoke import Config
+
 PROJECT = Path(__file__).resolve().parents[2]  # where tasks.py and invoke.yaml live
 
 # invoke's configuration key `clusterbook`; override in invoke.yaml (project), ~/.invoke.yaml (user),
 # /etc/invoke.yaml (system), `invoke -f FILE` (runtime) or the environment: INVOKE_CLUSTERBOOK_CLUSTER=lab/cluster.yaml
 DEFAULTS = {"cluster": "cluster.yaml", "reports": "reports", "runs": "runs"}
+LAB_CLUSTER = "lab/cluster.yaml"  # the lab in the same schema (systemd tiers)
+LAB_SLURM_CLUSTER = "lab/cluster-slurm.yaml"  # the same containers with SLURM tiers and the gateway
 
 
 @dataclass(frozen=True)
@@ -40,7 +44,6 @@ def current() -> Settings:
 def read_invoke_config(runtime_file: str | None = None) -> Mapping:
     """The `clusterbook` section as invoke would see it: defaults, system, user and project files, a runtime
     file (`invoke -f FILE`), environment."""
-    from invoke import Config
 
     config = Config(defaults={**Config.global_defaults(), "clusterbook": DEFAULTS}, project_location=str(PROJECT),
                     runtime_path=runtime_file)

@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import base64
+import io
 import logging
+import os
+import subprocess
+import sys
+import tarfile
+import tempfile
 import time
 from pathlib import Path
 
 from clusterbook.commands import settings
-from clusterbook.commands.docsite import build_site, handing
+from clusterbook.commands.docsite import build_site, build_stamp, handing, packed_site
+from clusterbook.commands.runbooks import run_runbook
 from clusterbook.effects.console import Failed, console
+from clusterbook.model.loader import load_cluster
 
 MERMAID = Path("docs/assets/vendor/mermaid.min.js")
 
@@ -20,13 +29,10 @@ def docs(cluster_file: str, out: str, serve: bool = False, address: str = "127.0
     if not MERMAID.exists():
         raise Failed(f"{MERMAID} is missing: run ./setup (it installs the npm package mermaid@11)")
     if serve:  # live reload rebuilds in MkDocs' own process: it reads the settings from the environment
-        import os
-        import subprocess
-        import sys
         env = {**os.environ, **settings.as_environment(cluster=Path(cluster_file).resolve())}
         subprocess.run([sys.executable, "-m", "mkdocs", "serve", "--livereload", "-a", address], env=env)
         return
-    from mkdocs.commands.build import build
+    from mkdocs.commands.build import build  # lazy, these three: MkDocs only for the docs tasks
     from mkdocs.config import load_config
     from mkdocs.exceptions import MkDocsException
 
@@ -60,14 +66,7 @@ class _Collect(logging.Handler):
 
 def publish(cluster_file: str, dry: bool) -> None:
     """Build the site, pack it, and unpack it on the gateway node, where nginx serves it (runbook publish-docs)."""
-    import base64
-    import io
-    import tarfile
-    import tempfile
 
-    from clusterbook.commands.docsite import build_stamp, packed_site
-    from clusterbook.commands.runbooks import run_runbook
-    from clusterbook.model.loader import load_cluster
 
     cluster = load_cluster(cluster_file)
     if not cluster.gateway or not cluster.gateway.docs_port:

@@ -75,7 +75,7 @@ def baseline_decode_samples(report: BenchReport) -> list[float]:
 
 def _count_tokens(url: str, model: str, key: str | None, text: str) -> int:
     """Tokens of a text by the server's own tokenizer (llama-server POST /tokenize)."""
-    import httpx
+    import httpx  # lazy: httpx (0.2 s) only when a benchmark runs (see probes.chat)
 
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     r = httpx.post(f"{url}/tokenize", headers=headers, json={"content": text, "model": model}, timeout=30)

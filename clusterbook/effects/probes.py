@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import json
+import json as _json
+import os
+import posixpath
 import re
 import shlex
+import time
 from dataclasses import dataclass, field
 
 from clusterbook.model.schema import Cluster, RouterTier, RpcTier
 from clusterbook.pure import topology as topo
 from clusterbook.pure.flags import server_argv
+from clusterbook.pure.layout import sbatch_path
 from clusterbook.pure.render.artifacts import ld_library_path
 
 MIB = 2**20
@@ -71,9 +77,7 @@ def slurm_load_report(transport, c: Cluster, tier: RpcTier, seconds: int = 300) 
     environment (its steps inherit it), wait until that job registers its endpoint, read the head step's log,
     and cancel the job. Disruptive: the caller stops the tier first (so the keeper leaves it) and deploys it after.
     """
-    import posixpath
 
-    from clusterbook.pure.layout import sbatch_path
     ctl, job = c.slurm_controller, topo.units(tier).job
     record = posixpath.join(c.storage.endpoint_dir, f"{tier.name}.json")
     submit = transport.run(ctl, f"sbatch --parsable --export=ALL,LLAMA_ARG_LOG_VERBOSITY=4 {sbatch_path(c, tier)}")
@@ -144,7 +148,7 @@ FIXED_PROMPT = "Write a short Rust function that returns the sum of a slice of i
 def chat(url: str, model: str, api_key: str | None = None, max_tokens: int = 32, timeout: float = 300,
          prompt: str = FIXED_PROMPT, extra: dict | None = None) -> dict:
     """One non-streamed chat completion (fixed seed, greedy, ignore_eos); the response as JSON."""
-    import httpx
+    import httpx  # lazy, here and below: httpx (0.2 s) only for tasks that ask a tier over HTTP, not deploy's
 
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     response = httpx.post(f"{url}/v1/chat/completions", headers=headers, timeout=timeout, json={
@@ -157,9 +161,6 @@ def chat(url: str, model: str, api_key: str | None = None, max_tokens: int = 32,
 def timed_chat(url: str, model: str, api_key: str | None = None, max_tokens: int = 64,
                prompt: str = FIXED_PROMPT) -> ChatTiming:
     """Stream a completion: TTFT is the first token chunk on the wire; decode speed is llama.cpp's timings."""
-    import json as _json
-    import time
-
     import httpx
 
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
@@ -205,7 +206,6 @@ def can_connect(transport, node: str, address: str, port: int, timeout: int = 3)
 
 def api_key(transport, c: Cluster, tier) -> str | None:
     """The tier's API key: read from its file on the node, or from this machine's environment."""
-    import os
 
     if not tier.api_key:
         return None
@@ -216,7 +216,6 @@ def api_key(transport, c: Cluster, tier) -> str | None:
 
 def registered_endpoint(transport, c: Cluster, tier) -> dict | None:
     """A SLURM tier's endpoint record on the controller (host, port, job_id, nodes), or None while none is there."""
-    import json
 
     out = transport.run(c.slurm_controller, f"cat {c.storage.endpoint_dir}/{tier.name}.json 2>/dev/null")
     return json.loads(out.stdout) if out.ok and out.stdout.strip() else None
@@ -225,7 +224,6 @@ def registered_endpoint(transport, c: Cluster, tier) -> dict | None:
 def prometheus_query(transport, c: Cluster, promql: str) -> list[dict]:
     """An instant PromQL query, asked on the monitoring node itself (its port need not be reachable from here):
     the result's series, each {"metric": labels, "value": [time, "text"]}."""
-    import json
 
     command = (f"curl -sfG http://localhost:{c.monitoring.port}/api/v1/query "
                f"--data-urlencode {shlex.quote('query=' + promql)}")

@@ -6,7 +6,10 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 
+from clusterbook.pure.changes import phases
 from clusterbook.pure.docpages import table
+from clusterbook.pure.generations import KEPT
+from clusterbook.pure.operations import rollback_restart
 
 
 @dataclass
@@ -104,9 +107,6 @@ def changes_page(cluster: str, records: list[ChangeRecord]) -> str:
 
 def apply_overview(c) -> str:
     """How apply and rollback work on this cluster: its phases in order, what checks each, how each tier restarts."""
-    from clusterbook.pure.changes import phases
-    from clusterbook.pure.generations import KEPT
-    from clusterbook.pure.operations import rollback_restart
 
     tag = {"tier": "`@tier` scenarios, narrowed to the tier", "router": "`@router` scenario",
            "gateway": "`@gateway` scenario", "monitoring": "`@monitoring` scenario"}

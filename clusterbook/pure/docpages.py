@@ -9,6 +9,7 @@ from clusterbook.model.crosscheck import FLASH_ATTN_MIN_CC
 from clusterbook.model.hosts import resolve_hosts
 from clusterbook.model.schema import HIGHER_IS_BETTER, Cluster, RouterTier, RpcTier
 from clusterbook.model.templating import render_command
+from clusterbook.pure import engine_build as eb
 from clusterbook.pure import flags as fl
 from clusterbook.pure import topology as topo
 from clusterbook.pure.mdtext import fence_for, mermaid_text, prose, prose_inline, text, title
@@ -18,6 +19,7 @@ from clusterbook.pure.planner.findings import evaluate_claim
 from clusterbook.pure.planner.loadtime import predict_load, recovery_text
 from clusterbook.pure.planner.residency import exclusion_text, plan_residency
 from clusterbook.pure.planner.variants import variants
+from clusterbook.pure.render import monitoring as mon
 from clusterbook.pure.render.artifacts import Artifact, selector_rows
 from clusterbook.pure.runbooks import Expansion, PutFile
 
@@ -760,7 +762,6 @@ def bringup_steps(c: Cluster) -> str:
 
 def engine_install(c: Cluster) -> str:
     """Where the llama.cpp build comes from and how it reaches the nodes, for the production guide."""
-    from clusterbook.pure import engine_build as eb
 
     if c.engine.release_url:
         return f"the release is downloaded from `{c.engine.release_url}`"
@@ -777,7 +778,6 @@ def engine_install(c: Cluster) -> str:
 
 def monitoring(c: Cluster) -> str:
     """What Prometheus scrapes, every alert with its threshold and troubleshooting entry, and the targets' PromQL."""
-    from clusterbook.pure.render import monitoring as mon
 
     m = c.monitoring
     if not m:

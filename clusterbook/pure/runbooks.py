@@ -12,7 +12,7 @@ import jinja2
 
 from clusterbook.model.hosts import candidate_nodes, resolve_hosts
 from clusterbook.model.loader import validate_document
-from clusterbook.model.problems import InputError
+from clusterbook.model.problems import InputError, Problem
 from clusterbook.model.runbook_schema import Run, Runbook, SubmitJob, Upload, WaitGateway, WaitHttp, WaitJob, WaitPort
 from clusterbook.model.schema import Cluster, RouterTier, RpcTier
 from clusterbook.model.templating import render_string
@@ -22,6 +22,7 @@ from clusterbook.pure import flags as fl
 from clusterbook.pure import layout, slurmjob, waits
 from clusterbook.pure import topology as topo
 from clusterbook.pure.packages import install_command, toolset_bin
+from clusterbook.pure.render import monitoring as mon
 from clusterbook.pure.render.artifacts import Artifact, ld_library_path, render_artifacts
 from clusterbook.pure.render.escaping import checked_target
 
@@ -165,7 +166,6 @@ def template_context(c: Cluster, tier: RouterTier | RpcTier | None, host: str | 
                  "files": layout.cluster_paths(c),  # every generated file's node path by artifact id (layout.py)
                  "endpoint_of": lambda t: topo.endpoint_url(c, t)}
     if c.monitoring:  # what deploy.monitoring checks: the scrape jobs that must be up, the key files it reads
-        from clusterbook.pure.render import monitoring as mon
         routers = [mon.job(t) for t in c.tiers if isinstance(t, RouterTier)]
         ctx["monitoring"] = {"router_jobs": "|".join(routers), "jobs": 1 + len(c.tiers) - len(routers),
                              "key_files": [t.api_key.file for t in c.tiers if t.api_key and t.api_key.file
@@ -254,7 +254,6 @@ def _tier(c: Cluster, rb: Runbook, tier_name: str | None) -> RouterTier | RpcTie
         return None
     names = [t.name for t in c.tiers if t.kind in rb.kinds]
     if tier_name not in names:
-        from clusterbook.model.problems import Problem
         raise InputError([Problem((), f"runbook {rb.id} needs a tier of kind {' or '.join(rb.kinds)}: "
                                       f"{', '.join(names) or 'none in this cluster'}")])
     return c.tier(tier_name)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
 
 from clusterbook.model.schema import Cluster, Gpu, Node, RouterTier, RpcTier
@@ -172,7 +173,6 @@ class SshRoute:
 
     def command(self, remote: str | None = None) -> str:
         """A copy-pasteable ssh command line."""
-        import shlex
         parts = ["ssh"]
         if self.jumps:
             parts += ["-J", ",".join(self.jumps)]

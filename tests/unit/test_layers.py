@@ -92,3 +92,22 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 def test_no_import_cycle():
     assert cycles(module_graph()) == []
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == [["a", "b", "c"]]  # the check can fail
+
+
+def test_imports_live_at_the_top_except_the_heavy_few_each_with_its_reason():
+    """Issue 34: an import inside a function only for a heavy third-party module (matplotlib, MkDocs, gguf, httpx,
+    pytest-bdd) that most tasks never need, each marked with why; at most 20."""
+    lazy = []
+    for path in MODULES:
+        lines = path.read_text().splitlines()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef):
+                for inner in ast.walk(node):
+                    if isinstance(inner, (ast.Import, ast.ImportFrom)):
+                        module = inner.module if isinstance(inner, ast.ImportFrom) else inner.names[0].name
+                        lazy.append((path.name, inner.lineno, module, lines[inner.lineno - 1]))
+    assert len(lazy) <= 20, lazy
+    assert all(m.split(".")[0] in {"matplotlib", "mkdocs", "gguf", "httpx", "pytest_bdd"} for _, _, m, _ in lazy), lazy
+    reasons = [(name, line) for name, line, _, text in lazy if "lazy" not in text]
+    grouped = {(name, line - 1) for name, line, _, text in lazy}  # a group's first line carries the reason
+    assert [(n, ln) for n, ln in reasons if (n, ln - 1) not in grouped and (n, ln - 2) not in grouped] == []

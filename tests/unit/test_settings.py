@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from clusterbook.commands import settings
-from clusterbook.commands.runbooks import cluster_for_tasks
+from clusterbook.commands.tasklist import cluster_for_tasks
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -50,7 +50,7 @@ def tensor_layout(layers: int, embedding: int, kv_dim: int, feed_forward: int, v
 
 def write_model(model: TinyModel, path: Path) -> Path:
     """Write the GGUF file (atomically); same model -> same bytes."""
-    import gguf
+    import gguf  # lazy: gguf (0.2 s) only where the lab writes a model
 
     rng = np.random.default_rng(model.seed)
     qtype = getattr(gguf.GGMLQuantizationType, model.quantization)

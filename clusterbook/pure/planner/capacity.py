@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 
 from clusterbook.model.schema import Cluster, RouterTier, RpcTier
 from clusterbook.pure import topology as topo
 from clusterbook.pure.layersplit import CPU, place_layers
-from clusterbook.pure.planner.shape import Shape, from_declared
+from clusterbook.pure.planner.shape import Shape, from_declared, shape_of
 
 GIB = 2**30
 KV_PAD = 256  # llama.cpp pads the KV cache to a multiple of 256 cells
@@ -234,7 +234,6 @@ def plan_tier(c: Cluster, tier: RouterTier | RpcTier, shape: Shape | None = None
 
 def plan_cluster(c: Cluster, models_dir=None) -> dict[str, TierPlan]:
     """Plans of every tier; RPC tiers read the GGUF header when the model file is in models_dir."""
-    from clusterbook.pure.planner.shape import shape_of
 
     plans = {}
     for tier in c.tiers:
@@ -245,7 +244,6 @@ def plan_cluster(c: Cluster, models_dir=None) -> dict[str, TierPlan]:
 
 def plan_json(plan: TierPlan) -> dict:
     """A plan as plain data, with the derived totals."""
-    from dataclasses import asdict
 
     data = asdict(plan)
     data["fits"] = plan.fits

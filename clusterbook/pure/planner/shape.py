@@ -51,7 +51,7 @@ def from_declared(model: Model) -> Shape:
 
 def from_gguf(path: Path) -> Shape:
     """Exact tensor sizes per block from the GGUF header (read with the gguf package)."""
-    from gguf import GGUFReader
+    from gguf import GGUFReader  # lazy: gguf (0.2 s) only where a model file is read
 
     reader = GGUFReader(str(path))
     arch = _field(reader, "general.architecture")
