@@ -100,14 +100,22 @@ def status(cluster_file: str, only: str | None = None, dry: bool = False) -> Non
     table = Table("node", "unit", "active", "port", "listening", "models", "GPU memory (MiB used/total)",
                   title="status")
     commands = Table("node", "unit", "generation", "command line", title="what each unit runs")
+    cluster = load_cluster(cluster_file)
+    patches = ", ".join(p.file.removeprefix("patches/") for p in cluster.engine.patches) or "none"
+    engines = Table("node", "links to", "VERSION", "the cluster file's build",
+                    title=f"llama.cpp on each node (the file: {cluster.engine.tag}, patches: {patches})")
     for o in report.outcomes:
         for line in o.stdout.splitlines():
+            if line.startswith("engine "):
+                _, link, version = (line.split() + ["-", "-"])[:3]
+                engines.add_row(o.host, link, version, "[green]yes[/]" if link == f"{cluster.engine.tag}/bin"
+                                else "[red]no[/]: invoke deploy.install")
             if line.startswith("cmdline "):
                 head, _, args = line.partition(" :: ")
                 _, unit, generation = (head.split(" ", 2) + ["-"])[:3]
                 commands.add_row(o.host, unit, generation.replace(" ", "\n"), args.strip() or "[red]not running[/]")
         rows = [dict(kv.split("=", 1) for kv in line.split() if "=" in kv) for line in o.stdout.splitlines()
-                if not line.startswith("cmdline ")]
+                if not line.startswith(("cmdline ", "engine "))]
         gpu = next((r["gpu"] for r in rows if "gpu" in r), "none")
         for r in rows:
             if "unit" in r and "active" in r:
@@ -116,6 +124,8 @@ def status(cluster_file: str, only: str | None = None, dry: bool = False) -> Non
                               r["port"], "yes" if r["listening"] != "0" else "[red]no[/]", r.get("models") or "-",
                               gpu if gpu != "none" else "-")
     console.print(table)
+    if engines.row_count:
+        console.print(engines)
     if commands.row_count:
         console.print(commands)
     jobs = [json.loads(line) for o in report.outcomes for line in o.stdout.splitlines() if line.startswith("{")]
@@ -128,7 +138,6 @@ def status(cluster_file: str, only: str | None = None, dry: bool = False) -> Non
             table.add_row(j["job"], j["id"] or "-", shown, j["reason"] or "-", j["nodes"] or "-", j["start"] or "-",
                           j["endpoint"] or "-", j.get("script") or "-")
         console.print(table)
-    cluster = load_cluster(cluster_file)
     if cluster.monitoring and not only:
         _live_figures(cluster)
 

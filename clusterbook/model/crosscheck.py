@@ -113,6 +113,12 @@ def _engine(c: Cluster) -> list[Finding]:
                     "PyPI has"))
     if c.engine.build_node and c.engine.build_node not in {n.name for n in c.nodes}:
         out.append((("engine", "build_node"), f"unknown node '{c.engine.build_node}'"))
+    if c.engine.patches and c.engine.release_url:
+        out.append((("engine", "patches"), "patches apply to a build from source, and engine.release_url installs a "
+                                           "prebuilt release: remove one of them"))
+    files = [p.file for p in c.engine.patches]
+    out += [(("engine", "patches", i, "file"), f"{f} is listed twice") for i, f in enumerate(files)
+            if f in files[:i]]
     for i, tier in enumerate(c.tiers):
         if isinstance(tier, RouterTier) and c.engine.build < ROUTER_MODE_BUILD:
             out.append((("tiers", i, "kind"), f"router mode needs llama.cpp build {ROUTER_MODE_BUILD} or newer; "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import types
 import typing
 from pathlib import Path as FsPath
@@ -41,10 +42,35 @@ def load_cluster_document(path: str | FsPath) -> tuple[Cluster, YamlDocument]:
 _LOADED: dict[tuple, tuple[Cluster, YamlDocument]] = {}
 
 
+REPOSITORY = FsPath(__file__).resolve().parents[2]  # engine.patches[].file is relative to it
+
+
+def read_patches(cluster: Cluster) -> list[tuple[Path, str]]:
+    """Read each engine patch from the repository and check its sha256; what is missing or differs, by field."""
+    out: list[tuple[Path, str]] = []
+    for i, patch in enumerate(cluster.engine.patches):
+        where = REPOSITORY / patch.file
+        try:
+            data = where.read_bytes()
+        except OSError as exc:
+            out.append((("engine", "patches", i, "file"), f"{patch.file}: cannot read it ({exc.strerror})"))
+            continue
+        digest = hashlib.sha256(data).hexdigest()
+        if digest != patch.sha256:
+            out.append((("engine", "patches", i, "sha256"), f"{patch.file} has sha256 {digest}, the cluster file "
+                                                            "pins another: review the patch, then pin its new sum"))
+            continue
+        try:
+            patch._text = data.decode()
+        except UnicodeDecodeError:
+            out.append((("engine", "patches", i, "file"), f"{patch.file} is not UTF-8 text"))
+    return out
+
+
 def _load_cluster_document(path: str | FsPath) -> tuple[Cluster, YamlDocument]:
     doc = load_yaml(path)
     cluster = validate_document(doc, Cluster)
-    problems = [doc.problem(p, msg) for p, msg in check_cluster(cluster)]
+    problems = [doc.problem(p, msg) for p, msg in check_cluster(cluster) + read_patches(cluster)]
     if problems:
         raise InputError(problems)
     return cluster, doc

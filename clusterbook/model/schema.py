@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 import re
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 from clusterbook.model.valuetypes import (
     AbsPath,
@@ -183,6 +184,31 @@ class EngineSource(Strict):
         return self
 
 
+class EnginePatch(Strict):
+    """A change to llama.cpp's source, applied before configure: a file in the repository's patches/ folder, pinned
+    by its sha256 (the loader reads it and refuses a file whose sum differs)."""
+
+    file: str = Field(max_length=128,
+                      description="the patch, a unified diff against llama.cpp's tree (patch -p1), under patches/")
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$", description="its sha256")
+    about: Line = Field(description="what it changes and why, in one line")
+    _text: str | None = PrivateAttr(None)  # set by the loader once the sum matched
+
+    @field_validator("file")
+    @classmethod
+    def _in_patches(cls, value: str) -> str:
+        if not re.fullmatch(r"patches/[A-Za-z0-9][A-Za-z0-9._-]*\.(patch|diff)", value):
+            raise ValueError(f"'{value}': a patch is a file in the repository's patches/ folder, named "
+                             "patches/<name>.patch or .diff (letters, digits and . _ -)")
+        return value
+
+    @property
+    def text(self) -> str:
+        if self._text is None:
+            raise ValueError(f"{self.file} was not read (load the cluster file with the loader)")
+        return self._text
+
+
 class Engine(Strict):
     """The llama.cpp build every node runs."""
 
@@ -208,6 +234,27 @@ class Engine(Strict):
     cuda_version: str | None = Field(None, pattern=r"^[0-9]{1,3}\.[0-9]{1,3}$",
                                      description='CUDA runtime the build links, e.g. "12.4" (preflight checks every '
                                                  "GPU node's driver supports it)")
+    patches: list[EnginePatch] = Field(default_factory=list, max_length=20,
+                                       description="source patches applied in order before configure (a build from "
+                                                   "source only); the build's folder and release carry their digest")
+
+    @property
+    def patch_digest(self) -> str | None:
+        """The patch set's digest (8 hex digits of the sha256 of their sums, in order); None without patches."""
+        if not self.patches:
+            return None
+        return hashlib.sha256(" ".join(p.sha256 for p in self.patches).encode()).hexdigest()[:8]
+
+    @property
+    def tag(self) -> str:
+        """The build's name on the nodes: b<build>, and -p<digest> when patched (a patched and an unpatched build
+        never share a folder, a release or a VERSION stamp)."""
+        return f"b{self.build}" + (f"-p{self.patch_digest}" if self.patches else "")
+
+    @property
+    def stamp(self) -> str:
+        """What the release's VERSION file says: the tag without its b."""
+        return self.tag[1:]
 
     @property
     def rpc_worker_binary(self) -> str:

@@ -103,7 +103,7 @@ def puts(expansion: Expansion) -> dict[str, list[PutFile]]:
 
 def engine_link(c: Cluster) -> str:
     """Where install_dir should point: the build's own folder (the install runbook's link step)."""
-    return f"b{c.engine.build}/bin"
+    return f"{c.engine.tag}/bin"
 
 
 def engine_hosts(install: Expansion) -> list[str]:

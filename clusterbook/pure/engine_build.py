@@ -71,14 +71,21 @@ class BuildPlan:
         return posixpath.join(self.root, "build")
 
 
-def options_key(options: list[str], targets_: list[str]) -> str:
-    return hashlib.sha256(" ".join([*options, "--target", *targets_]).encode()).hexdigest()[:8]
+def options_key(options: list[str], targets_: list[str], patches: str | None = None) -> str:
+    """The build tree's key: its CMake options and targets, and the patch set's digest where there is one."""
+    return hashlib.sha256(" ".join([*options, "--target", *targets_, *([patches] if patches else [])]).encode()
+                          ).hexdigest()[:8]
+
+
+def patch_set(c: Cluster) -> str:
+    """The engine's patches as one text, in order (patch -p1 applies each file's hunks in turn)."""
+    return "".join(p.text if p.text.endswith("\n") else p.text + "\n" for p in c.engine.patches)
 
 
 def plan_build(c: Cluster) -> BuildPlan:
     options, made = cmake_options(c), targets(c)
-    key = options_key(options, made)
-    name = f"llama.cpp-b{c.engine.build}-{key}.tar.gz"
+    key = options_key(options, made, c.engine.patch_digest)
+    name = f"llama.cpp-{c.engine.tag}-{key}.tar.gz"
     return BuildPlan(node=build_node(c), version=c.engine.build, key=key,
                      root=posixpath.join(c.engine.build_dir, f"b{c.engine.build}-{key}"), options=options,
                      targets=made, cuda=bool(cuda_architectures(c)),

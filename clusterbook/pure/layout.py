@@ -6,6 +6,7 @@ import posixpath
 
 from clusterbook.model.schema import Cluster, RouterTier, RpcTier
 from clusterbook.pure import topology as topo
+from clusterbook.pure.engine_build import plan_build
 
 SYSTEMD_DIR = "/etc/systemd/system"
 SBIN = "/usr/local/sbin"
@@ -57,6 +58,8 @@ def cluster_paths(c: Cluster) -> dict[str, str]:
         paths["selector"] = c.router.script
     if c.gateway:
         paths["site_archive"] = posixpath.join(c.gateway.docs_dir, "site.tar.gz.b64")
+    if c.engine.patches:  # beside the source it patches
+        paths["engine_patches"] = posixpath.join(plan_build(c).root, "patches.diff")
     return paths
 
 

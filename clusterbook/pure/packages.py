@@ -10,8 +10,8 @@ from clusterbook.model.schema import OperatingSystem
 # need -> family -> package names. A need with no entry for a family is not packaged for it by clusterbook yet:
 # its command fails, naming the need, instead of installing something else.
 PACKAGES: dict[str, dict[str, list[str]]] = {
-    "build": {"debian": ["cmake", "ninja-build", "g++", "python3-pip"],
-              "el": ["cmake", "ninja-build", "python3-pip"]},  # + the node's gcc-toolset
+    "build": {"debian": ["cmake", "ninja-build", "g++", "python3-pip", "patch"],
+              "el": ["cmake", "ninja-build", "python3-pip", "patch"]},  # + the node's gcc-toolset
     "jq": {"debian": ["jq"], "el": ["jq"]},
     "iperf3": {"debian": ["iperf3"], "el": ["iperf3"]},
     "node-exporter": {"debian": ["prometheus-node-exporter"]},

@@ -126,9 +126,11 @@ def test_an_engine_change_whose_tier_fails_is_rolled_back_to_the_build_before(de
     upgraded.write_text(LAB.read_text().replace("  build: 11434\n", "  build: 11433\n"))
     old, new = plan_build(lab).release, plan_build(load_cluster(upgraded)).release
     root = install_root(lab)
+    now, then = lab.engine.tag, load_cluster(upgraded).engine.tag  # b11434-p<digest>, b11433-p<digest>
     for node in ("lab1", "lab2", "lab3"):
-        staged = ssh.run(node, f"cd {root} && rm -rf b11433 && cp -a b11434 b11433 && echo 11433 > b11433/VERSION && "
-                               "printf '#!/bin/sh\\nexit 1\\n' > b11433/bin/ggml-rpc-server")
+        staged = ssh.run(node, f"cd {root} && rm -rf {then} && cp -a {now} {then} && "
+                               f"echo {then[1:]} > {then}/VERSION && "
+                               f"printf '#!/bin/sh\\nexit 1\\n' > {then}/bin/ggml-rpc-server")
         assert staged.ok, staged.stderr
     assert ssh.run("lab1", f"cp {old} {new} && cd $(dirname {new}) && sha256sum $(basename {new}) > {new}.sha256").ok
     try:
@@ -138,15 +140,15 @@ def test_an_engine_change_whose_tier_fails_is_rolled_back_to_the_build_before(de
         assert [(p["unit"], p["outcome"]) for p in change["phases"]] == [
             ("engine", "landed"), ("fast", "landed"), ("reasoning", "rolled back")], change
         reasoning = change["phases"][-1]
-        assert {r["engine"] for r in reasoning["rollback"]["restored"]} == {"b11434/bin"}, reasoning["rollback"]
+        assert {r["engine"] for r in reasoning["rollback"]["restored"]} == {f"{now}/bin"}, reasoning["rollback"]
         again = next(r for r in reasoning["scenarios"] if r["when"] == "after rollback")
         assert again["passed"] and not again["failed"], again
         for node in ("lab1", "lab2", "lab3"):
-            assert ssh.run(node, f"readlink {lab.engine.install_dir}").stdout.strip() == "b11434/bin"
+            assert ssh.run(node, f"readlink {lab.engine.install_dir}").stdout.strip() == f"{now}/bin"
     finally:
         for node in ("lab1", "lab2", "lab3"):
-            ssh.run(node, f"ln -sfn b11434/bin {root}/bin.new && mv -T {root}/bin.new {lab.engine.install_dir}; "
-                          f"rm -rf {root}/b11433")
+            ssh.run(node, f"ln -sfn {now}/bin {root}/bin.new && mv -T {root}/bin.new {lab.engine.install_dir}; "
+                          f"rm -rf {root}/{then}")
         ssh.run("lab1", f"rm -f {new} {new}.sha256")
         assert invoke("restart.fast", "restart.reasoning").returncode == 0  # off the removed build
 

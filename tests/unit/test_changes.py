@@ -64,7 +64,8 @@ def test_a_new_build_moves_the_engine_and_restarts_every_tier_on_it(tmp_path):
     facts = {h: ch.NodeFacts(f.files, "b11000/bin", f.jobs) for h, f in converged(c, expansions(c)).items()}
     plans = {pp.phase.unit: pp for pp in ch.plan(c, expansions(c), facts)}
     assert [(x.host, x.before, x.after) for x in plans["engine"].changes] == [
-        (h, "b11000/bin", "b11434/bin") for h in ("lab1", "lab2", "lab3")]
+        (h, "b11000/bin", f"{c.engine.tag}/bin") for h in ("lab1", "lab2", "lab3")]
+    assert c.engine.tag.startswith("b11434-p")  # the lab runs the patched build (engine.patches)
     assert plans["reasoning"].restart_only and plans["reasoning"].engine_hosts == ("lab1", "lab2", "lab3")
     assert plans["fast"].restart_only and not plans["router"].changed
 

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from clusterbook.effects.files import OutsideFolder, inside
 from clusterbook.effects.ssh import ssh_config_text
 from clusterbook.model.crosscheck import check_cluster
-from clusterbook.model.loader import validate_document
+from clusterbook.model.loader import read_patches, validate_document
 from clusterbook.model.problems import InputError, Refused
 from clusterbook.model.schema import Cluster
 from clusterbook.model.yamlsource import parse_yaml
@@ -56,10 +56,17 @@ def render_or_refuse(text: str):
     the test."""
     doc = parse_yaml(text, "hostile.yaml")
     cluster = validate_document(doc, Cluster)
-    problems = [doc.problem(p, m) for p, m in check_cluster(cluster)]
+    problems = [doc.problem(p, m) for p, m in check_cluster(cluster) + read_patches(cluster)]
     if problems:
         raise InputError(problems)
     return cluster, render_artifacts(cluster)
+
+
+def validated(data: dict) -> Cluster:
+    """A cluster from data, as the loader makes it (its engine patches read)."""
+    cluster = Cluster.model_validate(data)
+    assert read_patches(cluster) == []
+    return cluster
 
 
 def ssh_options(config: str) -> list[str]:
@@ -68,9 +75,9 @@ def ssh_options(config: str) -> list[str]:
 
 
 CASES = [(name, path) for name, data in CLUSTERS.items() for path, _ in string_paths(data)]
-BASELINE = {name: {(a.node, a.path): a for a in render_artifacts(Cluster.model_validate(data))}
+BASELINE = {name: {(a.node, a.path): a for a in render_artifacts(validated(data))}
             for name, data in CLUSTERS.items()}
-SSH_BASELINE = {name: ssh_options(ssh_config_text(Cluster.model_validate(data), ROOT))
+SSH_BASELINE = {name: ssh_options(ssh_config_text(validated(data), ROOT))
                 for name, data in CLUSTERS.items()}
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from clusterbook.effects.lab.progress import ninja_progress, run_reporting, step
 from clusterbook.model.schema import Cluster
-from clusterbook.pure.engine_build import BuildPlan, plan_build
+from clusterbook.pure.engine_build import BuildPlan, patch_set, plan_build
 
 CACHE = Path("/var/cache/clusterbook/llama.cpp")
 
@@ -77,6 +77,9 @@ def ensure_build(c: Cluster, jobs: int = 2) -> LlamaBuild:
                 tar.extractall(build.root / "fetch", filter="data")
                 shutil.move(str(next((build.root / "fetch").glob("*/llama.cpp"))), src)
                 shutil.rmtree(build.root / "fetch")
+            if c.engine.patches:  # as the install runbook's patch step does on a build node
+                with step(f"apply {len(c.engine.patches)} patch(es) ({c.engine.tag})"):
+                    _run(["patch", "-p1", "--batch", "--forward", "-d", str(src), "-i", _patch_file(build, c)])
         with step("configure llama.cpp (" + ("CUDA, " if build.plan.cuda else "CPU backend, ") + "RPC on)"):
             _run(["cmake", "-S", str(src), "-B", build.plan.tree, *build.plan.options])
         with step(f"build {', '.join(build.plan.targets)} (about 7 minutes on 2 cores, cached afterwards)") as report:
@@ -84,6 +87,13 @@ def ensure_build(c: Cluster, jobs: int = 2) -> LlamaBuild:
                           report, ninja_progress)
         (build.root / "cpu").write_text(_cpu_key() + "\n")
     return build
+
+
+def _patch_file(build: LlamaBuild, c: Cluster) -> str:
+    """The patch set where the install runbook puts it (patches.diff beside the source), written from the file."""
+    path = build.root / "patches.diff"
+    path.write_text(patch_set(c))
+    return str(path)
 
 
 def _run(argv: list[str]) -> None:

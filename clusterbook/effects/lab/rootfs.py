@@ -15,7 +15,7 @@ SUITE = "bookworm"
 PACKAGES = ("systemd", "systemd-sysv", "dbus", "openssh-server", "iproute2", "curl", "procps", "ca-certificates",
             "libgomp1", "numactl", "nftables", "python3", "slurm-wlm", "munge", "nginx-light", "jq",
             "prometheus", "prometheus-alertmanager", "prometheus-node-exporter", "iperf3",
-            "cmake", "ninja-build", "g++")  # the build node's tools (the nodes have no Debian mirror to install from)
+            "cmake", "ninja-build", "g++", "patch")  # the build node's tools (no Debian mirror on the nodes)
 # Installed but left off: the slurm, gateway and monitoring runbooks enable them on the nodes that need them.
 DISABLED = ("slurmctld", "slurmd", "nginx", "prometheus", "prometheus-alertmanager", "prometheus-node-exporter")
 

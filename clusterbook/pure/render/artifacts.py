@@ -13,6 +13,7 @@ import jinja2
 from clusterbook.model.hosts import candidate_nodes, resolve_hosts, router_nodes
 from clusterbook.model.schema import Cluster, RouterTier, RpcTier
 from clusterbook.model.templating import JINJA_OPTIONS
+from clusterbook.pure import engine_build as eb
 from clusterbook.pure import flags as fl
 from clusterbook.pure import layout, slurmjob
 from clusterbook.pure import topology as topo
@@ -23,7 +24,7 @@ from clusterbook.pure.render import monitoring as mon
 from clusterbook.pure.render.escaping import LANGUAGE, Quoted, UnsafeValue, checked_target, guard
 
 Kind = Literal["unit", "env", "script", "config", "nginx", "nftables", "ini", "archive", "prometheus",
-               "rules", "rule-tests", "alertmanager", "python", "json"]
+               "rules", "rule-tests", "alertmanager", "python", "json", "patch"]
 
 
 @dataclass(frozen=True)
@@ -89,6 +90,10 @@ def render_artifacts(c: Cluster) -> list[Artifact]:
         out += _slurm_conf(c)
     out += _keeper(c)
     out += _model_checker(c)
+    if c.engine.patches and not c.engine.release_url:
+        out.append(Artifact(eb.build_node(c), at(c, "engine_patches"), eb.patch_set(c), "patch",
+                            about=f"engine: {len(c.engine.patches)} source patch(es), applied before configure",
+                            id="engine_patches"))
     if c.monitoring:
         out += _monitoring(c)
     return sorted(out, key=lambda a: (a.node, a.path))
