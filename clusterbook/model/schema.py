@@ -192,6 +192,8 @@ class EnginePatch(Strict):
                       description="the patch, a unified diff against llama.cpp's tree (patch -p1), under patches/")
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$", description="its sha256")
     about: Line = Field(description="what it changes and why, in one line")
+    speeds_up: Literal["rpc_load"] | None = Field(None, description="what the planner counts it for: rpc_load, a "
+                                                                    "worker's share loads at planner.rpc_fast_load_gbs")
     _text: str | None = PrivateAttr(None)  # set by the loader once the sum matched
 
     @field_validator("file")
@@ -772,6 +774,11 @@ class Planner(Strict):
                                                          "for an 8.54 GB and a 3.84 GB model, split 1:1 and 3:1, "
                                                          "every load within 25 %; benchmarks/README.md; the RPC "
                                                          "network's bandwidth caps it)")
+    rpc_fast_load_gbs: float = Field(2.0, gt=0, le=10_000,
+                                     description="the same with an engine patch that speeds up rpc_load (patches/"
+                                                 "rpc-fast-load.patch), GB/s (2 x H200 over loopback TCP, b11434: "
+                                                 "8.54 GB split 1:1 in 2.82 s against 13.34 s without it; "
+                                                 "benchmarks/README.md; the RPC network's bandwidth caps it)")
     slurm_start_s: float = Field(35, ge=0, le=3600, description="from the end of a requeued SLURM job's hold until it "
                                                        "answers again, apart from the model's load, s: the "
                                                        "scheduler's next pass, the job's start and the gateway's "

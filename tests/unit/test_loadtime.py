@@ -73,11 +73,18 @@ def test_a_slow_network_caps_the_rpc_rate():
 def test_a_recovery_target_the_prediction_cannot_meet_is_refused():
     data = yaml.safe_load(seeds_placement((ROOT / "cluster.yaml").read_text()))  # the figures of D15
     data["targets"][0]["recovery_s"] = {"target": 30, "acceptable": 60, "critical": 120}  # the seeds' target
+    patched = Cluster.model_validate(data)
+    data["engine"]["patches"] = []  # the build D15 computed with
     c = Cluster.model_validate(data)
     found = [m for _, m in plan_findings(c, plan_cluster(c)) if "after a worker crash" in m]
     assert found == ["tier reasoning cannot come back within 30 s after a worker crash: predicted 236 s (SLURM "
                      "requeue 155 s + its own share 15.1 GB in 2.7 s + the workers' 31.5 GB through RPC at 0.4 "
                      "GB/s in 79 s)"]
+    # issue 31: with the RPC fast-load patch the workers' share takes 16 s, not 79; the requeue is what remains
+    found = [m for _, m in plan_findings(patched, plan_cluster(patched)) if "after a worker crash" in m]
+    assert found == ["tier reasoning cannot come back within 30 s after a worker crash: predicted 173 s (SLURM "
+                     "requeue 155 s + its own share 15.1 GB in 2.7 s + the workers' 31.5 GB through RPC at 2 "
+                     "GB/s in 16 s)"]
 
 
 def test_the_requeue_hold_comes_from_slurm_conf_as_configured_or_declared():

@@ -40,7 +40,8 @@ def predict_load(c: Cluster, tier: RouterTier | RpcTier, plan: TierPlan) -> Load
     head = tier.nodes[0]
     local = sum(d.weights for d in plan.devices if d.node == head)
     remote = sum(d.weights for d in plan.devices if d.node != head)
-    rate = p.rpc_load_gbs
+    fast = any(patch.speeds_up == "rpc_load" for patch in c.engine.patches)
+    rate = p.rpc_fast_load_gbs if fast else p.rpc_load_gbs
     if isinstance(tier, RpcTier):
         rate = min(rate, c.networks[c.rpc_network].bandwidth_gbps / 8)
     if tier.manager == "slurm":
