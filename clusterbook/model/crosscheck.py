@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import re
 from collections import Counter
 
 from clusterbook.model.hosts import build_node, resolve_hosts
@@ -370,6 +371,33 @@ def _targets(c: Cluster) -> list[Finding]:
                 out.append((("troubleshooting", i, "fix", j, "hosts"), str(exc)))
             if error := template_error(step.run):
                 out.append((("troubleshooting", i, "fix", j, "run"), error))
+            out += [(("troubleshooting", i, "fix", j, "run"), problem) for problem in fix_lint(step.run, step.act)]
+    return out
+
+
+# what a diagnosis must not do (it would change something), how a command never returns, and a placeholder the
+# operator would have to fill in at 3 a.m. (issue 32)
+ACTING = re.compile(r"\b(systemctl\s+(re)?start|systemctl\s+(stop|kill|disable|enable|reload|try-restart)|"
+                    r"scontrol\s+(requeue|update|reconfigure|release|hold)|scancel|sbatch|srun|kill(all)?\s|"
+                    r"rm\s|mv\s|invoke\s+(deploy|stop|restart|apply|rollback|bench|models\.fetch(?!\s+--dry)))")
+UNBOUNDED = re.compile(r"\bwatch\s|\btail\s+(-\S*\s+)*-[a-zA-Z]*[fF]\b|\bjournalctl\b[^|;&]*\s-f\b|"
+                       r"\bnvidia-smi\b[^|;&]*\s-l(ms)?\b|\btop\b(?![^|;&]*\s-b)|\bping\s(?![^|;&]*\s-c)")
+PLACEHOLDER = re.compile(r"(?<![\w$.{-])(JOBID|JOB_ID|PID|NODE|HOSTNAME|TOKEN)(?![\w=])|=\.\.\.|<[a-z]+[ _-][a-z _-]*>")
+
+
+def fix_lint(run: str, act: bool) -> list[str]:
+    """What is wrong with a troubleshooting command as an operator would paste it: a diagnosis that acts, a command
+    that never returns (unless under `timeout`), a placeholder left to fill in."""
+    out = []
+    if not act and (m := ACTING.search(run)):
+        out.append(f"'{m.group(0).strip()}' changes something: mark the step act: true and say what it disturbs "
+                   "(disturbs: …), so the page shows it apart from the read-only diagnosis")
+    if (m := UNBOUNDED.search(run)) and not re.search(r"\btimeout\s+\d", run):
+        out.append(f"'{m.group(0).strip()}' never returns on its own: bound it (timeout 10 …, -n, a count) so the "
+                   "commands after it run")
+    if m := PLACEHOLDER.search(run):
+        out.append(f"'{m.group(0)}' is a placeholder the operator must fill in: compute it in the command "
+                   "(e.g. $(squeue -h -n JOB -o %i)) or take it from the cluster file")
     return out
 
 

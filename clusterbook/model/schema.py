@@ -675,11 +675,21 @@ class Criterion(Strict):
 
 
 class FixStep(Strict):
-    """A fix command, a Jinja template over the cluster, run on some hosts."""
+    """A fix command, a Jinja template over the cluster, run on some hosts: a diagnosis (read-only, bounded in time,
+    safe to paste at 3 a.m.) unless it says it acts."""
 
     hosts: Line = Field("local", description="where to run: local, all, a node, a role, gateway, "
                                             "TIER.head / TIER.workers / TIER.nodes")
     run: Prose = Field(description="command template; variables: cluster, tier, node, engine, units")
+    act: bool = Field(False, description="it changes something (restarts, requeues, cancels, loads): shown apart, "
+                                         "under a warning, with what it disturbs")
+    disturbs: Line = Field("", description="with act: what it disturbs, e.g. the tier's users for its reload")
+
+    @model_validator(mode="after")
+    def _act_says_what_it_disturbs(self) -> FixStep:
+        if self.act and not self.disturbs:
+            raise ValueError("a step that acts says what it disturbs (disturbs: …)")
+        return self
 
 
 class Trouble(Strict):

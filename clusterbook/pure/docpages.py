@@ -437,7 +437,15 @@ def fix_findings(c: Cluster) -> list[tuple[tuple, str]]:
 
 
 def fix_commands(c: Cluster, trouble) -> str:
-    return code("\n".join(line for step in trouble.fix for line in fix_step_commands(c, trouble, step)))
+    """The entry's read-only diagnosis as one block to paste, then each step that acts under a warning that says
+    what it disturbs."""
+    looks = [line for step in trouble.fix if not step.act for line in fix_step_commands(c, trouble, step)]
+    out = ["**Diagnose** (read-only, each command returns on its own):\n\n" + code("\n".join(looks))] if looks else []
+    for step in (s for s in trouble.fix if s.act):
+        block = code("\n".join(fix_step_commands(c, trouble, step)))
+        out.append(f'!!! warning "Act: this changes the cluster"\n    It disturbs {text(step.disturbs)}.\n\n'
+                   + "\n".join(f"    {line}" if line else "" for line in block.splitlines()) + "\n")
+    return "\n".join(out)
 
 
 def troubleshooting(c: Cluster) -> str:

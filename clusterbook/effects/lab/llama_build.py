@@ -80,6 +80,7 @@ def ensure_build(c: Cluster, jobs: int = 2) -> LlamaBuild:
             if c.engine.patches:  # as the install runbook's patch step does on a build node
                 with step(f"apply {len(c.engine.patches)} patch(es) ({c.engine.tag})"):
                     _run(["patch", "-p1", "--batch", "--forward", "-d", str(src), "-i", _patch_file(build, c)])
+                    shutil.copy(build.root / "patches.diff", src / ".clusterbook-patches")  # as the runbook marks it
         with step("configure llama.cpp (" + ("CUDA, " if build.plan.cuda else "CPU backend, ") + "RPC on)"):
             _run(["cmake", "-S", str(src), "-B", build.plan.tree, *build.plan.options])
         with step(f"build {', '.join(build.plan.targets)} (about 7 minutes on 2 cores, cached afterwards)") as report:
