@@ -147,9 +147,9 @@ def _build_context(c: Cluster) -> dict:
 
 def template_context(c: Cluster, tier: RouterTier | RpcTier | None, host: str | None,
                      variables: dict | None = None) -> dict:
-    """What a runbook template sees; `variables` are an operation's own: restart (a SLURM restart submits the job
-    again), tiers_shown (the tiers logs and status report on; default all)."""
-    ctx: dict = {"restart": False, "tiers_shown": [t.name for t in c.tiers], **(variables or {}),
+    """What a runbook template sees; `variables` are a command's own: tiers_shown (the tiers logs and status report
+    on; default all), build_id (docs.publish)."""
+    ctx: dict = {"tiers_shown": [t.name for t in c.tiers], **(variables or {}),
                  "cluster": c, "engine": c.engine, "storage": c.storage,
                  "tier": tier, "host": host,
                  "node": c.node(host) if host else None, "q": shlex.quote,
