@@ -365,8 +365,18 @@ class SlurmJob(Strict):
     time_limit: SlurmTime | None = Field(None, description="--time, e.g. 7-00:00:00 (none: partition default)")
     grace_seconds: int = Field(30, ge=10, le=3600, description="preemption grace time: SIGTERM to SIGKILL (the batch "
                                                                         "script stops its steps 5 s before it ends)")
-    requeue: bool = Field(True, description="requeue when preempted")
+    requeue: bool = Field(True, description="requeue when preempted (SLURM holds a requeued job for its "
+                                            "cred_expire, 120 s by default); false: a preempted job is cancelled "
+                                            "and the keeper submits it again within keeper_interval_s, with no "
+                                            "hold (the lab: back 10 s after a cancellation against 63 s after a "
+                                            "requeue; decision D21)")
     gres: Gres | None = Field("gpu:1", description="generic resources per node (--gres)")
+    step_restarts: int = Field(3, ge=0, le=20,
+                               description="how often in a row the job script starts its ended steps again "
+                                           "inside the job (every ended worker, then the head) without the tier "
+                                           "answering /health in between, before it stops and leaves the job to "
+                                           "SLURM's requeue; health resets the count; 0: the first step to end "
+                                           "ends the job")
     keeper_interval_s: int = Field(60, ge=10, le=3600,
                                    description="how often the keeper on the controller looks for the job and "
                                                "resubmits it when none is pending or running (a failed or "
@@ -789,6 +799,16 @@ class Planner(Strict):
                                                  "rpc-fast-load.patch), GB/s (2 x H200 over loopback TCP, b11434: "
                                                  "8.54 GB split 1:1 in 2.82 s against 13.34 s without it; "
                                                  "benchmarks/README.md; the RPC network's bandwidth caps it)")
+    slurm_step_restart_s: float = Field(2, ge=0, le=600,
+                                        description="from a step's end until the job script has started the "
+                                                    "head again inside the job, apart from the model's load, s: "
+                                                    "the script's 1 s watch, the head's stop, srun starting the "
+                                                    "ended workers and their ports answering")
+    slurm_submit_start_s: float = Field(3, ge=0, le=600,
+                                        description="from the keeper's submission of a SLURM job until it answers, "
+                                                    "apart from the model's load, when its nodes are free, s: a "
+                                                    "submission starts a scheduling pass (lab, slurm-wlm 22.05: "
+                                                    "2.2 s with the load)")
     slurm_start_s: float = Field(35, ge=0, le=3600, description="from the end of a requeued SLURM job's hold until it "
                                                        "answers again, apart from the model's load, s: the "
                                                        "scheduler's next pass, the job's start and the gateway's "

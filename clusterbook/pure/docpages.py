@@ -274,7 +274,10 @@ def tier_notes(c: Cluster, t: RouterTier | RpcTier, plan: TierPlan) -> list[str]
                      f"address only, and each worker's nftables rules accept the port from the tier's own nodes "
                      f"only ({', '.join(t.nodes)}).\n")
         then = (f"systemd starts it again after {recovery.restart_s:g} s" if t.manager == "systemd" else
-                "its job ends and SLURM requeues it")
+                "its job's script starts the ended worker and then the head again inside the job (at most "
+                f"{t.slurm.step_restarts} times in a row without the tier answering; after that the job ends and "
+                f"comes back by {recovery.new_job_kind})"
+                if t.slurm.step_restarts else f"its job ends and comes back by {recovery.new_job_kind}")
         notes.append(f'!!! note "A lost worker means a full reload"\n    llama.cpp\'s RPC has no reconnect: the head '
                      f"aborts at its next request after a worker is lost (even one that came back), {then}, and it "
                      f"loads the whole model again: back in about {math.ceil(recovery.recovery_s)} s "
@@ -284,8 +287,11 @@ def tier_notes(c: Cluster, t: RouterTier | RpcTier, plan: TierPlan) -> list[str]
             if t.slurm.qos in q.preempts:
                 notes.append(f'!!! warning "{title(q.used_by)} preempt this tier"\n    QoS `{q.name}` (priority '
                              f"{q.priority}) preempts this tier's `{t.slurm.qos}`: its job gets SIGTERM, "
-                             f"{t.slurm.grace_seconds} s to stop, and is requeued; it runs again when the GPUs are "
-                             f"free, about {math.ceil(recovery.recovery_s)} s after the preempting job ends "
+                             f"{t.slurm.grace_seconds} s to stop, and "
+                             + ("is requeued" if t.slurm.requeue else "ends; the keeper submits it again within "
+                                f"{t.slurm.keeper_interval_s} s (no requeue hold)")
+                             + "; it runs again when the GPUs are free, about "
+                             f"{math.ceil(recovery.new_job_recovery_s)} s after the preempting job ends "
                              "(predicted). Until then the gateway answers 503.\n")
     return notes
 
@@ -549,8 +555,8 @@ def api(c: Cluster) -> str:
         if t.api_key:
             out.append("\nRequests need `Authorization: Bearer <key>`; without it the tier answers 401. The key "
                        f"is in {_example_request(c, t)[3]}.\n")
-        recovery = predict_load(c, t, plans[t.name]).recovery_s if (isinstance(t, RpcTier) or
-                                                                    t.manager == "slurm") else None
+        load = predict_load(c, t, plans[t.name])
+        recovery = load.recovery_s if isinstance(t, RpcTier) or t.manager == "slurm" else None
         out.append("\n**Examples**\n")
         out.append(tabs({"curl": curl_example(c, t), "Python (openai)": python_example(c, t, recovery),
                          "Streaming (curl)": curl_example(c, t, stream=True),
@@ -563,15 +569,17 @@ def api(c: Cluster) -> str:
                        "in `content`. The chain of thought comes first: give `max_tokens` room for both (500 or "
                        "more), or the answer is cut off before it starts.\n")
         if recovery is not None:
-            cause = "a worker crash or a preemption" if t.manager == "slurm" else "a worker crash"
+            cause = "a worker crash" if isinstance(t, RpcTier) else "a crash of its server"
             seconds = max(1, math.ceil(recovery))
+            preempted = ("" if load.new_job_recovery_s is None else "; after a preemption it waits until SLURM "
+                         f"gives its GPUs back, and is back about {math.ceil(load.new_job_recovery_s)} s after that")
             routed = c.gateway and any(r.tier == t.name for r in c.gateway.routes)
             got = (f"new ones get `503` with `Retry-After: {seconds}` and a JSON `unavailable_error` from the "
                    "gateway" if routed else "new ones are refused, or get `503` \"Loading model\" while it loads")
             out.append(f'\n!!! note "During a recovery"\n    After {cause} the tier is gone for about '
-                       f"{seconds} s (the capacity plan's prediction): requests in flight end without an answer (a "
-                       f"stream stops without an error event), {got}. Retry with a backoff for that long (the "
-                       "`openai` client retries a 503 only twice by default: the Python examples raise its "
+                       f"{seconds} s (the capacity plan's prediction){preempted}: requests in flight end without an "
+                       f"answer (a stream stops without an error event), {got}. Retry with a backoff for that long "
+                       "(the `openai` client retries a 503 only twice by default: the Python examples raise its "
                        "`max_retries`); `/health` answers 200 again when the tier is back.\n")
     out.append(tailnet_access(c))
     return "\n".join(out)

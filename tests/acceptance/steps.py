@@ -2,6 +2,7 @@
 
 import math
 import os
+import re
 import statistics
 import threading
 import time
@@ -47,7 +48,8 @@ def url_of(cluster, transport, tier):
 def systemd_rpc_tier(cluster):
     tiers = rpc_tiers(cluster, "systemd")
     if not tiers:
-        pytest.skip("every RPC tier runs under SLURM: a crash requeues the job (see the preemption scenario)")
+        pytest.skip("every RPC tier runs under SLURM: its job script restarts a killed worker step (see the scenario "
+                    "\"A killed RPC worker step is started again inside its job\")")
     return tiers[0]
 
 
@@ -67,7 +69,14 @@ def until_answers(cluster, transport, tier, deadline_s: float) -> float:
 
 
 def recovery_target(cluster, tier) -> float:
+    """After a restart in place (systemd, or a SLURM job script restarting its steps)."""
     return cluster.recovery_level(tier.name).target
+
+
+def alert_window(cluster, tier) -> float:
+    """After SLURM requeues the job or the keeper submits it again: back before the tier's down alert fires (the
+    recovery level's critical value is that alert's window)."""
+    return cluster.recovery_level(tier.name).critical
 
 
 @given("the cluster file")
@@ -402,13 +411,18 @@ def _kill_worker(cluster, transport, context):
 
 
 @then("the tier answers a chat completion again within the recovery target")
+@then("the tier answers a chat completion again within the recovery target, or before its down alert fires where "
+      "SLURM requeues its job")
 def _recovers(cluster, transport, context, measured):
     tier = context["tier"]
-    predicted = predict_load(cluster, tier, plan_tier(cluster, tier)).recovery_s
-    measured(f"{tier.name} predicted recovery s (planner)", round(predicted, 1))
-    if tier.manager == "slurm":  # the job is requeued and may come back elsewhere: ask where clients ask
+    predicted = predict_load(cluster, tier, plan_tier(cluster, tier))
+    measured(f"{tier.name} predicted recovery s (planner)", round(predicted.recovery_s, 1))
+    if tier.manager == "slurm":  # the node's steps are gone with it: the job is requeued; ask where clients ask
+        measured(f"{tier.name} predicted by {predicted.new_job_kind} s (planner)",
+                 round(predicted.new_job_recovery_s, 1))
         measured(f"{tier.name} recovery s (through the gateway)",
-                 answers_through_gateway(cluster, transport, tier, context["started"], "of the node's return"))
+                 answers_through_gateway(cluster, transport, tier, context["started"], "of the node's return",
+                                         alert_window(cluster, tier)))
         return
     limit = recovery_target(cluster, tier)
     until_answers(cluster, transport, tier, max(limit * 3, 60))
@@ -513,32 +527,35 @@ def _preempt(cluster, transport, context):
     context.update(tier=tier, node=node, host=record["host"], started=time.monotonic(), preemptor=out.stdout.strip())
 
 
-@then("the tier's job is requeued, its endpoint leaves the gateway, and clients get 503 with Retry-After")
-def _requeued(cluster, transport, context, measured):
+@then("the tier's job leaves its node, its endpoint leaves the gateway, and clients get 503 with Retry-After")
+def _job_left(cluster, transport, context, measured):
     tier = context["tier"]
     retry_after = str(max(1, math.ceil(predict_load(cluster, tier, plan_tier(cluster, tier)).recovery_s)))
     deadline = time.monotonic() + tier.slurm.grace_seconds + 30
     state, code, header = "", 0, None
+    # requeued (PENDING) or cancelled and submitted again by the keeper: either way the record goes first, and a
+    # resubmitted job can be back within seconds, so look often
     while time.monotonic() < deadline:
-        state = job_state(cluster, transport, tier)
         try:
             response = httpx.get(through_gateway(cluster, tier, False) + "/health", timeout=5)
             code, header = response.status_code, response.headers.get("retry-after")
         except httpx.HTTPError:
             code = 0
-        if state.startswith("PENDING") and registered(cluster, transport, tier) is None and code == 503 \
-                and header == retry_after:
-            measured(f"{tier.name} while requeued, the gateway answers", f"503, Retry-After: {header}")
+        if code == 503 and header == retry_after and registered(cluster, transport, tier) is None:
+            state = job_state(cluster, transport, tier)
+            measured(f"{tier.name} while its job is away, the gateway answers",
+                     f"503, Retry-After: {header} (job {state})")
             return
-        time.sleep(1)
-    pytest.fail(f"tier {tier.name}: expected its job requeued (PENDING), its record gone and the gateway answering "
-                f"503 with Retry-After: {retry_after}; found job {state}, gateway status {code}, Retry-After: {header}")
+        time.sleep(0.25)
+    state = job_state(cluster, transport, tier)
+    pytest.fail(f"tier {tier.name}: expected its record gone and the gateway answering 503 with Retry-After: "
+                f"{retry_after}; found job {state}, gateway status {code}, Retry-After: {header}")
 
 
-@then("the tier answers through the gateway again within its recovery target, on another node")
+@then("the tier answers through the gateway again before its down alert fires, on another node")
 def _back_elsewhere(cluster, transport, context, measured):
     tier = context["tier"]
-    limit = recovery_target(cluster, tier)
+    limit = alert_window(cluster, tier)  # a preempted job is requeued: its hold, a start elsewhere, a load
     url = through_gateway(cluster, tier)
     deadline = context["started"] + max(limit * 2, 300)
     while time.monotonic() < deadline:
@@ -567,10 +584,10 @@ def _all_back(cluster, transport, context, measured):
         measured(f"{tier.name} back after the preemptor ended (s)", seconds)
 
 
-def answers_through_gateway(cluster, transport, tier, since: float, after: str) -> float:
-    """Seconds from `since` until the tier answers a chat completion through the gateway; fails past its
-    recovery target."""
-    limit = recovery_target(cluster, tier)
+def answers_through_gateway(cluster, transport, tier, since: float, after: str, limit: float | None = None) -> float:
+    """Seconds from `since` until the tier answers a chat completion through the gateway; fails past `limit`
+    (the tier's recovery target unless given)."""
+    limit = recovery_target(cluster, tier) if limit is None else limit
     url, last = through_gateway(cluster, tier), ""
     while time.monotonic() - since < limit:
         try:
@@ -616,14 +633,51 @@ def _kill_worker_step(cluster, transport, context):
     from clusterbook.effects.recovery import disrupt
 
     tier = tiers[0]
+    before = job_restarts(cluster, transport, tier)
     disrupt(cluster, transport, tier, "worker killed")  # pkill of the worker step; fails if there is none to kill
-    context.update(tier=tier, node=tier.workers[0], started=time.monotonic())
+    context.update(tier=tier, node=tier.workers[0], started=time.monotonic(), requeues_before=before)
+
+
+def job_restarts(cluster, transport, tier) -> tuple[str, int]:
+    """The tier's running job and how often SLURM has requeued it (scontrol's Restarts=)."""
+    job = transport.run(controller(cluster), f"squeue -h -n {topo.units(tier).job} -t RUNNING -o %i").stdout.split()
+    assert job, f"tier {tier.name}: no running job ({job_state(cluster, transport, tier)})"
+    shown = transport.run(controller(cluster), f"scontrol show job {job[0]}").stdout
+    found = re.search(r"\bRestarts=(\d+)", shown)
+    assert found, f"tier {tier.name}: no Restarts= in scontrol show job {job[0]}:\n{shown}"
+    return job[0], int(found.group(1))
+
+
+@then("the tier's job was restarted as its step_restarts say: inside the job, or requeued when it has none")
+def _restarted_as_configured(cluster, cluster_file, transport, context, measured):
+    tier = context["tier"]
+    job, requeues = context["requeues_before"]
+    now = job_restarts(cluster, transport, tier)
+    log = transport.run(controller(cluster), f"tail -n 200 {cluster.storage.log_dir}/{topo.units(tier).job}-{job}.log"
+                        ).stdout
+    if tier.slurm.step_restarts:
+        assert now == (job, requeues), \
+            f"tier {tier.name}: expected job {job} to keep running (Restarts={requeues}), found {now}"
+        assert "inside job" in log and f"rpc-worker-{context['node']} ended" in log, \
+            f"expected the job log to say it restarted the worker step inside the job:\n{log[-3000:]}"
+        measured(f"{tier.name} restarted", f"inside job {job}, no requeue")
+    else:
+        assert now[1] > requeues, f"tier {tier.name}: step_restarts 0: expected a requeue, found {now}"
+        measured(f"{tier.name} restarted", f"job {job} requeued")
 
 
 @then("every SLURM tier answers through the gateway again within its recovery target")
 def _slurm_back(cluster, transport, context, measured):
     for tier in slurm_tiers(cluster):
         seconds = answers_through_gateway(cluster, transport, tier, context["started"], "of the disruption")
+        measured(f"{tier.name} back after (s)", seconds)
+
+
+@then("every SLURM tier answers through the gateway again before its down alert fires")
+def _slurm_back_resubmitted(cluster, transport, context, measured):
+    for tier in slurm_tiers(cluster):
+        seconds = answers_through_gateway(cluster, transport, tier, context["started"], "of the disruption",
+                                          alert_window(cluster, tier))
         measured(f"{tier.name} back after (s)", seconds)
 
 

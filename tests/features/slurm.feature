@@ -15,8 +15,8 @@ Feature: SLURM tiers and the gateway
   Scenario: A preempted tier leaves the gateway and comes back on its own
     Given the cluster file
     When a higher-priority job takes the node of the first single-node SLURM tier
-    Then the tier's job is requeued, its endpoint leaves the gateway, and clients get 503 with Retry-After
-    And the tier answers through the gateway again within its recovery target, on another node
+    Then the tier's job leaves its node, its endpoint leaves the gateway, and clients get 503 with Retry-After
+    And the tier answers through the gateway again before its down alert fires, on another node
     And when the higher-priority job ends, every SLURM tier answers through the gateway again on its own
 
   @disruptive
@@ -24,11 +24,12 @@ Feature: SLURM tiers and the gateway
     Given the cluster file
     When the job of every SLURM tier is cancelled with scancel
     Then every SLURM tier's job is pending or running again within two keeper intervals
-    And every SLURM tier answers through the gateway again within its recovery target
+    And every SLURM tier answers through the gateway again before its down alert fires
 
   @disruptive
-  Scenario: A killed RPC worker step ends the job, which comes back, and the logs say why
+  Scenario: A killed RPC worker step is started again inside its job, and the logs say why
     Given the cluster file
     When an RPC worker step of the first SLURM RPC tier is killed with SIGKILL
     Then every SLURM tier answers through the gateway again within its recovery target
+    And the tier's job was restarted as its step_restarts say: inside the job, or requeued when it has none
     And invoke logs for that tier shows the job's state and the worker step's end

@@ -72,18 +72,22 @@ def test_status_shows_jobs_nodes_and_endpoints(slurm_lab):
 
 
 def test_bench_recovery_under_slurm(slurm_lab, tmp_path):
-    """A killed worker step ends the job and a requeue restarts the head: both come back through the gateway, timed
-    from the job leaving and running again, with the load from the head step's own log."""
+    """A killed worker step is started again inside the job (which never leaves RUNNING), a requeue restarts the
+    head: both come back through the gateway, timed (the requeue from the job leaving and running again), with the
+    load from the head step's own log."""
     result = invoke("bench.recovery", "--runs", "1", cluster=SLURM_LAB, timeout=900,
                     extra_env={"INVOKE_CLUSTERBOOK_REPORTS": str(tmp_path)})
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr
     report = json.loads((tmp_path / "bench-recovery.json").read_text())
     assert [r["case"] for r in report["runs"]] == ["worker killed", "head restarted"]
-    assert report["predicted"]["restart"] == "SLURM requeue"
+    assert report["predicted"]["restart"] == "step restart in the job"
+    killed, requeued = report["runs"]
+    assert list(killed["phases"]) == ["first answer"], killed  # the job kept running throughout
+    assert sorted(requeued["phases"], key=requeued["phases"].get) == ["job left running", "job running",
+                                                                       "first answer"], requeued
+    # the requeue hold (30 s in the lab) passes before the job runs again
+    assert requeued["phases"]["job running"] >= 30 - 2, requeued
     for r in report["runs"]:
-        assert sorted(r["phases"], key=r["phases"].get) == ["job left running", "job running", "first answer"], r
-        # the requeue hold (30 s in the lab) passes before the job runs again
-        assert r["phases"]["job running"] >= 30 - 2, r
         assert r["load_s"] is not None and r["load_s"] > 0, r
 
 

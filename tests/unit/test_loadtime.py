@@ -73,6 +73,9 @@ def test_a_slow_network_caps_the_rpc_rate():
 def test_a_recovery_target_the_prediction_cannot_meet_is_refused():
     data = yaml.safe_load(seeds_placement((ROOT / "cluster.yaml").read_text()))  # the figures of D15
     data["targets"][0]["recovery_s"] = {"target": 30, "acceptable": 60, "critical": 120}  # the seeds' target
+    restarted = Cluster.model_validate(data)
+    # D15's job script: a dead step ended the job, and SLURM requeued it
+    next(t for t in data["tiers"] if t["name"] == "reasoning")["slurm"].update(step_restarts=0, requeue=True)
     patched = Cluster.model_validate(data)
     data["engine"]["patches"] = []  # the build D15 computed with
     c = Cluster.model_validate(data)
@@ -85,16 +88,28 @@ def test_a_recovery_target_the_prediction_cannot_meet_is_refused():
     assert found == ["tier reasoning cannot come back within 30 s after a worker crash: predicted 173 s (SLURM "
                      "requeue 155 s + its own share 15.1 GB in 2.7 s + the workers' 31.5 GB through RPC at 2 "
                      "GB/s in 16 s)"]
+    # and with the job script's own restart of the ended steps the requeue goes too: the seeds' 30 s is met
+    assert not [m for _, m in plan_findings(restarted, plan_cluster(restarted)) if "after a worker crash" in m]
+    load = predict_load(restarted, restarted.tier("reasoning"), plan_cluster(restarted)["reasoning"])
+    assert load.restart_kind == "step restart in the job" and load.recovery_s <= 30, load
+    # a preempted job ends (D21): the keeper submits it again within 15 s and it starts in 3 s, with no requeue hold
+    assert load.new_job_kind == "keeper resubmission"
+    assert load.new_job_recovery_s == pytest.approx(15 + 3 + load.load_s)
 
 
 def test_the_requeue_hold_comes_from_slurm_conf_as_configured_or_declared():
     data = yaml.safe_load((ROOT / "cluster.yaml").read_text())
+    for tier in data["tiers"]:  # D21's jobs are not requeued: count the hold for jobs that are
+        tier["slurm"]["requeue"] = True
     c = Cluster.model_validate(data)
+    assert predict_load(c, c.tier("reasoning"), plan_cluster(c)["reasoning"]).new_job_kind == "SLURM requeue"
     assert c.slurm_requeue_hold_s == 120  # SLURM's default: beefcake2's slurm.conf is managed elsewhere
-    before = predict_load(c, c.tier("reasoning"), plan_cluster(c)["reasoning"]).recovery_s
+    before = predict_load(c, c.tier("reasoning"), plan_cluster(c)["reasoning"])
     data["planner"] = {**data.get("planner", {}), "site_requeue_hold_s": 30}  # decision D16, once granted
     c = Cluster.model_validate(data)
-    assert predict_load(c, c.tier("reasoning"), plan_cluster(c)["reasoning"]).recovery_s == pytest.approx(before - 90)
+    after = predict_load(c, c.tier("reasoning"), plan_cluster(c)["reasoning"])
+    assert after.new_job_recovery_s == pytest.approx(before.new_job_recovery_s - 90)
+    assert after.recovery_s == before.recovery_s  # a worker crash restarts steps inside the job: no requeue
     lab = load_cluster(ROOT / "lab/cluster-slurm.yaml")
     assert lab.slurm_requeue_hold_s == 30
     conf = next(a for a in render_artifacts(lab) if a.path == "/etc/slurm/slurm.conf")
@@ -106,7 +121,10 @@ def test_the_api_page_tells_clients_how_long_a_recovery_lasts():
     c = load_cluster(ROOT / "cluster.yaml")
     expected = math.ceil(predict_load(c, c.tier("reasoning"), plan_cluster(c)["reasoning"]).recovery_s)
     page = api(c)
-    assert f"After a worker crash or a preemption the tier is gone for about {expected} s" in page
+    load = predict_load(c, c.tier("reasoning"), plan_cluster(c)["reasoning"])
+    assert (f"After a worker crash the tier is gone for about {expected} s (the capacity plan's prediction); after a "
+            f"preemption it waits until SLURM gives its GPUs back, and is back about {math.ceil(load.new_job_recovery_s)} s "
+            "after that") in page
     assert f"`503` with `Retry-After: {expected}`" in page
     assert page.count('!!! note "During a recovery"') == 2  # both of beefcake2's tiers are SLURM jobs
 

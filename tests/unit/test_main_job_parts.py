@@ -44,7 +44,7 @@ def test_a_zombie_is_not_a_running_process():
                      "test_a_killed_rpc_worker_is_recovered", "test_llamacpp_reports_layers_on_every_device",
                      "test_a_preempted_tier_leaves_the_gateway_and_comes_back_on_its_own",
                      "test_a_cancelled_slurm_job_is_submitted_again_by_the_keeper",
-                     "test_a_killed_rpc_worker_step_ends_the_job_which_comes_back_and_the_logs_say_why",
+                     "test_a_killed_rpc_worker_step_is_started_again_inside_its_job_and_the_logs_say_why",
                      "test_a_tier_that_stays_down_fires_its_alert_which_resolves_once_it_is_back"}),
     ("Resilience", {"test_services_are_enabled_and_come_back_after_a_node_restart",
                     "test_a_killed_rpc_worker_is_recovered"}),

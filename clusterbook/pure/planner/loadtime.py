@@ -19,9 +19,12 @@ class LoadTime:
     local_s: float
     rpc_s: float
     restart_s: float  # before the head loads again: systemd's RestartSec (head and workers restart side by side),
-    # or SLURM's hold on a requeued job
-    restart_kind: str  # "restart" or "SLURM requeue"
+    # the job script's restart of its steps, or SLURM's hold on a requeued job
+    restart_kind: str  # "restart" (systemd), "step restart in the job", or with step_restarts 0 new_job_kind
     rpc_rate_gbs: float  # the rate that applies: the measured one, or the network's if it is slower
+    new_job_s: float | None = None  # a SLURM tier whose job ended (a preemption, or no step restarts left): until
+    # it runs again, apart from the load: SLURM's requeue hold and start, or the keeper's submission and its start
+    new_job_kind: str | None = None  # "SLURM requeue" or "keeper resubmission"
 
     @property
     def load_s(self) -> float:
@@ -29,9 +32,15 @@ class LoadTime:
 
     @property
     def recovery_s(self) -> float:
-        """After a worker crash: the head aborts, is started again (systemd) or its job requeued (SLURM), and
-        loads everything once more."""
+        """After a worker crash: the head aborts and is started again (systemd, or the SLURM job's own script;
+        a job with no step restarts is requeued), and loads everything once more."""
         return self.restart_s + self.load_s
+
+    @property
+    def new_job_recovery_s(self) -> float | None:
+        """A SLURM tier after its job ended (a preemption, once the GPUs are free): requeue or resubmission, start
+        and load."""
+        return None if self.new_job_s is None else self.new_job_s + self.load_s
 
 
 def predict_load(c: Cluster, tier: RouterTier | RpcTier, plan: TierPlan) -> LoadTime:
@@ -44,14 +53,21 @@ def predict_load(c: Cluster, tier: RouterTier | RpcTier, plan: TierPlan) -> Load
     rate = p.rpc_fast_load_gbs if fast else p.rpc_load_gbs
     if isinstance(tier, RpcTier):
         rate = min(rate, c.networks[c.rpc_network].bandwidth_gbps / 8)
+    new_job, new_kind = None, None
     if tier.manager == "slurm":
-        restart = c.slurm_requeue_hold_s + p.slurm_start_s
+        new_job, new_kind = ((c.slurm_requeue_hold_s + p.slurm_start_s, "SLURM requeue") if tier.slurm.requeue else
+                             (tier.slurm.keeper_interval_s + p.slurm_submit_start_s, "keeper resubmission"))
+    if tier.manager == "slurm" and tier.slurm.step_restarts:
+        restart, kind = p.slurm_step_restart_s, "step restart in the job"
+    elif tier.manager == "slurm":
+        restart, kind = new_job, new_kind
     else:
+        kind = "restart"
         restart = max([tier.systemd.restart_sec] + ([tier.worker_systemd.restart_sec] if isinstance(tier, RpcTier)
                                                      else []))
     rpc_s = remote / (rate * 1e9)
     return LoadTime(tier.name, local, remote, local / (p.local_load_gbs * 1e9), rpc_s,
-                    float(restart), "SLURM requeue" if tier.manager == "slurm" else "restart", rate)
+                    float(restart), kind, rate, new_job, new_kind)
 
 
 def recovery_text(c: Cluster, tier: RouterTier | RpcTier, plan: TierPlan) -> str:

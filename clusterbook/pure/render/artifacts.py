@@ -283,8 +283,8 @@ def _nftables(c: Cluster, tier: RpcTier, worker: str) -> list[Artifact]:
 def _sbatch(c: Cluster, tier: RouterTier | RpcTier) -> Artifact:
     steps = []
     if isinstance(tier, RpcTier):
-        for w in tier.workers:
-            steps.append({"name": f"rpc-worker-{w}", "node": w, "wait_for": [],
+        for w, endpoint in zip(tier.workers, topo.rpc_endpoints(c, tier), strict=True):
+            steps.append({"name": f"rpc-worker-{w}", "node": w, "endpoint": endpoint,
                           "command": Quoted(fl.shell_line(fl.worker_argv(c, tier, w), "        "))})
         summary = f"{tier.model} on {tier.head} with RPC workers {', '.join(tier.workers)}"
     else:
@@ -297,8 +297,7 @@ def _sbatch(c: Cluster, tier: RouterTier | RpcTier) -> Artifact:
         argv = [("${HTTP_ADDR}" if a == topo.http_address(c, tier) else a) for a in argv]
     steps.append({"name": "head" if isinstance(tier, RpcTier) else "server",
                   "node": Quoted("$SLURMD_NODENAME") if floating
-                  else head, "wait_for": topo.rpc_endpoints(c, tier) if isinstance(tier, RpcTier) else [],
-                  "command": Quoted(fl.shell_line(argv, "        "))})
+                  else head, "command": Quoted(fl.shell_line(argv, "        "))})
     addresses = {n: topo.address(c, n, topo.listen_network(c, tier)) for n in candidates}
     text = template("tier.sbatch.j2", header=header(c), tier=tier, summary=summary, job=topo.units(tier).job,
                     slurm=tier.slurm, nodes=[] if floating else [s["node"] for s in steps], steps=steps,
