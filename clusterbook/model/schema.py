@@ -379,8 +379,8 @@ class SlurmJob(Strict):
                                            "ends the job")
     keeper_interval_s: int = Field(60, ge=10, le=3600,
                                    description="how often the keeper on the controller looks for the job and "
-                                               "resubmits it when none is pending or running (a failed or "
-                                               "cancelled job; SLURM requeues a preempted one itself)")
+                                               "resubmits it when none is pending or running (a failed, "
+                                               "cancelled or, with requeue false, preempted job)")
 
 
 class SystemdService(Strict):

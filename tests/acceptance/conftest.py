@@ -9,6 +9,7 @@ import pytest
 from clusterbook.commands.reportstamp import stamped
 from clusterbook.effects.ssh import SshTransport
 from clusterbook.model.loader import load_cluster
+from clusterbook.pure.verifysummary import summary_markdown
 
 from .steps import *  # noqa: F403  the shared step definitions
 
@@ -105,19 +106,7 @@ def pytest_sessionfinish(session):
         return
     c = load_cluster(cluster_file)
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    lines = [f"Verified **{c.cluster.name}** (`{cluster_file}`) on {when}, "
-             f"llama.cpp build b{c.engine.build}.", "",
-             "| feature | scenario | result | measured | note |", "|---|---|---|---|---|"]
-    counts: dict[str, int] = {}
-    for entry in RESULTS.values():
-        if "scenario" not in entry:
-            continue
-        outcome = entry.get("outcome", "not run")
-        counts[outcome] = counts.get(outcome, 0) + 1
-        figures = "; ".join(f"{k}: {v}" for k, v in entry["measurements"].items()) or "–"
-        note = (entry.get("message") or "").replace("|", "/").replace("\n", " ")[:300]
-        lines.append(f"| {entry['feature']} | {entry['scenario']} | {outcome} | {figures} | {note} |")
-    lines += ["", ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))]
+    text = summary_markdown(c.cluster.name, cluster_file, c.engine.build, when, list(RESULTS.values()))
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_text(stamped("\n".join(lines) + "\n", c.cluster.name, cluster_file))
+    Path(path).write_text(stamped(text, c.cluster.name, cluster_file))
     Path(path).with_suffix(".json").write_text(json.dumps(list(RESULTS.values()), indent=2, default=str))

@@ -3,6 +3,7 @@
 import math
 import os
 import re
+import shlex
 import statistics
 import threading
 import time
@@ -512,7 +513,7 @@ def _gateway_paths(cluster, transport):
 
 
 @when("a higher-priority job takes the node of the first single-node SLURM tier")
-def _preempt(cluster, transport, context):
+def _preempt(cluster, transport, context, request):
     tiers = [t for t in slurm_tiers(cluster) if isinstance(t, RouterTier)]
     if not tiers or not cluster.slurm:
         pytest.skip("no single-node SLURM tier in a SLURM cluster that clusterbook configures")
@@ -524,7 +525,10 @@ def _preempt(cluster, transport, context):
     out = transport.run(controller(cluster), f"sbatch --parsable -p {high.name} -w {node} --exclusive "
                                              "--job-name=clusterbook-preemptor --wrap 'sleep 900'")
     assert out.ok, out.tail()
-    context.update(tier=tier, node=node, host=record["host"], started=time.monotonic(), preemptor=out.stdout.strip())
+    preemptor = out.stdout.strip()
+    # should a later step fail, the node must not stay taken for the scenarios after this one
+    request.addfinalizer(lambda: transport.run(controller(cluster), f"scancel {shlex.quote(preemptor)}"))
+    context.update(tier=tier, node=node, host=record["host"], started=time.monotonic(), preemptor=preemptor)
 
 
 @then("the tier's job leaves its node, its endpoint leaves the gateway, and clients get 503 with Retry-After")
@@ -542,6 +546,7 @@ def _job_left(cluster, transport, context, measured):
         except httpx.HTTPError:
             code = 0
         if code == 503 and header == retry_after and registered(cluster, transport, tier) is None:
+            context["left"] = time.monotonic()
             state = job_state(cluster, transport, tier)
             measured(f"{tier.name} while its job is away, the gateway answers",
                      f"503, Retry-After: {header} (job {state})")
@@ -567,6 +572,7 @@ def _back_elsewhere(cluster, transport, context, measured):
     elapsed = time.monotonic() - context["started"]
     record = registered(cluster, transport, tier) or {}
     measured(f"{tier.name} back after (s)", round(elapsed, 1))
+    measured(f"{tier.name} back after its job left the gateway (s)", round(time.monotonic() - context["left"], 1))
     measured(f"{tier.name} moved", f"{context['node']} -> {record.get('nodes')}")
     assert elapsed <= limit, f"tier {tier.name}: expected to answer through the gateway within {limit:g} s of the " \
                              f"preemption, took {elapsed:.0f} s"
