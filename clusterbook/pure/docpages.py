@@ -16,7 +16,7 @@ from clusterbook.pure.mdtext import fence_for, mermaid_text, prose, prose_inline
 from clusterbook.pure.operations import cluster_command, tier_command
 from clusterbook.pure.planner.capacity import GIB, TierPlan, plan_cluster
 from clusterbook.pure.planner.findings import evaluate_claim
-from clusterbook.pure.planner.loadtime import predict_load, recovery_text
+from clusterbook.pure.planner.loadtime import predict_load, recovery_text, whole_s
 from clusterbook.pure.planner.residency import exclusion_text, plan_residency
 from clusterbook.pure.planner.variants import variants
 from clusterbook.pure.render import monitoring as mon
@@ -104,7 +104,7 @@ def python_example(c: Cluster, tier: RouterTier | RpcTier, recovery_s: float | N
     api_key = 'os.environ["KEY"]' if key else '"none"'
     options = f"base_url={json.dumps(url + '/v1')}, api_key={api_key}"
     if recovery_s:
-        lines.append(f"# max_retries: the client's backoff outlasts a recovery of about {math.ceil(recovery_s)} s")
+        lines.append(f"# max_retries: the client's backoff outlasts a recovery of about {whole_s(recovery_s)} s")
         options += f", max_retries={client_retries(recovery_s)}"
     lines += ["client = OpenAI(" + ",\n                ".join(options.split(", ")) + ")"]
     call = (f"client.chat.completions.create(model={json.dumps(model)}, max_tokens={tokens},\n"
@@ -280,7 +280,7 @@ def tier_notes(c: Cluster, t: RouterTier | RpcTier, plan: TierPlan) -> list[str]
                 if t.slurm.step_restarts else f"its job ends and comes back by {recovery.new_job_kind}")
         notes.append(f'!!! note "A lost worker means a full reload"\n    llama.cpp\'s RPC has no reconnect: the head '
                      f"aborts at its next request after a worker is lost (even one that came back), {then}, and it "
-                     f"loads the whole model again: back in about {math.ceil(recovery.recovery_s)} s "
+                     f"loads the whole model again: back in about {whole_s(recovery.recovery_s)} s "
                      "(the capacity plan's prediction; `invoke bench.recovery` measures it).\n")
     if t.manager == "slurm" and t.slurm and t.slurm.qos and c.slurm_site:
         for q in c.slurm_site.qos:
@@ -291,7 +291,7 @@ def tier_notes(c: Cluster, t: RouterTier | RpcTier, plan: TierPlan) -> list[str]
                              + ("is requeued" if t.slurm.requeue else "ends; the keeper submits it again within "
                                 f"{t.slurm.keeper_interval_s} s (no requeue hold)")
                              + "; it runs again when the GPUs are free, about "
-                             f"{math.ceil(recovery.new_job_recovery_s)} s after the preempting job ends "
+                             f"{whole_s(recovery.new_job_recovery_s)} s after the preempting job ends "
                              "(predicted). Until then the gateway answers 503.\n")
     return notes
 
@@ -570,9 +570,9 @@ def api(c: Cluster) -> str:
                        "more), or the answer is cut off before it starts.\n")
         if recovery is not None:
             cause = "a worker crash" if isinstance(t, RpcTier) else "a crash of its server"
-            seconds = max(1, math.ceil(recovery))
+            seconds = whole_s(recovery)
             preempted = ("" if load.new_job_recovery_s is None else "; after a preemption it waits until SLURM "
-                         f"gives its GPUs back, and is back about {math.ceil(load.new_job_recovery_s)} s after that")
+                         f"gives its GPUs back, and is back about {whole_s(load.new_job_recovery_s)} s after that")
             routed = c.gateway and any(r.tier == t.name for r in c.gateway.routes)
             got = (f"new ones get `503` with `Retry-After: {seconds}` and a JSON `unavailable_error` from the "
                    "gateway" if routed else "new ones are refused, or get `503` \"Loading model\" while it loads")

@@ -80,12 +80,12 @@ def test_a_recovery_target_the_prediction_cannot_meet_is_refused():
     data["engine"]["patches"] = []  # the build D15 computed with
     c = Cluster.model_validate(data)
     found = [m for _, m in plan_findings(c, plan_cluster(c)) if "after a worker crash" in m]
-    assert found == ["tier reasoning cannot come back within 30 s after a worker crash: predicted 236 s (SLURM "
+    assert found == ["tier reasoning cannot come back within 30 s after a worker crash: predicted 237 s (SLURM "
                      "requeue 155 s + its own share 15.1 GB in 2.7 s + the workers' 31.5 GB through RPC at 0.4 "
                      "GB/s in 79 s)"]
     # issue 31: with the RPC fast-load patch the workers' share takes 16 s, not 79; the requeue is what remains
     found = [m for _, m in plan_findings(patched, plan_cluster(patched)) if "after a worker crash" in m]
-    assert found == ["tier reasoning cannot come back within 30 s after a worker crash: predicted 173 s (SLURM "
+    assert found == ["tier reasoning cannot come back within 30 s after a worker crash: predicted 174 s (SLURM "
                      "requeue 155 s + its own share 15.1 GB in 2.7 s + the workers' 31.5 GB through RPC at 2 "
                      "GB/s in 16 s)"]
     # and with the job script's own restart of the ended steps the requeue goes too: the seeds' 30 s is met
@@ -123,8 +123,8 @@ def test_the_api_page_tells_clients_how_long_a_recovery_lasts():
     page = api(c)
     load = predict_load(c, c.tier("reasoning"), plan_cluster(c)["reasoning"])
     assert (f"After a worker crash the tier is gone for about {expected} s (the capacity plan's prediction); after a "
-            f"preemption it waits until SLURM gives its GPUs back, and is back about {math.ceil(load.new_job_recovery_s)} s "
-            "after that") in page
+            "preemption it waits until SLURM gives its GPUs back, and is back about "
+            f"{math.ceil(load.new_job_recovery_s)} s after that") in page
     assert f"`503` with `Retry-After: {expected}`" in page
     assert page.count('!!! note "During a recovery"') == 2  # both of beefcake2's tiers are SLURM jobs
 

@@ -9,7 +9,7 @@ from clusterbook.model.problems import Path
 from clusterbook.model.quantization import weights_bytes
 from clusterbook.model.schema import Claim, Cluster, RpcTier
 from clusterbook.pure.planner.capacity import GIB, TierPlan, plan_tier
-from clusterbook.pure.planner.loadtime import predict_load
+from clusterbook.pure.planner.loadtime import predict_load, whole_s
 from clusterbook.pure.planner.residency import plan_residency, ram_findings, residency_findings
 from clusterbook.pure.planner.shape import from_declared
 
@@ -77,8 +77,8 @@ def plan_findings(c: Cluster, plans: dict[str, TierPlan]) -> list[tuple[Path, st
         if load.recovery_s > targets.recovery_s.target:
             out.append((("targets", i, "recovery_s", "target"),
                         f"tier {tier.name} cannot come back within {targets.recovery_s.target:g} s after a worker "
-                        f"crash: predicted {load.recovery_s:.0f} s ({load.restart_kind} {load.restart_s:g} s + its own "
-                        f"share {load.local_bytes / 1e9:.1f} GB in {load.local_s:.1f} s + the workers' "
+                        f"crash: predicted {whole_s(load.recovery_s)} s ({load.restart_kind} {load.restart_s:g} s + "
+                        f"its own share {load.local_bytes / 1e9:.1f} GB in {load.local_s:.1f} s + the workers' "
                         f"{load.rpc_bytes / 1e9:.1f} GB through RPC at {load.rpc_rate_gbs:g} GB/s in "
                         f"{load.rpc_s:.0f} s)"))
     cplan = plan_residency(c, plans)

@@ -3,10 +3,17 @@ from page cache onto its devices, and every worker's share sent through llama.cp
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from clusterbook.model.schema import Cluster, RouterTier, RpcTier
 from clusterbook.pure.planner.capacity import TierPlan
+
+
+def whole_s(seconds: float) -> int:
+    """A predicted duration as every page, message and header shows it: whole seconds, rounded up (a client told
+    to retry after it is never early), at least 1."""
+    return max(1, math.ceil(seconds))
 
 
 @dataclass(frozen=True)
@@ -77,7 +84,7 @@ def recovery_text(c: Cluster, tier: RouterTier | RpcTier, plan: TierPlan) -> str
     target = f" (target {targets.recovery_s.target:g} s)" if targets and targets.recovery_s else ""
     return (f"Predicted load {load.load_s:.0f} s ({load.local_bytes / 1e9:.1f} GB from page cache, "
             f"{load.rpc_bytes / 1e9:.1f} GB through RPC at {load.rpc_rate_gbs:g} GB/s); back after a worker crash in "
-            f"about {load.recovery_s:.0f} s{target}, {load.restart_kind} {load.restart_s:g} s included.")
+            f"about {whole_s(load.recovery_s)} s{target}, {load.restart_kind} {load.restart_s:g} s included.")
 
 
 def load_json(c: Cluster, tier: RouterTier | RpcTier, plan: TierPlan) -> dict:

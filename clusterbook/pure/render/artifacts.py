@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass
 from functools import cache
 from typing import Literal
@@ -19,7 +18,7 @@ from clusterbook.pure import layout, slurmjob
 from clusterbook.pure import topology as topo
 from clusterbook.pure.layout import path as at
 from clusterbook.pure.planner.capacity import plan_tier
-from clusterbook.pure.planner.loadtime import predict_load
+from clusterbook.pure.planner.loadtime import predict_load, whole_s
 from clusterbook.pure.render import monitoring as mon
 from clusterbook.pure.render.escaping import LANGUAGE, Quoted, UnsafeValue, checked_target, guard
 
@@ -353,7 +352,7 @@ def _gateway_files(c: Cluster) -> list[Artifact]:
         recovery = predict_load(c, tier, plan_tier(c, tier)).recovery_s
         routes.append({"path": route.path, "tier": route.tier, "port": route.port, "public": public,
                        "upstream": upstream_name(route.tier), "timeout": tier.timeout_s,
-                       "retry_after": max(1, math.ceil(recovery))})
+                       "retry_after": whole_s(recovery)})
     files = [Artifact(node, at(c, "nginx_site"),
                       template("nginx-site.conf.j2", header=header(c), gateway=gw, routes=routes), "nginx",
                       about="gateway: nginx site", id="nginx_site")]
