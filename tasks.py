@@ -325,8 +325,8 @@ def bench_tune(c, cluster=None, tier=None, install_dir=None, models_dir=None, pa
 
 
 @task(name="recovery", help={"cluster": BENCH_HELP["cluster"], "tier": BENCH_HELP["tier"],
-                             "case": "worker (SIGKILL an RPC worker), head (restart the head; under SLURM, requeue "
-                                     "its job) or both (default)",
+                             "case": "worker (SIGKILL an RPC worker), head (restart the head; under SLURM, end its "
+                                     "job: requeued, or cancelled for the keeper to submit again) or both (default)",
                              "runs": "runs of each case (default 2)",
                              "cold": "also run each case with the model file dropped from the page cache"})
 @command

@@ -16,7 +16,7 @@ from clusterbook.commands.docsite import (
 )
 from clusterbook.pure import changelog
 from clusterbook.pure import docpages as pages
-from clusterbook.pure.mdtext import Markdown, active_content, escape_value, prose
+from clusterbook.pure.mdtext import Markdown, active_content, code, escape_value, prose
 from clusterbook.pure.operations import cluster_command, tier_command
 
 
@@ -96,6 +96,7 @@ def _sections(site: Site) -> dict:
     c = site.cluster
     return {
         "prose": prose,
+        "code": code,
         "tier_summary": lambda: pages.tier_summary(c),
         "quick_start": lambda: pages.quick_start(c),
         "architecture": lambda: pages.architecture(c),

@@ -224,7 +224,7 @@ def recovery(cluster_file: str, tier_name: str | None, cases: tuple[str, ...], r
     predicted = load_json(cluster, tier, plan_tier(cluster, tier))
     predicted_load = predict_load(cluster, tier, plan_tier(cluster, tier)).load_s  # unrounded, for the ratio
     target = cluster.recovery_level(tier.name).target
-    limit = max(3 * target, 3 * predicted["recovery_s"], 60)
+    limit = max(3 * target, 3 * predicted["recovery_s"], 3 * predicted.get("new_job_recovery_s", 0), 60)
     card = _tier_card(cluster, tier)
     results = []
     caches = PAGE_CACHE if cold else PAGE_CACHE[:1]

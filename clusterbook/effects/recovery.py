@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import httpx
 
 from clusterbook.effects import probes
+from clusterbook.effects.console import Failed
 from clusterbook.model.schema import Cluster, RpcTier
 from clusterbook.pure import topology as topo
 from clusterbook.pure.recoverylog import journal_phases, last_load_s
@@ -54,9 +55,10 @@ def disrupt(c: Cluster, transport, tier: RpcTier, case: str) -> float:
             binary = c.engine.rpc_worker_binary  # [x]yz: the pattern does not match the shell running pkill
             command = f"{now}; pkill -KILL -f '[{binary[0]}]{binary[1:]} .*--port {tier.rpc_port}'"
             node = tier.workers[0]
-        else:
+        else:  # the job ends and comes back as the tier says: SLURM's requeue, or the keeper's new submission
             job = topo.units(tier).job
-            command = f"{now}; scontrol requeue $(squeue -h -n {shlex.quote(job)} -t RUNNING -o %i | head -1)"
+            ends = "scontrol requeue" if tier.slurm.requeue else "scancel"
+            command = f"{now}; {ends} $(squeue -h -n {shlex.quote(job)} -t RUNNING -o %i | head -1)"
             node = c.slurm_controller
     elif case == "worker killed":
         unit = topo.units(tier).worker
@@ -67,7 +69,7 @@ def disrupt(c: Cluster, transport, tier: RpcTier, case: str) -> float:
         node = tier.head
     result = transport.run(node, command)
     if not result.ok:
-        raise RuntimeError(f"{node}: {case}: `{command}` exited {result.returncode}: {result.tail()}")
+        raise Failed(f"{node}: {case}: `{command}` exited {result.returncode}: {result.tail()}")
     return _node_time(result)
 
 

@@ -374,9 +374,9 @@ class SlurmJob(Strict):
     step_restarts: int = Field(3, ge=0, le=20,
                                description="how often in a row the job script starts its ended steps again "
                                            "inside the job (every ended worker, then the head) without the tier "
-                                           "answering /health in between, before it stops and leaves the job to "
-                                           "SLURM's requeue; health resets the count; 0: the first step to end "
-                                           "ends the job")
+                                           "answering /health in between, before it stops and ends the job (SLURM "
+                                           "requeues it, or the keeper submits it again); health resets the "
+                                           "count; 0: the first step to end ends the job")
     keeper_interval_s: int = Field(60, ge=10, le=3600,
                                    description="how often the keeper on the controller looks for the job and "
                                                "resubmits it when none is pending or running (a failed, "

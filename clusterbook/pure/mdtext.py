@@ -37,6 +37,15 @@ def _escape_markdown(escaped_html: str) -> str:
     return "".join(part if i % 2 else MARKDOWN_SPECIAL.sub(r"\\\1", part) for i, part in enumerate(parts))
 
 
+def code(value: object) -> str:
+    """One value as an inline code span that shows it exactly: Markdown escapes a code span's content itself and
+    shows backslashes, so the value goes in as it is, between more backticks than any run inside it."""
+    s = " ".join(str(value).split())
+    ticks = "`" * (max((len(run) for run in re.findall(r"`+", s)), default=0) + 1)
+    pad = " " if s.startswith("`") or s.endswith("`") else ""
+    return f"{ticks}{pad}{s}{pad}{ticks}"
+
+
 def escape_value(value: object) -> object:
     """The docs' Jinja finalize: a string from the cluster reaches the page as text; clusterbook's own Markdown
     (the macros' sections) and numbers pass as they are."""

@@ -49,7 +49,7 @@ def test_strict_build_is_quick(beefcake2_site):
     assert seconds < 10
     for page in ("index.html", "architecture/index.html", "capacity/index.html",
                  "runbooks/deploy-slurm-reasoning/index.html", "runbooks/stop-slurm-fast/index.html",
-                 "files/vasp-03/etc/systemd/system/llama-rpc-reasoning.service"):
+                 "files/slurm-ctl/etc/llama/slurm/llama-reasoning.sbatch"):
         assert (site / page).exists(), page
     # beefcake2 runs its tiers under SLURM: no page for the systemd path, no page for what cannot run here
     for page in ("runbooks/deploy-rpc-reasoning/index.html", "runbooks/restart-reasoning/index.html"):
@@ -60,7 +60,8 @@ def test_strict_build_is_quick(beefcake2_site):
 @needs_mermaid
 def test_pages_show_computed_values(beefcake2_site):
     html = text_of(beefcake2_site[0])
-    assert "--tensor-split 40,40" in html  # D18: vasp-03's RPC device, then the head (order: test_derived_flags)
+    shown = re.sub(r"<[^>]+>", "", html)  # the batch script's lines are highlighted, word by word
+    assert "--tensor-split 40,40" in shown  # D18: vasp-03's RPC device, then the head (order: test_derived_flags)
     assert "35,584" in html  # largest context that fits, from the planner
     assert "14.7 tok/s" in html  # the Q8_0 bound that refutes seed 000's 15-20 tok/s
     assert "ssh -J root@100.68.22.98 root@10.0.0.33" in html  # each node through its own jump host
@@ -194,7 +195,6 @@ def test_what_the_seeds_knew_is_on_the_site(beefcake2_site):
                      "A lost worker means a full reload", "VASP jobs preempt this tier", "During a recovery"):
         assert expected in text, expected
     assert text_of(site).count('class="admonition') >= 6
-    assert 'class="tabbed-set' in (site / "guide/index.html").read_text()  # systemd / SLURM
 
 
 def test_the_monitoring_page_lists_every_alert_from_the_targets(beefcake2_site):
@@ -209,3 +209,21 @@ def test_the_monitoring_page_lists_every_alert_from_the_targets(beefcake2_site):
     for rule in rules:
         assert rule["annotations"]["summary"] in text and rule["expr"] in text
     assert "tier reasoning decodes below 8 tok/s (target 15)" in text  # beefcake2's critical and target levels
+
+
+@needs_mermaid
+def test_pages_follow_the_managers_the_cluster_uses(beefcake2_site, ridge_site):
+    """beefcake2 runs every tier under SLURM: its guide has no systemd tab and its Files page no systemd unit of a
+    tier; a value shown as code shows exactly (no backslash of Markdown's escaping left visible anywhere)."""
+    site = beefcake2_site[0]
+    guide = (site / "guide/index.html").read_text()
+    assert "tabbed-set" not in guide.split('id="how-the-tiers-run"')[1].split('id="access"')[0]
+    shown = html.unescape(re.sub(r"<[^>]+>", "", guide))
+    assert "systemctl status llama-" not in shown and "squeue -n llama-reasoning" in shown
+    assert "<code>.clusterbook/known_hosts</code>" in guide
+    files = (site / "files/index.html").read_text()
+    assert "llama-rpc-reasoning.service" not in files and "llama-reasoning.sbatch" in files
+    for root in (site, ridge_site):
+        for page in root.rglob("index.html"):
+            shown = html.unescape(re.sub(r"<[^>]+>", "", re.sub(r"<pre.*?</pre>", "", page.read_text(), flags=re.S)))
+            assert not re.search(r"\\[._*`{}\[\]()#+!|>-]", shown), (page, re.search(r".{30}\\[._*`{}].{10}", shown))

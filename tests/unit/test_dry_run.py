@@ -46,16 +46,16 @@ def test_dry_run_shows_a_diff_when_the_last_upload_is_known(tmp_path):
     from clusterbook.model.loader import load_cluster
     from clusterbook.pure.runbooks import available, expand
 
-    cluster = load_cluster(ROOT / "cluster.yaml")
+    cluster = load_cluster(ROOT / "lab/cluster.yaml")  # systemd tiers: the head's unit
     expansion = expand(available()["deploy-rpc"], cluster, "reasoning", steps=["head"])
-    put = expansion.steps[0].hosts["vasp-01"][0]
-    known = tmp_path / "vasp-01" / put.path.lstrip("/")
+    put = expansion.steps[0].hosts["lab1"][0]
+    known = tmp_path / "lab1" / put.path.lstrip("/")
     known.parent.mkdir(parents=True)
-    known.write_text(put.content.replace("--ctx-size 32768", "--ctx-size 4096"))
+    known.write_text(put.content.replace("--ctx-size 2048", "--ctx-size 4096"))
     with console.capture() as captured:
         dry_run(expansion, tmp_path)
     text = captured.get()
-    assert "-    --ctx-size 4096 \\" in text and "+    --ctx-size 32768 \\" in text
+    assert "-    --ctx-size 4096 \\" in text and "+    --ctx-size 2048 \\" in text
 
 
 def test_dry_run_summarises_a_diff_too_long_to_read(tmp_path):

@@ -9,7 +9,7 @@ from clusterbook.effects.files import write_tree
 from clusterbook.model.loader import load_cluster
 from clusterbook.pure.render.artifacts import render_artifacts
 
-from ..conftest import CLUSTERS
+from ..conftest import CLUSTERS, ROOT
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 
@@ -44,5 +44,16 @@ def test_executables_are_executable(tmp_path, beefcake2):
     write_tree(render_artifacts(beefcake2), tmp_path)
     selector = tmp_path / "vasp-01/usr/local/bin/llama-model-selector"
     assert selector.stat().st_mode & 0o111
-    unit = tmp_path / "vasp-01/etc/systemd/system/llama-reasoning.service"
+    unit = tmp_path / "vasp-01/etc/systemd/system/clusterbook-gpu-metrics.service"
     assert not unit.stat().st_mode & 0o111
+
+
+def test_a_tier_gets_only_its_own_managers_files(beefcake2):
+    """beefcake2's tiers are SLURM jobs: no node gets a systemd unit that no deploy installs; the lab's systemd
+    tiers get no batch script."""
+    paths = {a.path for a in render_artifacts(beefcake2)}
+    assert not {"/etc/systemd/system/llama-reasoning.service", "/etc/systemd/system/llama-fast.service",
+                "/etc/systemd/system/llama-rpc-reasoning.service"} & paths
+    assert {"/etc/llama/slurm/llama-reasoning.sbatch", "/etc/llama/slurm/llama-fast.sbatch"} <= paths
+    lab = {a.path for a in render_artifacts(load_cluster(ROOT / "lab/cluster.yaml"))}
+    assert "/etc/systemd/system/llama-reasoning.service" in lab and not any(p.endswith(".sbatch") for p in lab)

@@ -91,4 +91,6 @@ def load_json(c: Cluster, tier: RouterTier | RpcTier, plan: TierPlan) -> dict:
     load = predict_load(c, tier, plan)
     return {"local_bytes": load.local_bytes, "rpc_bytes": load.rpc_bytes, "local_s": round(load.local_s, 2),
             "rpc_s": round(load.rpc_s, 2), "load_s": round(load.load_s, 2), "restart_s": load.restart_s,
-            "restart": load.restart_kind, "recovery_s": round(load.recovery_s, 1), "rpc_rate_gbs": load.rpc_rate_gbs}
+            "restart": load.restart_kind, "recovery_s": round(load.recovery_s, 1), "rpc_rate_gbs": load.rpc_rate_gbs,
+            **({"new_job": load.new_job_kind, "new_job_recovery_s": round(load.new_job_recovery_s, 1)}
+               if load.new_job_s is not None else {})}

@@ -238,9 +238,12 @@ def _tier_files(c: Cluster, tier: RouterTier | RpcTier) -> list[Artifact]:
     env = template("tier.env.j2", header=header(c), ld_library_path=ld_library_path(c), extra=[])
     files = [Artifact(n, at(c, "env", tier), env, "env", about=f"{tier.name}: environment", id="env", tier=tier.name)
              for n in candidate_nodes(c, tier)]
+    # only the files of the tier's own manager: a SLURM tier has no systemd units that no deploy would install
+    systemd = tier.manager == "systemd"
     if isinstance(tier, RouterTier):
         role = f"router mode, models on demand ({', '.join(tier.models)})"
-        files.append(_unit(c, tier, head, "head_unit", role, server_exec(c, tier), tier.systemd, False))
+        if systemd:
+            files.append(_unit(c, tier, head, "head_unit", role, server_exec(c, tier), tier.systemd, False))
         preset = template("models-preset.ini.j2", header=header(c), tier=tier, models_dir=c.storage.models_dir,
                           models=[c.model(m) for m in tier.models])
         files += [Artifact(n, at(c, "models_preset", tier), preset, "ini", about=f"{tier.name}: models",
@@ -248,12 +251,14 @@ def _tier_files(c: Cluster, tier: RouterTier | RpcTier) -> list[Artifact]:
                   for n in candidate_nodes(c, tier)]
     else:
         role = f"head serving {tier.model} over {len(tier.workers)} RPC worker(s)"
-        files.append(_unit(c, tier, head, "head_unit", role, server_exec(c, tier), tier.systemd, tier.mlock))
+        if systemd:
+            files.append(_unit(c, tier, head, "head_unit", role, server_exec(c, tier), tier.systemd, tier.mlock))
         for w in tier.workers:
-            files.append(_unit(c, tier, w, "worker_unit", "RPC worker", fl.worker_argv(c, tier, w),
-                               tier.worker_systemd, False))
+            if systemd:
+                files.append(_unit(c, tier, w, "worker_unit", "RPC worker", fl.worker_argv(c, tier, w),
+                                   tier.worker_systemd, False))
             files += _nftables(c, tier, w)
-    if tier.manager == "slurm" or tier.slurm:
+    if not systemd:
         files.append(_sbatch(c, tier))
     return files
 
