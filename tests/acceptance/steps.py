@@ -172,6 +172,46 @@ def _lists_models(cluster, transport, tiers):
                             f"it lists {sorted(ids)}"
 
 
+@then("a chat completion sent to every tier at the same moment is answered by each, unless the plan says the tiers "
+      "cannot run together")
+def _all_at_once(cluster, transport, measured, tiers):
+    """Issue 30: a placement that serves every tier is proven by serving them together, not one after another."""
+    excluded = {frozenset((e.first, e.second)) for e in plan_residency(cluster, plan_cluster(cluster)).exclusions}
+    together = [t for t in tiers if not any(frozenset((t.name, o.name)) in excluded for o in tiers)]
+    if len(together) < 2:
+        pytest.skip(f"fewer than two tiers the plan runs together among {', '.join(t.name for t in tiers)}")
+    jobs = {t.name: (url_of(cluster, transport, t), t.served_models[0], probes.api_key(transport, cluster, t))
+            for t in together}
+    answers: dict[str, object] = {}
+    start = threading.Barrier(len(jobs))
+
+    def ask(name: str) -> None:
+        url, model, key = jobs[name]
+        start.wait()  # every request leaves at the same moment
+        began = time.monotonic()
+        try:
+            answer = probes.chat(url, model, key, max_tokens=32, timeout=120)  # long enough to overlap
+            answers[name] = (answer["usage"]["completion_tokens"], began, time.monotonic())
+        except httpx.HTTPError as exc:
+            answers[name] = exc
+
+    threads = [threading.Thread(target=ask, args=(name,)) for name in jobs]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=180)
+    failed = {n: a for n, a in answers.items() if not isinstance(a, tuple)}
+    assert not failed and len(answers) == len(jobs), f"expected every tier to answer together, got {failed or answers}"
+    overlap = min(a[2] for a in answers.values()) - max(a[1] for a in answers.values())
+    for name, (tokens, began, ended) in answers.items():
+        assert tokens > 0, f"tier {name}: answered with no token"
+        measured(f"{name} answer while the others ran (s)", round(ended - began, 2))
+    assert overlap > 0, "the requests did not overlap: no proof that the tiers served at the same time"
+    skipped = sorted({t.name for t in tiers} - set(jobs))
+    if skipped:
+        measured("not asked together (the plan's exclusion)", ", ".join(skipped))
+
+
 @then("every model of every tier answers a chat completion within the API response target")
 def _every_model_answers(cluster, transport, measured, tiers):
     for tier in tiers:

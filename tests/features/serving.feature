@@ -12,6 +12,11 @@ Feature: Serving
     Given the cluster file
     Then every model of every tier answers a chat completion within the API response target
 
+  @tier
+  Scenario: Every tier answers at the same time, as the plan places them
+    Given the cluster file
+    Then a chat completion sent to every tier at the same moment is answered by each, unless the plan says the tiers cannot run together
+
   Scenario: A request without the API key is refused
     Given the cluster file
     Then every tier with an API key answers 401 to a request without it
