@@ -7,6 +7,7 @@ import shlex
 import statistics
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
@@ -120,35 +121,40 @@ def _workers_bind(cluster, transport, tiers):
 
 @then("from each tier head, the RPC port of every worker is closed on the worker's other addresses")
 def _rpc_closed_elsewhere(cluster, transport):
-    checked = 0
-    for tier in rpc_tiers(cluster):
-        for worker in tier.workers:
-            for network, address in cluster.node(worker).addresses.items():
-                if network == cluster.rpc_network:
-                    continue
-                checked += 1
-                assert not probes.can_connect(transport, tier.head, address, tier.rpc_port), \
-                    f"{worker}: expected port {tier.rpc_port} closed on {address} ({network}), it accepted a connection"
-    if not checked:
+    probes_to_run = [(tier, worker, network, address) for tier in rpc_tiers(cluster) for worker in tier.workers
+                     for network, address in cluster.node(worker).addresses.items() if network != cluster.rpc_network]
+    if not probes_to_run:
         pytest.skip("no worker has an address besides its RPC network address")
+    # side by side: a dropped connection waits out its whole timeout
+    with ThreadPoolExecutor(len(probes_to_run)) as pool:
+        opened = list(pool.map(lambda p: probes.can_connect(transport, p[0].head, p[3], p[0].rpc_port), probes_to_run))
+    for (tier, worker, network, address), reached in zip(probes_to_run, opened, strict=True):
+        assert not reached, \
+            f"{worker}: expected port {tier.rpc_port} closed on {address} ({network}), it accepted a connection"
 
 
 @then("every worker's firewall table is loaded and drops the RPC port for addresses outside the tier")
 def _rpc_firewall(cluster, transport):
     import socket
-    for tier in rpc_tiers(cluster):
+
+    def reaches(address: str, port: int) -> bool:
+        try:  # this machine is not one of the tier's nodes: the rule must drop it
+            socket.create_connection((address, port), timeout=3).close()
+            return True
+        except OSError:
+            return False
+
+    pairs = [(tier, worker) for tier in rpc_tiers(cluster) for worker in tier.workers]
+    for tier, worker in pairs:
         table = "clusterbook_" + tier.name.replace("-", "_")
-        for worker in tier.workers:
-            listed = transport.run(worker, f"nft list table inet {table}")
-            assert listed.ok, f"{worker}: expected nftables table {table} ({tier.manager} tier), {listed.tail()}"
-            address = cluster.node(worker).addresses[cluster.rpc_network]
-            try:  # this machine is not one of the tier's nodes: the rule must drop it
-                socket.create_connection((address, tier.rpc_port), timeout=3).close()
-                reached = True
-            except OSError:
-                reached = False
-            assert not reached, f"{worker}: port {tier.rpc_port} on {address} accepted a connection from outside " \
-                                f"the tier"
+        listed = transport.run(worker, f"nft list table inet {table}")
+        assert listed.ok, f"{worker}: expected nftables table {table} ({tier.manager} tier), {listed.tail()}"
+    with ThreadPoolExecutor(max(1, len(pairs))) as pool:  # side by side: each dropped connection waits 3 s
+        reached = list(pool.map(lambda p: reaches(cluster.node(p[1]).addresses[cluster.rpc_network], p[0].rpc_port),
+                                pairs))
+    for (tier, worker), open_ in zip(pairs, reached, strict=True):
+        address = cluster.node(worker).addresses[cluster.rpc_network]
+        assert not open_, f"{worker}: port {tier.rpc_port} on {address} accepted a connection from outside the tier"
 
 
 # --- serving ------------------------------------------------------------------------------------------
