@@ -157,7 +157,7 @@ def result_pictures(c: Cluster, path: str) -> dict[str, str]:
 
 def result_picture(name: str, site: Site, caption: str) -> str:
     """Markdown for one of the results pictures, or nothing when this site has none of that kind."""
-    return f"![{caption}]({name}.svg)\n" if f"{name}.svg" in site.pictures else ""
+    return f"{pages.picture(caption, name + '.svg')}\n" if f"{name}.svg" in site.pictures else ""
 
 
 def packed_site(c: Cluster, packed: str) -> Artifact:

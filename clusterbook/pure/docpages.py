@@ -29,6 +29,12 @@ METRICS = {"decode_tps": ("decode throughput", "tok/s"), "ttft_s": ("time to fir
            "api_response_s": ("API answers within", "s")}
 
 
+
+def picture(caption: str, path: str) -> str:
+    """A generated chart that opens on its own when tapped: on a phone the page shows it at half its size, and
+    the picture alone can be zoomed."""
+    return f"[![{text(caption)}]({path})]({path} \"Open the picture on its own, to zoom\")"
+
 def table(header: list[str], rows: list[list[object]]) -> str:
     def cell(v: object) -> str:
         return str(v).replace("|", "\\|").replace("\n", " ")
@@ -395,7 +401,7 @@ def whole_cluster(c: Cluster, plans: dict[str, TierPlan]) -> str:
                "from their GPU and memory requests):\n")
     out.append(table(["tier", *names], rows))
     for node in dict.fromkeys(x.slot.node for x in cplan.loads):
-        out.append(f"\n### {node}\n\n![What {node} holds at once](capacity-{node}.svg)\n")
+        out.append(f"\n### {node}\n\n{picture(f'What {node} holds at once', f'capacity-{node}.svg')}\n")
         out.append(table(["device", "resident at once", "total", "usable", "headroom"],
                          [[x.slot.device + (f" ({x.slot.model})" if x.slot.model else ""),
                            "<br>".join(f"{s.tier} ({s.what}): {gib(s.total)}" for s in x.shares),

@@ -123,3 +123,23 @@ def test_api_tabs_admonitions_and_pictures_in_a_real_browser(served, browser):
     # beefcake2's results page shows the labelled GPU benchmark, never a lab figure
     article = browser.find_element(By.TAG_NAME, "article").text
     assert "Not yet verified on beefcake2" in article and "Not yet benched on beefcake2" in article
+
+
+def test_on_a_phone_no_page_scrolls_sideways_and_every_chart_opens_on_its_own(served, browser):
+    """At 390 x 844 (issue 32): the page itself never scrolls sideways (tables and code scroll inside their own
+    boxes), and a chart shown below its drawn size links to the picture alone, which a phone can zoom."""
+    browser.set_window_size(390, 844)
+    try:
+        for page in ("", "guide/", "capacity/", "api/", "architecture/", "results/", "troubleshooting/", "tiers/",
+                     "files/", "monitoring/", "decisions/", "runbooks/deploy-slurm-reasoning/"):
+            browser.get(f"{served}/{page}")
+            inner, scroll = browser.execute_script(
+                "return [window.innerWidth, document.documentElement.scrollWidth]")
+            assert scroll <= inner, f"/{page}: the page is {scroll} px wide on a {inner} px screen"
+            unlinked = browser.execute_script(
+                "return Array.from(document.querySelectorAll('article img[src$=\".svg\"]'))"
+                ".filter(i => !(i.parentElement.tagName == 'A' && i.parentElement.getAttribute('href') =="
+                " i.getAttribute('src'))).map(i => i.getAttribute('src'))")
+            assert not unlinked, f"/{page}: charts that do not open on their own: {unlinked}"
+    finally:
+        browser.set_window_size(1400, 1000)
