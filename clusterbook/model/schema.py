@@ -803,7 +803,8 @@ class Planner(Strict):
                                         description="from a step's end until the job script has started the "
                                                     "head again inside the job, apart from the model's load, s: "
                                                     "the script's 1 s watch, the head's stop, srun starting the "
-                                                    "ended workers and their ports answering")
+                                                    "ended workers and their ports answering (SLURM lab, slurm-wlm "
+                                                    "22.05: a killed worker step answered again in 1.4-4.4 s)")
     slurm_submit_start_s: float = Field(3, ge=0, le=600,
                                         description="from the keeper's submission of a SLURM job until it answers, "
                                                     "apart from the model's load, when its nodes are free, s: a "
