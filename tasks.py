@@ -1,6 +1,7 @@
 """invoke tasks: parse arguments, call clusterbook.commands. No logic lives here."""
 
 import functools
+import inspect
 import sys
 
 from invoke import Collection, task
@@ -21,6 +22,9 @@ except commands.Failed as _exc:
     sys.exit(2)
 COMMAND_LINE = {"cluster": _given} if _given else {}
 DRY = "--dry" in sys.argv  # likewise: one --dry makes every task of the line a dry run
+# tasks that contact nothing, dry or not; any other task without a dry mode refuses --dry (invoke would take it for
+# its own --dry, which does not stop a task from connecting)
+OFFLINE = {"render", "check", "plan", "reference", "docs_build"}
 
 
 def command(fn):
@@ -29,8 +33,12 @@ def command(fn):
     @functools.wraps(fn)
     def wrapper(c, *args, **kwargs):
         commands.configure({**c.config.get("clusterbook", {}), **COMMAND_LINE})
-        if DRY and "dry" in kwargs:
+        if DRY and "dry" in inspect.signature(fn).parameters:
             kwargs["dry"] = True
+        elif DRY and fn.__name__ not in OFFLINE:
+            name = fn.__name__.removesuffix("_task").replace("_", ".")
+            raise commands.Refused(f"invoke {name} has no dry run (it would contact the cluster or the lab); run "
+                                   "it without --dry")
         return fn(c, *args, **kwargs)
     return exits_cleanly(wrapper)
 

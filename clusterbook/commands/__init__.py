@@ -23,6 +23,7 @@ WHERE = {  # name tasks.py uses -> (module under clusterbook.commands, or a full
     "docs": ("site", "docs"),
     "publish_docs": ("site", "publish"),
     "Failed": ("clusterbook.effects.console", "Failed"),
+    "Refused": ("clusterbook.model.problems", "Refused"),
 }
 __all__ = sorted(WHERE)
 

@@ -29,11 +29,11 @@ METRICS = {"decode_tps": ("decode throughput", "tok/s"), "ttft_s": ("time to fir
            "api_response_s": ("API answers within", "s")}
 
 
-
 def picture(caption: str, path: str) -> str:
     """A generated chart that opens on its own when tapped: on a phone the page shows it at half its size, and
     the picture alone can be zoomed."""
     return f"[![{text(caption)}]({path})]({path} \"Open the picture on its own, to zoom\")"
+
 
 def table(header: list[str], rows: list[list[object]]) -> str:
     def cell(v: object) -> str:

@@ -137,3 +137,28 @@ def test_every_dry_task_runs_offline_on_production(tmp_path, task):
     extra = ["--tier", "reasoning"] if task.endswith(".tier") else []
     proc = offline(tmp_path, task, "--dry", *extra)
     assert proc.stdout.strip(), task
+
+
+@pytest.mark.parametrize("argv", [["bench.recovery"], ["verify"], ["lab.up"], ["demo"], ["preflight"], ["fabric"],
+                                  ["models.hash"], ["bench.run"]])
+def test_a_task_without_a_dry_run_refuses_dry_and_contacts_nothing(tmp_path, argv):
+    """invoke reads --dry as its own flag, which does not stop a task from connecting: a task with no dry mode
+    must refuse it (exit 2), not run for real."""
+    calls = tmp_path / "ssh-calls"
+    stub = tmp_path / "bin"
+    stub.mkdir()
+    for tool in ("ssh", "curl", "scp"):
+        (stub / tool).write_text(f"#!/bin/sh\necho \"$0 $*\" >> {calls}\nexit 1\n")
+        (stub / tool).chmod(0o755)
+    env = {**os.environ, "PATH": f"{stub}:{os.environ['PATH']}"}
+    env.pop("INVOKE_CLUSTERBOOK_CLUSTER", None)
+    proc = subprocess.run(["unshare", "--net", sys.executable, "-m", "invoke", *argv, "--dry"], cwd=ROOT,
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr
+    assert f"invoke {argv[0]} has no dry run" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    assert not calls.exists(), calls.read_text()
+
+
+def test_a_task_that_contacts_nothing_still_runs_with_dry(tmp_path):
+    proc = offline(tmp_path, "render", "--dry", "--out", str(tmp_path / "build"))
+    assert (tmp_path / "build/slurm-ctl/etc/llama/slurm/llama-reasoning.sbatch").exists(), proc.stdout

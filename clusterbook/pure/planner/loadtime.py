@@ -64,14 +64,11 @@ def predict_load(c: Cluster, tier: RouterTier | RpcTier, plan: TierPlan) -> Load
     if tier.manager == "slurm":
         new_job, new_kind = ((c.slurm_requeue_hold_s + p.slurm_start_s, "SLURM requeue") if tier.slurm.requeue else
                              (tier.slurm.keeper_interval_s + p.slurm_submit_start_s, "keeper resubmission"))
-    if tier.manager == "slurm" and tier.slurm.step_restarts:
-        restart, kind = p.slurm_step_restart_s, "step restart in the job"
-    elif tier.manager == "slurm":
-        restart, kind = new_job, new_kind
+        restart, kind = ((p.slurm_step_restart_s, "step restart in the job") if tier.slurm.step_restarts else
+                         (new_job, new_kind))
     else:
-        kind = "restart"
-        restart = max([tier.systemd.restart_sec] + ([tier.worker_systemd.restart_sec] if isinstance(tier, RpcTier)
-                                                     else []))
+        restart, kind = max([tier.systemd.restart_sec] + ([tier.worker_systemd.restart_sec]
+                                                          if isinstance(tier, RpcTier) else [])), "restart"
     rpc_s = remote / (rate * 1e9)
     return LoadTime(tier.name, local, remote, local / (p.local_load_gbs * 1e9), rpc_s,
                     float(restart), kind, rate, new_job, new_kind)
