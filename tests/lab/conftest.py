@@ -17,6 +17,22 @@ NEEDS_LAB = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("systemd-ns
                                reason="the lab needs root and systemd-nspawn")
 
 
+# The lab modules in the order that boots and deploys the lab least: test_deploy takes it down and boots it fresh,
+# the modules after it reuse that deployment, the soak (test_verify) leaves it deployed again, the SLURM lab runs on
+# the same containers, and the lifecycle test takes everything down last.
+LAB_ORDER = ("test_deploy", "test_apply", "test_bench_recovery", "test_planner_accuracy", "test_rehearsal",
+             "test_verify", "test_slurm", "test_lab")
+
+
+def pytest_collection_modifyitems(items):
+    """Run the lab modules in LAB_ORDER; every other test keeps its place."""
+    slots = [i for i, item in enumerate(items) if item.path.parent == Path(__file__).parent]
+    ordered = sorted((items[i] for i in slots), key=lambda item: LAB_ORDER.index(item.path.stem)
+                     if item.path.stem in LAB_ORDER else len(LAB_ORDER))
+    for slot, item in zip(slots, ordered):
+        items[slot] = item
+
+
 def invoke(*args, timeout=1800, cluster=LAB, extra_env=None):
     env = {**os.environ, "COLUMNS": "200", "INVOKE_CLUSTERBOOK_CLUSTER": str(cluster), **(extra_env or {})}
     return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=ROOT, capture_output=True, text=True,

@@ -2,6 +2,7 @@
 the gateway following them; verify passes every scenario, preemption included; stop shuts down cleanly."""
 
 import json
+import subprocess
 import time
 
 import pytest
@@ -182,3 +183,33 @@ def test_apply_rolls_a_bad_change_back_and_resubmits_the_previous_script(slurm_l
     assert again["passed"] and not again["failed"], again
     status = invoke("status", cluster=SLURM_LAB)
     assert script_digest(script.text) in status.stdout, status.stdout  # the job runs the previous script again
+
+
+def test_the_solvers_placement_is_deployed_and_every_tier_answers_at_once(slurm_lab, tmp_path):
+    """Issue 30 on the lab: fast asks SLURM for 3G of a node's 4 GB, so beside reasoning on all three nodes one of
+    them waits in the queue. `plan --solve` finds reasoning on two nodes; its diff, applied with patch, is deployed
+    (reasoning first, as the plan orders) and both tiers answer concurrent requests."""
+    line = "    slurm: {partition: ai, mem: 1G, grace_seconds: 10, requeue: false, gres: null, keeper_interval_s: 10}"
+    apart = tmp_path / SLURM_LAB.name
+    apart.write_text(SLURM_LAB.read_text().replace(line, line.replace("mem: 1G", "mem: 3G"), 1))
+    written = json.loads(invoke("plan", "--json", cluster=apart).stdout)["cluster"]
+    assert [e["tiers"] for e in written["exclusions"]] == [["fast", "reasoning"]], written["exclusions"]
+
+    solved = json.loads(invoke("plan", "--solve", "--json", cluster=apart).stdout)
+    assert not solved["current"]["serving_together"] and solved["placements"][0]["serving_together"], solved
+    patched = subprocess.run(["patch", str(apart)], input=solved["diff"], capture_output=True, text=True)
+    assert patched.returncode == 0, patched.stdout + patched.stderr
+    plan = json.loads(invoke("plan", "--json", cluster=apart).stdout)["cluster"]
+    assert plan["exclusions"] == [] and plan["groups"] == [["fast", "reasoning"]], plan
+
+    assert invoke("stop.fast", "stop.reasoning", cluster=SLURM_LAB).returncode == 0
+    try:
+        run = invoke("deploy.reasoning", "deploy.fast", "deploy.gateway", cluster=apart)
+        assert run.returncode == 0, run.stdout[-3000:] + run.stderr
+        result = invoke("verify", "--only", "same time", cluster=apart)
+        assert result.returncode == 0, result.stdout[-4000:] + result.stderr
+        assert "1 passed" in result.stdout, result.stdout[-2000:]
+    finally:
+        invoke("stop.fast", "stop.reasoning", cluster=apart)
+        again = invoke("deploy.fast", "deploy.reasoning", "deploy.gateway", cluster=SLURM_LAB)
+        assert again.returncode == 0, again.stdout[-3000:] + again.stderr

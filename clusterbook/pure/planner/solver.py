@@ -56,39 +56,41 @@ def better(current: Placement, found: Placement) -> bool:
         (found.serving_together and not current.serving_together) or found.targets_met > current.targets_met)
 
 
-def gpu_nodes(c: Cluster) -> list[str]:
-    """Nodes that may run a tier's GPU share: those with GPUs and role compute (or no roles at all)."""
-    return [n.name for n in c.nodes if n.gpus and ("compute" in n.roles or not n.roles)]
+def share_nodes(c: Cluster) -> dict[str, int]:
+    """Nodes that may hold one share of a tier, each with the bytes of its one device: single-GPU compute nodes (or
+    nodes with no roles) by their GPU's memory; on a cluster with no GPU at all (the lab), compute nodes by RAM."""
+    compute = [n for n in c.nodes if "compute" in n.roles or not n.roles]
+    if any(n.gpus for n in c.nodes):
+        return {n.name: n.gpu_devices[0].memory_mib * 2**20 for n in compute if len(n.gpu_devices) == 1}
+    return {n.name: int(n.ram_gb * 1e9) for n in compute}
 
 
 MAX_OPTIONS_PER_TIER = 64  # head and worker sets tried per RPC tier (in file order, smallest sets first)
 
 
 def _rpc_options(c: Cluster, tier: RpcTier) -> list[dict]:
-    """Heads and worker sets on single-GPU compute nodes, each share by its GPU's memory: the current size of the
-    set and the fewest GPUs the model could fit on, plus one; bounded, so a large cluster stays polynomial."""
-    nodes = [n for n in gpu_nodes(c) if len(c.node(n).gpu_devices) == 1]
-    if len(nodes) < 2:
+    """Heads and worker sets on those nodes, each share by its device's memory: the current size of the set and the
+    fewest devices the model could fit on, plus one; bounded, so a large cluster stays polynomial."""
+    memory = share_nodes(c)
+    if len(memory) < 2:
         return [{}]
-    smallest = min(c.node(n).gpu_devices[0].memory_mib for n in nodes) * 2**20
-    needed = max(2, -(-c.model(tier.model).bytes // smallest))
-    sizes = sorted({len(tier.nodes), needed, needed + 1} & set(range(2, len(nodes) + 1)))
+    needed = max(2, -(-c.model(tier.model).bytes // min(memory.values())))
+    sizes = sorted({len(tier.nodes), needed, needed + 1} & set(range(2, len(memory) + 1)))
     options = []
     for size in sizes:
-        for members in combinations(nodes, size):
+        for members in combinations(memory, size):
             for head in members:
                 workers = [n for n in members if n != head]
-                mib = {n: c.node(n).gpu_devices[0].memory_mib for n in [head, *workers]}
-                unit = min(mib.values())
+                unit = min(memory[n] for n in members)
                 options.append({"head": head, "workers": workers,
-                                "tensor_split": {n: max(1, round(40 * mib[n] / unit)) for n in [head, *workers]}})
+                                "tensor_split": {n: max(1, round(40 * memory[n] / unit)) for n in [head, *workers]}})
                 if len(options) >= MAX_OPTIONS_PER_TIER:
                     return options
     return options or [{}]
 
 
 def _router_options(c: Cluster, tier: RouterTier) -> list[dict]:
-    return [{"node": n} for n in gpu_nodes(c)] or [{}]
+    return [{"node": n} for n in share_nodes(c)] or [{}]
 
 
 def _contexts(tier, floor: int | None) -> list[int]:
