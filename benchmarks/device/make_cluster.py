@@ -47,5 +47,5 @@ if "--from-source" in sys.argv:
     from clusterbook.model.schema import Cluster  # the tier runs the build tree the runbook makes
     from clusterbook.pure.engine_build import plan_build
     cluster["engine"]["install_dir"] = plan_build(Cluster.model_validate(cluster)).tree + "/bin"
-Path(out).write_text(yaml.safe_dump(cluster, sort_keys=False))
+Path(out).write_text(yaml.safe_dump(cluster, sort_keys=False, default_flow_style=None))  # a flat value on one line
 print(Path(out).read_text())

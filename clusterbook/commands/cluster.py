@@ -158,6 +158,9 @@ def solve_placements(cluster_file: str, as_json: bool, min_ctx: int | None) -> N
         console.print(f"the change for placement 1 (comments kept):\n{diff}", markup=False, highlight=False)
     elif found and not found[0].changes:
         console.print("the file's own placement is the best the solver found")
+    elif found:
+        console.print("no diff for placement 1: a key it changes is written over several lines in the file (block "
+                      "style); write the values shown above on that key's line")
     if found and not found[0].serving_together:
         console.print("no placement lets every tier serve at the same time: " + escape("; ".join(found[0].waits)))
 

@@ -7,6 +7,7 @@ import os
 import subprocess
 from dataclasses import dataclass
 
+from clusterbook.effects.console import Failed
 from clusterbook.model.crosscheck import FLASH_ATTN_MIN_CC
 from clusterbook.model.schema import QUANTIZED_CACHE_TYPES, Cluster, RpcTier
 from clusterbook.pure import flags as fl
@@ -61,9 +62,11 @@ def _on(flag: bool) -> str:
 
 def run_llama_bench(c: Cluster, argv: list[str], gpus: str) -> list[dict]:
     env = {**os.environ, "LD_LIBRARY_PATH": ld_library_path(c), "CUDA_VISIBLE_DEVICES": gpus}
+    if not os.access(argv[0], os.X_OK):
+        raise Failed(f"{argv[0]} is not here: build llama-bench (deploy.install builds it) or pass --install-dir")
     proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=1800)
     if proc.returncode != 0:
-        raise RuntimeError(f"llama-bench failed ({proc.returncode}): {proc.stderr[-1500:]}")
+        raise Failed(f"llama-bench failed ({proc.returncode}): {proc.stderr[-1500:]}")
     return json.loads(proc.stdout)
 
 

@@ -123,3 +123,20 @@ def test_a_cluster_without_gpus_is_solved_over_its_nodes_ram(tmp_path):
     assert best.serving_together and best.feasible and solver.better(current, best)
     assert len(best.changes["reasoning"]["workers"]) == 1
     assert set(best.changes["reasoning"]["tensor_split"].values()) == {40}
+
+
+def test_a_value_written_as_a_block_is_not_half_edited(tmp_path):
+    """A changed key whose value spans lines (block style) gets no diff rather than a file with the old lines left
+    under the new value."""
+    cluster, doc = beefcake2_with(tmp_path)
+    text = (tmp_path / "cluster.yaml").read_text()
+    index = [t.name for t in cluster.tiers].index("reasoning")
+    line = doc.lines[("tiers", index, "tensor_split")]
+    key = text.splitlines()[line - 1]
+    indent = key[:len(key) - len(key.lstrip())]
+    block = indent + "tensor_split:\n" + "".join(f"{indent}  {n}: {v}\n" for n, v in
+                                                   cluster.tier("reasoning").tensor_split.items())
+    blocky = text.replace(key + "\n", block)
+    (tmp_path / "cluster.yaml").write_text(blocky)
+    cluster, doc = load_cluster_document(tmp_path / "cluster.yaml")
+    assert solver.yaml_edit(blocky, cluster, doc.lines, {"reasoning": {"tensor_split": {"vasp-01": 40}}}) is None
