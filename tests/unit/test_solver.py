@@ -97,6 +97,23 @@ def test_mixed_gpus_are_split_by_their_memory(tmp_path):
     assert {"n1": 40, "n2": 80} in splits or {"n2": 80, "n1": 40} in splits, splits
 
 
+def test_a_node_with_several_gpus_gets_a_share_per_gpu(tmp_path):
+    """Nodes with several GPUs are searched too: each GPU gets its own share, by its memory."""
+    text = CLUSTERS["mini"].read_text()
+    gpu = '{model: GPU, memory_mib: 16384, compute_capability: "8.0", bandwidth_gbs: 900}'
+    assert text.count(f"gpus: [{gpu}]") == 2
+    text = text.replace(f"gpus: [{gpu}]", f"gpus: [{gpu.replace('}', ', count: 4}')}]", 1)  # n1 has 4 GPUs
+    text = text.replace("tensor_split: {n1: 1, n2: 1}", "tensor_split: {n1: [1, 1, 1, 1], n2: 1}")
+    path = tmp_path / "multi.yaml"
+    path.write_text(text)
+    cluster, _ = load_cluster_document(path)
+    assert solver.share_nodes(cluster) == {"n1": [16384 * 2**20] * 4, "n2": [16384 * 2**20]}
+    splits = [option["tensor_split"] for option in solver._rpc_options(cluster, cluster.tier("big"))]
+    assert {"n1": [40, 40, 40, 40], "n2": 40} in splits and {"n2": 40, "n1": [40, 40, 40, 40]} in splits, splits
+    best = solver.solve(cluster, best=1)[0]
+    assert best.feasible, best.problems
+
+
 def test_the_slurm_administrators_asks_come_from_the_file(beefcake2):
     from clusterbook.model.loader import load_cluster
     from clusterbook.pure.docpages import slurm_asks
@@ -117,7 +134,7 @@ def test_a_cluster_without_gpus_is_solved_over_its_nodes_ram(tmp_path):
     apart.write_text((CLUSTERS["beefcake2"].parent / "lab/cluster-slurm.yaml").read_text()
                      .replace(line, line.replace("mem: 1G", "mem: 3G"), 1))
     cluster, _ = load_cluster_document(apart)
-    assert solver.share_nodes(cluster) == {"lab1": 4 * 10**9, "lab2": 4 * 10**9, "lab3": 4 * 10**9}
+    assert solver.share_nodes(cluster) == {"lab1": [4 * 10**9], "lab2": [4 * 10**9], "lab3": [4 * 10**9]}
     current, best = solver.judge(cluster, {}), solver.solve(cluster, best=1)[0]
     assert not current.serving_together and "lab1's 4 GB of RAM" in current.waits[0]
     assert best.serving_together and best.feasible and solver.better(current, best)

@@ -56,34 +56,47 @@ def better(current: Placement, found: Placement) -> bool:
         (found.serving_together and not current.serving_together) or found.targets_met > current.targets_met)
 
 
-def share_nodes(c: Cluster) -> dict[str, int]:
-    """Nodes that may hold one share of a tier, each with the bytes of its one device: single-GPU compute nodes (or
-    nodes with no roles) by their GPU's memory; on a cluster with no GPU at all (the lab), compute nodes by RAM."""
+def share_nodes(c: Cluster) -> dict[str, list[int]]:
+    """Nodes that may hold a tier's shares, each with the bytes of each of its devices: compute nodes (or nodes with
+    no roles) by their GPUs' memory; on a cluster with no GPU at all (the lab), by their RAM."""
     compute = [n for n in c.nodes if "compute" in n.roles or not n.roles]
     if any(n.gpus for n in c.nodes):
-        return {n.name: n.gpu_devices[0].memory_mib * 2**20 for n in compute if len(n.gpu_devices) == 1}
-    return {n.name: int(n.ram_gb * 1e9) for n in compute}
+        return {n.name: [g.memory_mib * 2**20 for g in n.gpu_devices] for n in compute if n.gpu_devices}
+    return {n.name: [int(n.ram_gb * 1e9)] for n in compute}
 
 
 MAX_OPTIONS_PER_TIER = 64  # head and worker sets tried per RPC tier (in file order, smallest sets first)
 
 
+def _fewest_nodes(devices: dict[str, list[int]], needed: int) -> int:
+    """The fewest nodes whose devices add up to `needed` (the nodes with the most devices first)."""
+    total = 0
+    for count, n in enumerate(sorted((len(d) for d in devices.values()), reverse=True), 1):
+        total += n
+        if total >= needed:
+            return count
+    return len(devices)
+
+
 def _rpc_options(c: Cluster, tier: RpcTier) -> list[dict]:
-    """Heads and worker sets on those nodes, each share by its device's memory: the current size of the set and the
-    fewest devices the model could fit on, plus one; bounded, so a large cluster stays polynomial."""
-    memory = share_nodes(c)
-    if len(memory) < 2:
+    """Heads and worker sets on those nodes, every device's share by its memory (a node with several GPUs gets one
+    share per GPU): the current number of nodes and the fewest that hold the model's devices, plus one; bounded, so
+    a large cluster stays polynomial."""
+    devices = share_nodes(c)
+    if len(devices) < 2:
         return [{}]
-    needed = max(2, -(-c.model(tier.model).bytes // min(memory.values())))
-    sizes = sorted({len(tier.nodes), needed, needed + 1} & set(range(2, len(memory) + 1)))
+    unit = min(b for d in devices.values() for b in d)
+    fewest = max(2, _fewest_nodes(devices, -(-c.model(tier.model).bytes // unit)))
+    sizes = sorted({len(tier.nodes), fewest, fewest + 1} & set(range(2, len(devices) + 1)))
     options = []
     for size in sizes:
-        for members in combinations(memory, size):
+        for members in combinations(devices, size):
             for head in members:
                 workers = [n for n in members if n != head]
-                unit = min(memory[n] for n in members)
+                smallest = min(b for n in members for b in devices[n])
+                shares = {n: [max(1, round(40 * b / smallest)) for b in devices[n]] for n in [head, *workers]}
                 options.append({"head": head, "workers": workers,
-                                "tensor_split": {n: max(1, round(40 * memory[n] / unit)) for n in [head, *workers]}})
+                                "tensor_split": {n: v[0] if len(v) == 1 else v for n, v in shares.items()}})
                 if len(options) >= MAX_OPTIONS_PER_TIER:
                     return options
     return options or [{}]
