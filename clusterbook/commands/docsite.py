@@ -110,8 +110,12 @@ def _build_site(path: str, stamp: tuple) -> Site:
         body = body.replace("\n", f"\n\nRun it with `{command}` (add `--dry` to print this plan).\n", 1)
         docs.append(RunbookDoc(runbook, tier, expansion.title, f"runbooks/{slug}.md", body, command))
     plans = plan_cluster(c)
-    pictures = {f"capacity-{node}.svg": svg for node, svg in node_pictures(plan_residency(c, plans)).items()}
-    pictures.update(result_pictures(c, path))
+    residency = plan_residency(c, plans)
+    pictures = {}
+    for narrow in (False, True):  # pages show the narrow drawing on a phone (docpages.picture)
+        pictures.update({pages.picture_file(f"capacity-{node}", narrow): svg
+                         for node, svg in node_pictures(residency, narrow).items()})
+        pictures.update(result_pictures(c, path, narrow))
     return Site(path, c, plans, render_artifacts(c), docs, pictures)
 
 
@@ -128,9 +132,9 @@ def _matching(name: str, c: Cluster, path: str) -> dict | None:
     return json.loads(data.read_text())
 
 
-def result_pictures(c: Cluster, path: str) -> dict[str, str]:
+def result_pictures(c: Cluster, path: str, narrow: bool = False) -> dict[str, str]:
     """The results pages' pictures: this cluster's own bench and recovery reports (only when they measured this
-    very file), and the GPU load times of benchmarks/, labelled with their card."""
+    very file), and the GPU load times of benchmarks/, labelled with their card; drawn wide, or narrow for a phone."""
 
 
     out = {}
@@ -138,26 +142,27 @@ def result_pictures(c: Cluster, path: str) -> dict[str, str]:
     if bench and bench.get("concurrency"):
         targets = c.targets_for(bench["tier"])
         target = targets.decode_tps.target if targets and targets.decode_tps else None
-        out["bench.svg"] = charts.concurrency_chart(
+        out[pages.picture_file("bench", narrow)] = charts.concurrency_chart(
             bench["concurrency"], bench.get("decode_bound_tps"), target,
-            f"{bench['tier']} on {c.cluster.name}: decode speed by clients ({bench['started']})")
+            f"{bench['tier']} on {c.cluster.name}: decode speed by clients ({bench['started']})", narrow)
     recovery = _matching("bench-recovery", c, path)
     if recovery and recovery.get("runs"):
-        out["bench-recovery.svg"] = charts.recovery_chart(
+        out[pages.picture_file("bench-recovery", narrow)] = charts.recovery_chart(
             recovery["runs"], recovery["predicted"]["recovery_s"], recovery.get("target_s"),
-            f"{recovery['tier']} on {c.cluster.name} ({recovery['card']}): each recovery's phases")
+            f"{recovery['tier']} on {c.cluster.name} ({recovery['card']}): each recovery's phases", narrow)
     loads = GPU_LOAD_TIMES / "load-times.json"
     if loads.exists():
         gpus = [line.split(",")[1].strip() for line in (GPU_LOAD_TIMES / "gpus.txt").read_text().splitlines()
                 if line.strip()]
         card = f"{len(gpus)} x {gpus[0]} (the device machine, not this cluster)"
-        out["gpu-load-times.svg"] = charts.load_time_chart(json.loads(loads.read_text()), card)
+        out[pages.picture_file("gpu-load-times", narrow)] = charts.load_time_chart(json.loads(loads.read_text()), card,
+                                                                                 narrow)
     return out
 
 
 def result_picture(name: str, site: Site, caption: str) -> str:
     """Markdown for one of the results pictures, or nothing when this site has none of that kind."""
-    return f"{pages.picture(caption, name + '.svg')}\n" if f"{name}.svg" in site.pictures else ""
+    return f"{pages.picture(caption, name)}\n" if pages.picture_file(name) in site.pictures else ""
 
 
 def packed_site(c: Cluster, packed: str) -> Artifact:

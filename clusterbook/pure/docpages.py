@@ -29,10 +29,18 @@ METRICS = {"decode_tps": ("decode throughput", "tok/s"), "ttft_s": ("time to fir
            "api_response_s": ("API answers within", "s")}
 
 
-def picture(caption: str, path: str) -> str:
-    """A generated chart that opens on its own when tapped: on a phone the page shows it at half its size, and
-    the picture alone can be zoomed."""
-    return f"[![{text(caption)}]({path})]({path} \"Open the picture on its own, to zoom\")"
+def picture_file(name: str, narrow: bool = False) -> str:
+    """The file of a generated chart: drawn wide, or narrow for a phone."""
+    return f"{name}-narrow.svg" if narrow else f"{name}.svg"
+
+
+def picture(caption: str, name: str) -> str:
+    """A generated chart, drawn twice: the stylesheet (docs/assets/clusterbook.css) shows the wide drawing on a
+    screen and the narrow one on a phone, where its text stays readable; each opens on its own when tapped, to
+    zoom."""
+    return " ".join(f"[![{text(caption)}]({picture_file(name, narrow)}){{ .{css} }}]({picture_file(name, narrow)} "
+                    '"Open the picture on its own, to zoom")' for narrow, css in ((False, "cb-wide"),
+                                                                                   (True, "cb-narrow")))
 
 
 def table(header: list[str], rows: list[list[object]]) -> str:
@@ -401,7 +409,7 @@ def whole_cluster(c: Cluster, plans: dict[str, TierPlan]) -> str:
                "from their GPU and memory requests):\n")
     out.append(table(["tier", *names], rows))
     for node in dict.fromkeys(x.slot.node for x in cplan.loads):
-        out.append(f"\n### {node}\n\n{picture(f'What {node} holds at once', f'capacity-{node}.svg')}\n")
+        out.append(f"\n### {node}\n\n{picture(f'What {node} holds at once', f'capacity-{node}')}\n")
         out.append(table(["device", "resident at once", "total", "usable", "headroom"],
                          [[x.slot.device + (f" ({x.slot.model})" if x.slot.model else ""),
                            "<br>".join(f"{s.tier} ({s.what}): {gib(s.total)}" for s in x.shares),

@@ -3,11 +3,13 @@
 import functools
 import http.server
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
 import threading
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -141,5 +143,18 @@ def test_on_a_phone_no_page_scrolls_sideways_and_every_chart_opens_on_its_own(se
                 ".filter(i => !(i.parentElement.tagName == 'A' && i.parentElement.getAttribute('href') =="
                 " i.getAttribute('src'))).map(i => i.getAttribute('src'))")
             assert not unlinked, f"/{page}: charts that do not open on their own: {unlinked}"
+            for src, width in browser.execute_script(  # the charts a phone shows: the narrow drawings, text readable
+                    "return Array.from(document.querySelectorAll('article img[src$=\".svg\"]'))"
+                    ".filter(i => i.offsetParent !== null).map(i => [i.src, i.clientWidth])"):
+                assert src.endswith("-narrow.svg"), f"/{page}: {src} is the wide drawing"
+                with urllib.request.urlopen(src) as answer:
+                    smallest = smallest_text_px(answer.read().decode(), width)
+                assert smallest >= 8, f"/{page}: {src} shows text {smallest:.1f} px tall at {width} px"
     finally:
         browser.set_window_size(1400, 1000)
+
+
+def smallest_text_px(svg: str, shown_width: float) -> float:
+    """The smallest text of a chart (matplotlib's SVG, text kept as text) at the width it is shown, in CSS px."""
+    drawn = float(re.search(r'viewBox="0 0 ([0-9.]+) ', svg).group(1))
+    return min(float(size) for size in re.findall(r"font-size: ([0-9.]+)px", svg)) * shown_width / drawn
