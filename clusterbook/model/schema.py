@@ -377,10 +377,11 @@ class SlurmJob(Strict):
                                            "answering /health in between, before it stops and ends the job (SLURM "
                                            "requeues it, or the keeper submits it again); health resets the "
                                            "count; 0: the first step to end ends the job")
-    keeper_interval_s: int = Field(60, ge=10, le=3600,
+    keeper_interval_s: int = Field(60, ge=2, le=3600,
                                    description="how often the keeper on the controller looks for the job and "
                                                "resubmits it when none is pending or running (a failed, "
-                                               "cancelled or, with requeue false, preempted job)")
+                                               "cancelled or, with requeue false, preempted job); one squeue "
+                                               "per SLURM tier each time")
 
 
 class SystemdService(Strict):

@@ -66,6 +66,28 @@ def test_stop_is_clean_within_the_grace_time(slurm_lab, ssh):
     assert record["tier"] == "fast" and record["port"] == 8180
 
 
+def test_a_cancelled_rpc_job_stops_its_head_before_its_workers(slurm_lab, ssh):
+    """Issue 31: scancel (like a preemption) signals every step of the job at once, and SLURM may end the batch script
+    at once. Each worker step's guard ignores the signal until its head has closed the connection, so the head stops
+    cleanly (before the guard, it aborted with a backtrace as its workers vanished); then the guard kills the worker
+    and the job leaves the queue without waiting for SLURM's KillWait."""
+    job = ssh.run("lab1", "squeue -h -n llama-reasoning -t R -o %i").stdout.strip()
+    assert job, "no reasoning job"
+    started = time.monotonic()
+    assert ssh.run("lab1", f"scancel {job}").ok
+    while ssh.run("lab1", f"squeue -h -j {job} 2>/dev/null").stdout.strip() and time.monotonic() - started < 40:
+        time.sleep(0.5)
+    left = time.monotonic() - started
+    assert left < 10, f"job {job} left the queue {left:.0f} s after scancel"  # KillWait (30 s) would be a worker
+    logs = "/cluster/shared/logs/llama-reasoning-" + job
+    head = ssh.run("lab1", f"cat {logs}-head.log").stdout
+    assert "cleaning up before exit" in head, head[-2000:]
+    assert "GGML_ASSERT" not in head and "libc.so" not in head, head[-2000:]  # no abort, no backtrace
+    log = ssh.run("lab1", f"cat {logs}.log").stdout
+    assert "Aborted" not in log and log.count("Exited with exit code 137") == 2, log[-2000:]  # workers: the guard
+    assert invoke("deploy.reasoning", cluster=SLURM_LAB).returncode == 0
+
+
 def test_status_shows_jobs_nodes_and_endpoints(slurm_lab):
     result = invoke("status", cluster=SLURM_LAB)
     assert result.returncode == 0, result.stderr
@@ -189,9 +211,8 @@ def test_the_solvers_placement_is_deployed_and_every_tier_answers_at_once(slurm_
     """Issue 30 on the lab: fast asks SLURM for 3G of a node's 4 GB, so beside reasoning on all three nodes one of
     them waits in the queue. `plan --solve` finds reasoning on two nodes; its diff, applied with patch, is deployed
     (reasoning first, as the plan orders) and both tiers answer concurrent requests."""
-    line = "    slurm: {partition: ai, mem: 1G, grace_seconds: 10, requeue: false, gres: null, keeper_interval_s: 10}"
     apart = tmp_path / SLURM_LAB.name
-    apart.write_text(SLURM_LAB.read_text().replace(line, line.replace("mem: 1G", "mem: 3G"), 1))
+    apart.write_text(SLURM_LAB.read_text().replace("mem: 1G,", "mem: 3G,", 1))  # the first: fast's
     written = json.loads(invoke("plan", "--json", cluster=apart).stdout)["cluster"]
     assert [e["tiers"] for e in written["exclusions"]] == [["fast", "reasoning"]], written["exclusions"]
 
