@@ -23,7 +23,7 @@ from clusterbook.pure import generations as gen
 from clusterbook.pure.changes import engine_hosts, engine_link
 from clusterbook.pure.operations import tier_operations, unavailable_reason
 from clusterbook.pure.render.artifacts import render_artifacts
-from clusterbook.pure.render.monitoring import GPU_METRICS, job
+from clusterbook.pure.render.monitoring import GPU_METRICS, PROBE_TEXTFILE, job
 from clusterbook.pure.runbooks import available, expand
 
 
@@ -162,8 +162,12 @@ def _live_figures(cluster) -> None:
 
     transport = SshTransport(cluster)
     try:
+        age = prometheus_query(transport, cluster,
+                               f'time() - max(node_textfile_mtime_seconds{{file=~".*{PROBE_TEXTFILE}"}})')
+        probed = (f"; health and first token as the tier probe found them {float(age[0]['value'][1]):.0f} s ago "
+                  f"(it asks every {cluster.monitoring.probe_interval_s} s)" if age else "; the tier probe has not run")
         table = Table("tier", "healthy", "first token s", "decode tok/s (last 5 min)", "requests in flight",
-                      title=f"live, from Prometheus on {cluster.monitoring.node}")
+                      title=f"live, from Prometheus on {cluster.monitoring.node}{probed}")
         for tier in cluster.tiers:
             healthy = prometheus_query(transport, cluster, f'clusterbook_tier_healthy{{tier="{tier.name}"}}')
             ttft = prometheus_query(transport, cluster, f'max(clusterbook_tier_ttft_seconds{{tier="{tier.name}"}})')

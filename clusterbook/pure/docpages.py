@@ -168,8 +168,9 @@ def quick_start(c: Cluster) -> str:
 
 
 def architecture(c: Cluster) -> str:
-    """A Mermaid diagram of nodes, networks and tiers."""
-    lines = ["```mermaid", "flowchart TB"]
+    """A Mermaid diagram of nodes, networks and tiers, drawn at its own size (not shrunk to the column: on a phone
+    its text would be too small to read); a diagram wider than the page scrolls in its own box."""
+    lines = ["```mermaid", '%%{init: {"flowchart": {"useMaxWidth": false}}}%%', "flowchart TB"]
     if c.gateway:
         lines.append(f'  clients(["clients{" via " + c.gateway.tailscale_name if c.gateway.tailscale_name else ""}"])')
     for name, net in c.networks.items():

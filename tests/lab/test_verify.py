@@ -64,7 +64,7 @@ def test_verify_passes_every_scenario(soak):
 
 def test_status_shows_live_figures_from_prometheus(deployed):
     """After verify generated tokens, Prometheus has a decode speed for the reasoning tier, the probe its health
-    and first token, and status shows them."""
+    and first token, and status shows them, with how old the probe's round is (issue 32: the health column lags)."""
     # healthy by the probe, its first token in seconds, and a decode speed (not "- (no generation)"); verify's last
     # scenarios disrupt the tier, so the probe's next round (every 15 s in the lab) may be needed for the first token
     deadline, row = time.monotonic() + 60, ""
@@ -72,6 +72,7 @@ def test_status_shows_live_figures_from_prometheus(deployed):
         result = invoke("status")
         assert result.returncode == 0, result.stdout[-2000:] + result.stderr
         assert "live, from Prometheus on lab1" in result.stdout
+        assert re.search(r"as the tier probe found them \d+ s ago", " ".join(result.stdout.split())), result.stdout
         row = next(line for line in result.stdout.splitlines() if line.startswith("│ reasoning "))
         if re.search(r"│ reasoning\s+│ yes\s+│ \d+\.\d+\s+│ \d+\.\d ", row):
             return

@@ -22,6 +22,8 @@ DECODE = ('rate(llamacpp:tokens_predicted_total{{job="{job}"}}[5m]) / '
           'rate(llamacpp:tokens_predicted_seconds_total{{job="{job}"}}[5m])')
 
 
+PROBE_TEXTFILE = "clusterbook-tiers.prom"  # the tier probe writes it each round; its mtime is the round's age
+
 def fresh_up(c: Cluster, job_name: str) -> str:
     """The job's targets that are up by a sample of the last three scrapes. A target that left the configuration
     across a restart of Prometheus gets no staleness marker: its last `up` counts for the 5-minute lookback, and a
@@ -56,7 +58,7 @@ def probe_config(c: Cluster) -> str:
                       "job": topo.units(tier).job if slurm else None,
                       "key_file": tier.api_key.file if tier.api_key and tier.api_key.file else None,
                       "timeout_s": max(5, min(2 * ttft, c.monitoring.probe_interval_s - 5))})
-    return json.dumps({"textfile": posixpath.join(TEXTFILE_DIR, "clusterbook-tiers.prom"), "tiers": tiers},
+    return json.dumps({"textfile": posixpath.join(TEXTFILE_DIR, PROBE_TEXTFILE), "tiers": tiers},
                       indent=2) + "\n"
 
 
