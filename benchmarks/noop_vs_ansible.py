@@ -63,8 +63,11 @@ def playbook(out: Path) -> tuple[Path, Path]:
         if name in tier.workers:
             tasks += [{"name": f"{unit} enabled and started", "ansible.builtin.systemd_service": {
                 "name": unit, "state": "started", "enabled": True}} for unit in (units.firewall, units.worker)]
-            tasks.append({"name": "the worker listens", "ansible.builtin.wait_for": {
-                "host": topo.address(c, name, c.rpc_network), "port": tier.rpc_port, "timeout": 60}})
+            # a worker serving its head refuses a second connection: look for the listening socket, as the deploy does
+            tasks.append({"name": "the worker listens",
+                          "ansible.builtin.command": f"ss -Hltn 'sport = :{tier.rpc_port}'",
+                          "register": "listening", "until": "listening.stdout != ''", "retries": 60, "delay": 1,
+                          "changed_when": False})
         if name == tier.head:
             tasks.append({"name": f"{units.head} enabled and started", "ansible.builtin.systemd_service": {
                 "name": units.head, "state": "started", "enabled": True}})

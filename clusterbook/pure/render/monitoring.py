@@ -63,7 +63,7 @@ def probe_config(c: Cluster) -> str:
 
 
 def _dump(header: str, data: dict) -> str:
-    return f"# {header}\n" + yaml.safe_dump(data, sort_keys=False, width=120)
+    return f"# {header}\n" + yaml.dump(data, Dumper=yaml.CSafeDumper, sort_keys=False, width=120)  # libyaml: 8x faster
 
 
 def prometheus_config(c: Cluster, header: str) -> str:
