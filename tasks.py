@@ -65,12 +65,15 @@ ns.configure({"clusterbook": commands.SETTINGS_DEFAULTS})  # overridable: invoke
             "models_dir": "local directory with the GGUF files: read exact tensor sizes from their headers",
             "solve": "search the placements the cluster allows (heads, workers, splits, router nodes, smaller "
                      "contexts) and show the best beside the file's, with the change to the file",
-            "min_ctx": "with --solve: the smallest context a tier may be given (default: each tier keeps its own)"})
+            "min_ctx": "with --solve: the smallest context a tier may be given (default: each tier keeps its own)",
+            "cache_types": "with --solve: KV cache types an RPC tier may be given, comma-separated (e.g. f16,q8_0; "
+                           "a quantized V cache only where every GPU has flash attention); default: each keeps its "
+                           "own"})
 @command
-def plan(c, cluster=None, tier=None, json=False, models_dir=None, solve=False, min_ctx=None):
+def plan(c, cluster=None, tier=None, json=False, models_dir=None, solve=False, min_ctx=None, cache_types=None):
     """Capacity plan: memory per device, largest context, decode bound and prompt estimate per tier."""
     commands.plan(cluster or commands.default_cluster(), tier, json, models_dir, solve,
-                  int(min_ctx) if min_ctx else None)
+                  int(min_ctx) if min_ctx else None, cache_types.split(",") if cache_types else None)
 
 
 @task

@@ -7,6 +7,7 @@ import json
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import get_args
 
 from rich.markup import escape
 from rich.table import Table
@@ -18,6 +19,7 @@ from clusterbook.effects.ssh import SshTransport
 from clusterbook.effects.validators import MissingTools, validate
 from clusterbook.model.loader import load_cluster, load_cluster_document
 from clusterbook.model.problems import InputError, Problem
+from clusterbook.model.schema import CacheType
 from clusterbook.pure.docpages import fix_findings
 from clusterbook.pure.planner import solver
 from clusterbook.pure.planner.capacity import GIB, plan_cluster, plan_json
@@ -81,11 +83,11 @@ def write_reference(readme: str) -> None:
 
 
 def plan(cluster_file: str, tier: str | None, as_json: bool, models_dir: str | None, solve: bool = False,
-         min_ctx: int | None = None) -> None:
+         min_ctx: int | None = None, cache_types: list[str] | None = None) -> None:
     """Print the capacity plan of every tier (or one) as tables, or as JSON; with solve, the best placements."""
 
     if solve:
-        return solve_placements(cluster_file, as_json, min_ctx)
+        return solve_placements(cluster_file, as_json, min_ctx, cache_types)
     cluster = load_cluster(cluster_file)
     plans = plan_cluster(cluster, Path(models_dir) if models_dir else None)
     if tier:
@@ -121,16 +123,22 @@ def plan(cluster_file: str, tier: str | None, as_json: bool, models_dir: str | N
         _print_residency(cplan)
 
 
-def solve_placements(cluster_file: str, as_json: bool, min_ctx: int | None) -> None:
+def solve_placements(cluster_file: str, as_json: bool, min_ctx: int | None,
+                     cache_types: list[str] | None = None) -> None:
     """`invoke plan --solve`: the best placements beside the file's own, and the change to the file for the best."""
 
     cluster, doc = load_cluster_document(cluster_file)
     if min_ctx is not None and not 256 <= min_ctx <= 16_777_216:
         raise InputError([Problem((), f"--min-ctx {min_ctx}: a context is 256 to 16,777,216 tokens",
                                   file=cluster_file)])
+    known = get_args(CacheType)
+    unknown = [t for t in cache_types or [] if t not in known]
+    if unknown:
+        raise InputError([Problem((), f"--cache-types {','.join(unknown)}: expected KV cache types among "
+                                      f"{', '.join(known)}", file=cluster_file)])
     floors = {t.name: min_ctx for t in cluster.tiers} if min_ctx else None
     current = solver.judge(cluster, {})
-    found = solver.solve(cluster, floors)
+    found = solver.solve(cluster, floors, cache_types=cache_types)
     if not any(p.feasible for p in found):
         why = "; ".join(found[0].problems[:3]) if found else "no placement to judge"
         raise InputError([Problem((), "no placement fits every tier on its devices"

@@ -156,3 +156,39 @@ def test_a_value_written_as_a_block_is_not_half_edited(tmp_path):
     (tmp_path / "cluster.yaml").write_text(blocky)
     cluster, doc = load_cluster_document(tmp_path / "cluster.yaml")
     assert solver.yaml_edit(blocky, cluster, doc.lines, {"reasoning": {"tensor_split": {"vasp-01": 40}}}) is None
+
+
+def kv_bound(tmp_path):
+    """mini with an 8B-shaped model at 131,072 tokens on two 8 GiB GPUs (compute capability 8.0): the f16 KV cache
+    does not fit, a q8_0 one does."""
+    text = CLUSTERS["mini"].read_text().replace("memory_mib: 16384", "memory_mib: 8192")
+    text = text.replace("architecture: {layers: 4, heads: 4, kv_heads: 2, head_dim: 16, embedding: 64, vocab: 259, "
+                        "context: 4096}", "architecture: {layers: 32, heads: 32, kv_heads: 8, head_dim: 128, "
+                        "embedding: 4096, vocab: 259, context: 131072}")
+    split = "    tensor_split: {n1: 1, n2: 1}\n"
+    text = text.replace(split, split + "    ctx_size: 131072\n")
+    path = tmp_path / "kv.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_kv_cache_types_from_an_allowed_set_make_a_context_fit(tmp_path):
+    path = kv_bound(tmp_path)
+    cluster, doc = load_cluster_document(path)
+    assert not solver.solve(cluster, best=1)[0].feasible  # the tier keeps its f16 cache: nothing fits
+    best = solver.solve(cluster, best=1, cache_types=["f16", "q8_0"])[0]
+    assert best.feasible
+    assert {k: best.changes["big"][k] for k in ("cache_type_k", "cache_type_v", "flash_attn")} == {
+        "cache_type_k": "q8_0", "cache_type_v": "q8_0", "flash_attn": "on"}  # a quantized V needs flash attention
+    text = path.read_text()
+    edited = solver.yaml_edit(text, cluster, doc.lines, best.changes)
+    assert '    flash_attn: "on"\n' in edited  # quoted: a bare on reads as true
+    path.write_text(edited)
+    again, _ = load_cluster_document(path)  # the keys the tier did not write are added, and the file loads
+    assert again.tier("big").cache_type_v == "q8_0" and again.tier("big").flash_attn == "on"
+    assert solver.judge(again, {}).feasible
+
+
+def test_a_quantized_v_cache_is_offered_only_where_every_gpu_has_flash_attention(beefcake2):
+    options = solver._caches(beefcake2, beefcake2.tier("reasoning"), ["f16", "q8_0"])  # V100S: compute capability 7.0
+    assert options and all(o.get("cache_type_v", "f16") == "f16" and "flash_attn" not in o for o in options)

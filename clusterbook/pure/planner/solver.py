@@ -1,14 +1,18 @@
 """The placement solver: every placement the cluster allows for its tiers (an RPC tier's head and workers and their
-split, a router tier's node, a smaller context down to a floor), judged by the same planner as the file itself,
-ranked by what an operator wants first: every tier serving at once, then targets met, decode speed, recovery and
-headroom."""
+split, a router tier's node, a smaller context down to a floor, KV cache types from an allowed set), judged by the
+same planner as the file itself, ranked by what an operator wants first: every tier serving at once, then targets
+met, decode speed, recovery and headroom."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from itertools import combinations, product
 
-from clusterbook.model.schema import Cluster, RouterTier, RpcTier
+import yaml
+
+from clusterbook.model.crosscheck import FLASH_ATTN_MIN_CC
+from clusterbook.model.schema import QUANTIZED_CACHE_TYPES, Cluster, RouterTier, RpcTier
 from clusterbook.pure.planner.capacity import GIB, plan_tier
 from clusterbook.pure.planner.findings import plan_findings
 from clusterbook.pure.planner.loadtime import predict_load
@@ -119,6 +123,26 @@ def _contexts(tier, floor: int | None) -> list[int]:
     return out
 
 
+def _caches(c: Cluster, tier, allowed: list[str] | None) -> list[dict]:
+    """The tier's KV cache types, then every pair from the allowed set (none given: the tier keeps its own). A
+    quantized V cache needs flash attention, which only GPUs of compute capability 8.0 or more get (crosscheck):
+    where every GPU of the cluster has it, the pair comes with flash attention on; elsewhere only K is quantized."""
+    if not allowed or not isinstance(tier, RpcTier):
+        return [{}]
+    own = {"cache_type_k": tier.cache_type_k, "cache_type_v": tier.cache_type_v, "flash_attn": tier.flash_attn}
+    fa_ok = all(g.cc >= FLASH_ATTN_MIN_CC for n in c.nodes for g in n.gpu_devices)
+    out = [{}]
+    for k, v in product(allowed, allowed):
+        option = {"cache_type_k": k, "cache_type_v": v}
+        if v in QUANTIZED_CACHE_TYPES:
+            if not fa_ok:
+                continue
+            option["flash_attn"] = "on"
+        if any(option.get(key, own[key]) != own[key] for key in own) and option not in out:
+            out.append(option)
+    return out
+
+
 def _apply(c: Cluster, changes: dict[str, dict]) -> Cluster:
     tiers = [t.model_copy(update=changes.get(t.name, {})) for t in c.tiers]
     return c.model_copy(update={"tiers": tiers})
@@ -167,15 +191,18 @@ def error_margin(c: Cluster, load) -> float:
     return load.headroom + kept_back - error
 
 
-def solve(c: Cluster, min_ctx: dict[str, int] | None = None, best: int = 5) -> list[Placement]:
+def solve(c: Cluster, min_ctx: dict[str, int] | None = None, best: int = 5,
+          cache_types: list[str] | None = None) -> list[Placement]:
     """The best placements, best first (the file's own placement is among those judged: no change). Every
     combination while there are at most MAX_PLACEMENTS; past that, one tier at a time from the file's placement,
-    keeping each tier's best while the others stay (a few passes: polynomial in tiers and options)."""
+    keeping each tier's best while the others stay (a few passes: polynomial in tiers and options). `cache_types`:
+    the KV cache types an RPC tier may be given (default: each keeps its own)."""
     per_tier = []
     for t in c.tiers:
         floor = (min_ctx or {}).get(t.name)
         shapes = _rpc_options(c, t) if isinstance(t, RpcTier) else _router_options(c, t)
-        per_tier.append((t, [{**shape, "ctx_size": ctx} for shape, ctx in product(shapes, _contexts(t, floor))]))
+        per_tier.append((t, [{**shape, **cache, "ctx_size": ctx} for shape, cache, ctx in
+                             product(shapes, _caches(c, t, cache_types), _contexts(t, floor))]))
     judged: dict[str, Placement] = {}
     known: dict[str, object] = {}
 
@@ -210,14 +237,18 @@ def _differences(tier, option: dict) -> dict:
 
 def yaml_edit(text: str, c: Cluster, lines: dict[tuple, int], changes: dict[str, dict]) -> str | None:
     """The cluster file's text with the placement written in (comments kept): each changed key's line gets its
-    new value; None when a key is not on a line of its own (a flow mapping), so the change is shown, not written."""
+    new value, and a key the tier does not write yet gets a line of its own after the tier's last line; None when
+    a key's value is not on its own line (block style), so the change is shown, not written."""
     out = text.split("\n")
+    added: dict[int, list[str]] = {}  # 0-based line index -> lines to insert after it
     for name, fields in changes.items():
         index = [t.name for t in c.tiers].index(name)
         for key, value in fields.items():
             line = lines.get(("tiers", index, key))
             if line is None:
-                return None
+                last, indent = _tier_end(out, lines, index)
+                added.setdefault(last, []).append(f"{indent}{key}: {_flow(value)}")
+                continue
             current = out[line - 1]
             prefix = f"{key}: "
             at = current.find(prefix)
@@ -226,7 +257,17 @@ def yaml_edit(text: str, c: Cluster, lines: dict[tuple, int], changes: dict[str,
             comment = current.find("  #", at)
             tail = current[comment:] if comment >= 0 else ""
             out[line - 1] = current[:at] + prefix + _flow(value) + tail
+    for last in sorted(added, reverse=True):
+        out[last + 1:last + 1] = added[last]
     return "\n".join(out)
+
+
+def _tier_end(out: list[str], lines: dict[tuple, int], index: int) -> tuple[int, str]:
+    """The 0-based index of a tier's last line in the file and the indentation of its keys."""
+    own = {path: n for path, n in lines.items() if path[:2] == ("tiers", index) and len(path) >= 3}
+    last = max(own.values()) - 1
+    first_key = out[min(n for path, n in own.items() if len(path) == 3 and path[2] != "name") - 1]
+    return last, " " * (len(first_key) - len(first_key.lstrip()))
 
 
 def _flow(value: object) -> str:
@@ -234,4 +275,6 @@ def _flow(value: object) -> str:
         return "{" + ", ".join(f"{k}: {_flow(v)}" for k, v in value.items()) + "}"
     if isinstance(value, list):
         return "[" + ", ".join(_flow(v) for v in value) + "]"
+    if isinstance(value, str) and yaml.safe_load(value) != value:  # "on" would read as true: quote it
+        return json.dumps(value)
     return str(value)
