@@ -2,7 +2,7 @@
 per node, one panel per device with a stacked bar for each set of tiers that can hold it at once; and the
 measured results beside the plan: decode speed per client count, the phases of each recovery, load times by card.
 Each is drawn twice: wide for a screen, and narrow (`narrow=True`) for a phone, where the page shows the picture at
-about its drawn width, so its 8-point text stays about 9 px tall instead of 5."""
+about its drawn width, so its 8-point text stays about 11 px tall instead of 5."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from clusterbook.pure.planner.residency import ClusterPlan, SlotLoad
 PARTS = (("weights", "#4c72b0"), ("kv", "#55a868"), ("compute", "#c44e52"), ("overhead", "#8172b2"))
 LABELS = {"weights": "weights", "kv": "KV cache", "compute": "compute", "overhead": "overhead"}
 GIB = 2**30
-NARROW_IN = 4.2  # inches: about 350 px of a 390 px phone at 1.16 px per point
+NARROW_IN = 3.3  # inches: 238 points shown on about 343 px of a 390 px phone, so 8-point text is 11.5 px tall
 
 
 def _wrap(label: str, narrow: bool, width: int = 24) -> str:
@@ -39,7 +39,7 @@ def _panel(ax, options: list[SlotLoad], narrow: bool) -> None:
                                         for x in options], fontsize=8)
     ax.invert_yaxis()
     ax.set_title(_wrap(f"{slot.device}" + (f" ({slot.model})" if slot.model else "")
-                       + f": {slot.capacity / GIB:.1f} GiB usable (dashed)", narrow, 44), fontsize=9, loc="left")
+                       + f": {slot.capacity / GIB:.1f} GiB usable (dashed)", narrow, 24), fontsize=9, loc="left")
     ax.tick_params(axis="x", labelsize=8)
     ax.set_xlabel("GiB", fontsize=8)
 
@@ -62,10 +62,10 @@ def _node(node: str, devices: list[list[SlotLoad]], narrow: bool) -> str:
     axes = fig.subplots(len(devices), 1, squeeze=False, height_ratios=heights)[:, 0]
     for ax, options in zip(axes, devices):
         _panel(ax, options, narrow)
-    fig.legend(handles=[Patch(color=c, label=LABELS[p]) for p, c in PARTS], loc="lower center", ncols=4,
-               fontsize=8, frameon=False)
-    fig.suptitle(_wrap(f"{node}: what each device holds at once", narrow, 40), fontsize=10)
-    fig.tight_layout(rect=(0, 0.05, 1, 1))
+    fig.legend(handles=[Patch(color=c, label=LABELS[p]) for p, c in PARTS], loc="lower center",
+               ncols=2 if narrow else 4, fontsize=8, frameon=False)
+    fig.suptitle(_wrap(f"{node}: what each device holds at once", narrow, 32), fontsize=10)
+    fig.tight_layout(rect=(0, 0.1 if narrow else 0.05, 1, 1))
     out = io.StringIO()
     fig.savefig(out, format="svg", metadata={"Date": None, "Creator": None})
     return out.getvalue()
@@ -110,7 +110,7 @@ def concurrency_chart(points: list[dict], bound_tps: float | None, target_tps: f
     ax.set_ylabel("decode tok/s", fontsize=9)
     ax.set_ylim(bottom=0)
     ax.legend(fontsize=8, loc="lower right")
-    ax.set_title(_wrap(title, narrow, 44), fontsize=10, loc="left")
+    ax.set_title(_wrap(title, narrow, 34), fontsize=10, loc="left")
     return _svg(fig)
 
 
@@ -146,7 +146,7 @@ def recovery_chart(runs: list[dict], predicted_s: float, target_s: float | None,
         ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.25), ncols=2, frameon=False)
     else:
         ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
-    ax.set_title(_wrap(title, narrow, 44), fontsize=10, loc="left")
+    ax.set_title(_wrap(title, narrow, 34), fontsize=10, loc="left")
     return _svg(fig)
 
 
@@ -164,5 +164,5 @@ def load_time_chart(rows: list[dict], card: str, narrow: bool = False) -> str:
                                                               for s in sizes], fontsize=8)
     ax.set_ylabel("seconds to /health 200", fontsize=9)
     ax.legend(fontsize=8)
-    ax.set_title(_wrap(f"Load time, {card}", narrow, 44), fontsize=10, loc="left")
+    ax.set_title(_wrap(f"Load time, {card}", narrow, 34), fontsize=10, loc="left")
     return _svg(fig)
