@@ -51,11 +51,21 @@ class ClusterbookPlugin(MacrosPlugin):
         for r in (r for r in self.site.runbooks if r.page):
             # generated pages hold shell: keep Jinja (the macros) away from them
             files.append(File.generated(config, r.page, content="---\nrender_macros: false\n---\n\n" + r.markdown))
+        files.append(File.generated(config, PRINTABLE, content=printable_runbooks(self.site)))
         for name, svg in self.site.pictures.items():
             files.append(File.generated(config, name, content=svg))
         for a in self.site.artifacts:
             files.append(File.generated(config, f"files/{a.node}{a.path}", content=a.text))
         return files
+
+
+PRINTABLE = "runbooks/print.md"  # every runbook on one page, for paper (linked from the runbooks index)
+
+
+def printable_runbooks(site: Site) -> str:
+    """Every runbook page of the site as one page, in the order of the nav."""
+    return pages.printable_runbooks([r.markdown for group in RUNBOOK_GROUPS.values() for name in group
+                                     for r in site.runbooks if r.page and r.runbook == name])
 
 
 RUNBOOK_GROUPS = {  # nav entry: the runbooks it lists (by id); the index page goes to the first group
@@ -73,9 +83,10 @@ def fill_runbook_groups(nav: list, site: Site) -> None:
             continue
         for key, value in entry.items():
             if key in RUNBOOK_GROUPS:
-                index = ["runbooks/index.md"] if key == next(iter(RUNBOOK_GROUPS)) else []
-                entry[key] = index + [{r.title: r.page} for r in site.runbooks
-                                      if r.page and r.runbook in RUNBOOK_GROUPS[key]]
+                first = key == next(iter(RUNBOOK_GROUPS))
+                entry[key] = (["runbooks/index.md"] if first else []) + [
+                    {r.title: r.page} for r in site.runbooks if r.page and r.runbook in RUNBOOK_GROUPS[key]] + (
+                    [] if first else [{"Every runbook, to print": PRINTABLE}])
             elif isinstance(value, list):
                 fill_runbook_groups(value, site)
 

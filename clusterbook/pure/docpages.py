@@ -12,7 +12,7 @@ from clusterbook.model.templating import render_command
 from clusterbook.pure import engine_build as eb
 from clusterbook.pure import flags as fl
 from clusterbook.pure import topology as topo
-from clusterbook.pure.mdtext import fence_for, mermaid_text, prose, prose_inline, text, title
+from clusterbook.pure.mdtext import demoted, fence_for, mermaid_text, prose, prose_inline, text, title
 from clusterbook.pure.operations import cluster_command, tier_command
 from clusterbook.pure.planner.capacity import GIB, TierPlan, plan_cluster
 from clusterbook.pure.planner.findings import evaluate_claim
@@ -27,6 +27,13 @@ METRICS = {"decode_tps": ("decode throughput", "tok/s"), "ttft_s": ("time to fir
            "gpu_util_pct": ("GPU utilisation", "%"), "gpu_mem_gib": ("memory per GPU", "GiB"),
            "fabric_gbps": ("fabric bandwidth", "Gbit/s"), "recovery_s": ("recovery after a worker crash", "s"),
            "api_response_s": ("API answers within", "s")}
+
+
+def printable_runbooks(markdowns: list[str]) -> str:
+    """Runbook pages as the sections of one page, for paper: no tabs, nothing folded."""
+    return ("---\nrender_macros: false\n---\n\n# Every runbook, on one page\n\nFor printing, or for reading with "
+            "no network: the same steps and commands as each runbook's own page.\n\n"
+            + "\n\n".join(demoted(m) for m in markdowns) + "\n")
 
 
 def picture_file(name: str, narrow: bool = False) -> str:

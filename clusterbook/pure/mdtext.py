@@ -75,6 +75,22 @@ def fence_for(content: str) -> str:
     return "`" * max(3, max(runs, default=0) + 1)
 
 
+def demoted(markdown: str) -> str:
+    """The Markdown with every heading one level lower (# becomes ##), outside code fences, so a page can be one
+    section of another."""
+    out, fence = [], None
+    for line in markdown.split("\n"):
+        opener = re.match(r"^[ \t]*(`{3,}|~{3,})", line)
+        if fence is None and opener:
+            fence = opener.group(1)
+        elif fence is not None and opener and opener.group(1).startswith(fence) and not line.strip()[len(fence):]:
+            fence = None
+        elif fence is None and re.match(r"^#{1,5} ", line):
+            line = "#" + line
+        out.append(line)
+    return "\n".join(out)
+
+
 # What prose may become: the HTML of ordinary Markdown (paragraphs, emphasis, lists, code, links to the web).
 PROSE_TAGS = {"p", "em", "strong", "code", "pre", "ul", "ol", "li", "a", "br", "blockquote", "h4", "h5", "h6"}
 PROSE_SCHEMES = {"http", "https", "mailto"}

@@ -104,6 +104,23 @@ def test_runbook_page_equals_the_dry_run(beefcake2_site):
                 assert shown in proc.stdout, f"{host}: {shown} missing from --dry"
 
 
+def test_every_runbook_prints_on_one_page(beefcake2_site):
+    """Issue 32: one page holds every runbook page of the site, each a section, its commands whole (tabs would hide
+    content on paper)."""
+    site = beefcake2_site[0]
+    pages = sorted(p for p in (site / "runbooks").glob("*/index.html") if p.parent.name != "print")
+    printed = (site / "runbooks/print/index.html").read_text()
+    assert printed.count("<h1") == 1 and printed.count("<h2") == len(pages) > 5
+    assert 'class="tabbed' not in printed
+    for page in pages:
+        html = page.read_text()
+        title = re.search(r"<h1[^>]*>(.*?)<a", html, re.S).group(1).strip()
+        assert f">{title}<a" in printed or f">{title}\n" in printed, f"{page.parent.name}: {title} not printed"
+        commands = re.findall(r"<code>(.*?)</code>", html, re.S)
+        assert all(c in printed for c in commands), page.parent.name
+    assert 'href="print/"' in (site / "runbooks/index.html").read_text()
+
+
 @needs_mermaid
 def test_nothing_loads_from_outside(beefcake2_site):
     """No page loads a script, style, font or image from outside; URLs in text are the cluster's own."""
