@@ -40,6 +40,11 @@ class ClusterbookPlugin(MacrosPlugin):
         self.env.finalize = escape_value  # every other value a page shows from the cluster is text
         return config
 
+    def on_page_markdown(self, markdown, page, config, **kwargs):
+        """The macros first (mkdocs-macros), then the line saying when the page's sources last changed."""
+        markdown = super().on_page_markdown(markdown, page, config, **kwargs)
+        return markdown + pages.last_changed(page_sources(self.site, page.file.src_uri), self.site.history)
+
     def on_page_content(self, html, page, config, files):
         """The last wall: a page whose content would run or load something fails the build, naming it."""
         if found := active_content(html):
@@ -66,6 +71,18 @@ def printable_runbooks(site: Site) -> str:
     """Every runbook page of the site as one page, in the order of the nav."""
     return pages.printable_runbooks([r.markdown for group in RUNBOOK_GROUPS.values() for name in group
                                      for r in site.runbooks if r.page and r.runbook == name])
+
+
+def page_sources(site: Site, page: str) -> list[str]:
+    """The files a page is made from: the cluster file, and its Markdown or its runbook(s)."""
+    runbooks = {r.page: r.runbook for r in site.runbooks if r.page}
+    if page == PRINTABLE:
+        own = sorted({f"runbooks/{name}.yaml" for name in runbooks.values()})
+    elif page in runbooks:
+        own = [f"runbooks/{runbooks[page]}.yaml"]
+    else:
+        own = [f"docs/{page}"]
+    return [site.cluster_file, *own]
 
 
 RUNBOOK_GROUPS = {  # nav entry: the runbooks it lists (by id); the index page goes to the first group

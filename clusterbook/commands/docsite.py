@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
@@ -43,6 +44,7 @@ class Site:
     artifacts: list[Artifact]
     runbooks: list[RunbookDoc]
     pictures: dict[str, str]  # generated file name -> SVG text
+    history: dict[str, tuple[int, str]] = field(default_factory=dict)  # source file -> its last change
 
 
 _current: Site | None = None  # the site an in-process build was handed (invoke docs); None under docs.serve
@@ -116,7 +118,47 @@ def _build_site(path: str, stamp: tuple) -> Site:
         pictures.update({pages.picture_file(f"capacity-{node}", narrow): svg
                          for node, svg in node_pictures(residency, narrow).items()})
         pictures.update(result_pictures(c, path, narrow))
-    return Site(path, c, plans, render_artifacts(c), docs, pictures)
+    sources = [path, *(f"docs/{p.relative_to('docs').as_posix()}" for p in Path("docs").rglob("*.md")),
+               *(f"runbooks/{p.name}" for p in RUNBOOK_DIR.glob("*.yaml"))]
+    return Site(path, c, plans, render_artifacts(c), docs, pictures, file_history(sources))
+
+
+def file_history(paths: list[str]) -> dict[str, tuple[int, str]]:
+    """Each file's last change as git knows it, keyed as given: (its rank, newest 0 and a file with uncommitted
+    changes -1; `2026-11-27, commit abc1234`, `with uncommitted changes` where the working tree differs); a file
+    outside the repository or its history is left out."""
+    root = Path.cwd()
+    inside = {}
+    for given in paths:
+        try:
+            inside[Path(given).resolve().relative_to(root.resolve()).as_posix()] = given
+        except ValueError:
+            continue
+    if not inside:
+        return {}
+    try:
+        log = subprocess.run(["git", "log", "--format=@%h %cs", "--name-only", "--", *inside], cwd=root,
+                             capture_output=True, text=True, timeout=30)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", *inside], cwd=root, capture_output=True,
+                               text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    if log.returncode != 0:
+        return {}
+    out: dict[str, tuple[int, str]] = {}
+    rank, commit = 0, ""
+    for line in log.stdout.splitlines():
+        if line.startswith("@"):
+            short, date = line[1:].split(" ", 1)
+            rank, commit = rank + 1, f"{date}, commit {short}"
+        elif line in inside and inside[line] not in out:
+            out[inside[line]] = (rank, commit)
+    for line in dirty.stdout.splitlines():
+        name = line[3:].strip()
+        if name in inside:
+            before = out.get(inside[name], (0, "never committed"))[1]
+            out[inside[name]] = (-1, before + ", with uncommitted changes")
+    return out
 
 
 GPU_LOAD_TIMES = Path("benchmarks/results/h100x2-load-time")  # measured on the device machine (benchmarks/README.md)

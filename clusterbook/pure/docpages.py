@@ -36,6 +36,16 @@ def printable_runbooks(markdowns: list[str]) -> str:
             + "\n\n".join(demoted(m) for m in markdowns) + "\n")
 
 
+def last_changed(sources: list[str], history: dict[str, tuple[int, str]], shown: int = 3) -> str:
+    """A page's closing line: when the files it is made from last changed (git), the newest first."""
+    known = sorted((history[s][0], s, history[s][1]) for s in sources if s in history)
+    if not known:
+        return ""
+    more = f"; and {len(known) - shown} more" if len(known) > shown else ""
+    return ("\n\n---\n\n*Last changed: " + "; ".join(f"{text(source)} {text(when)}" for _, source, when
+                                                     in known[:shown]) + more + ".*\n")
+
+
 def picture_file(name: str, narrow: bool = False) -> str:
     """The file of a generated chart: drawn wide, or narrow for a phone."""
     return f"{name}-narrow.svg" if narrow else f"{name}.svg"

@@ -104,6 +104,25 @@ def test_runbook_page_equals_the_dry_run(beefcake2_site):
                 assert shown in proc.stdout, f"{host}: {shown} missing from --dry"
 
 
+def test_every_page_says_when_its_sources_last_changed(beefcake2_site):
+    """Issue 32: each page ends with the last change (git) of the files it is made from: the cluster file and its
+    Markdown or its runbook."""
+    site = beefcake2_site[0]
+
+    def last(path: str) -> str:
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", path], cwd=ROOT, capture_output=True,
+                               text=True).stdout.strip()
+        commit = subprocess.run(["git", "log", "-1", "--format=%cs, commit %h", "--", path], cwd=ROOT,
+                                capture_output=True, text=True).stdout.strip()
+        return (commit or "never committed") + (", with uncommitted changes" if dirty else "")
+
+    for page, sources in (("api", ["cluster.yaml", "docs/api.md"]),
+                          ("runbooks/deploy-slurm-reasoning", ["cluster.yaml", "runbooks/deploy-slurm.yaml"])):
+        line = re.search(r"Last changed: (.*?)\.</em>", (site / page / "index.html").read_text()).group(1)
+        for source in sources:
+            assert f"{source} {last(source)}" in line, (page, line)
+
+
 def test_every_runbook_prints_on_one_page(beefcake2_site):
     """Issue 32: one page holds every runbook page of the site, each a section, its commands whole (tabs would hide
     content on paper)."""
