@@ -136,6 +136,7 @@ def _sections(site: Site) -> dict:
         "capacity": lambda: pages.capacity(c, site.plans),
         "router_table": lambda: pages.router(c),
         "troubleshooting": lambda: pages.troubleshooting(c),
+        "when_index": lambda: pages.when_index(c),
         "decision_log": lambda: pages.decisions(c, site.plans),
         "targets": lambda: pages.targets(c),
         "api_reference": lambda: pages.api(c),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 from clusterbook.model.crosscheck import FLASH_ATTN_MIN_CC
 from clusterbook.model.hosts import resolve_hosts
@@ -484,6 +485,31 @@ def fix_commands(c: Cluster, trouble) -> str:
         out.append(f'!!! warning "Act: this changes the cluster"\n    It disturbs {text(step.disturbs)}.\n\n'
                    + "\n".join(f"    {line}" if line else "" for line in block.splitlines()) + "\n")
     return "\n".join(out)
+
+
+def when_index(c: Cluster) -> str:
+    """What an operator sees, each line leading to its troubleshooting entry: HTTP statuses, then alerts, then
+    every entry's symptom in the words it is written in."""
+    ids = {t.id for t in c.troubleshooting}
+    rows: list[tuple[int, str, str]] = []
+    for t in c.troubleshooting:
+        for status in sorted(set(re.findall(r"\b([45]\d\d)\b", t.symptom))):
+            rows.append((0, f"HTTP {status}: {text(t.symptom)}", t.id))
+    for rule in mon.alerts(c) if c.monitoring else []:
+        entry = rule["annotations"].get("troubleshooting")
+        if entry in ids:
+            tier = rule["labels"].get("tier")
+            rows.append((1, f"alert {code_span(rule['alert'])}" + (f" (tier {text(tier)})" if tier else "")
+                         + f": {text(rule['annotations']['summary'])}", entry))
+    rows += [(2, text(t.symptom), t.id) for t in c.troubleshooting]
+    if not rows:
+        return ""
+    return table(["when you see", "go to"], [[what, f"[{entry}](#{entry})"] for _, what, entry in
+                                            sorted(rows, key=lambda r: r[0])])
+
+
+def code_span(value: object) -> str:
+    return "`" + str(value).replace("`", "") + "`"
 
 
 def troubleshooting(c: Cluster) -> str:

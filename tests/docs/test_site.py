@@ -123,6 +123,25 @@ def test_every_page_says_when_its_sources_last_changed(beefcake2_site):
             assert f"{source} {last(source)}" in line, (page, line)
 
 
+def test_the_when_index_leads_every_symptom_status_and_alert_to_its_entry(beefcake2_site):
+    """Issue 32: the troubleshooting page opens with what an operator sees (HTTP statuses, alerts, symptoms), each
+    linking to an entry that exists on the page."""
+    from clusterbook.model.loader import load_cluster
+    from clusterbook.pure.render.monitoring import alerts
+
+    page = (beefcake2_site[0] / "troubleshooting/index.html").read_text()
+    index = page[page.index('id="when"'):]
+    index = index[:index.index("</table>")]
+    links = [link for link in re.findall(r'href="#([a-z0-9-]+)"', index) if link != "when"]  # not its ¶
+    anchors = set(re.findall(r'<h2 id="([a-z0-9-]+)"', page))
+    assert links and set(links) <= anchors
+    c = load_cluster(ROOT / "cluster.yaml")
+    assert len(links) == (len(c.troubleshooting) + sum(len(set(re.findall(r"\b[45]\d\d\b", t.symptom)))
+                                                      for t in c.troubleshooting)
+                          + sum(1 for a in alerts(c) if "troubleshooting" in a["annotations"]))
+    assert "HTTP 503" in index and "TierDown" in index
+
+
 def test_every_runbook_prints_on_one_page(beefcake2_site):
     """Issue 32: one page holds every runbook page of the site, each a section, its commands whole (tabs would hide
     content on paper)."""
