@@ -609,6 +609,21 @@ class Claim(Strict):
     quantization: Quantization | None = Field(None, description="GGUF file type (a model not in the file)")
 
 
+class Contact(Strict):
+    """Someone to reach, and how."""
+
+    name: Line = Field(description="a person, team or rota")
+    contact: Line = Field(description="how to reach them: an address, a chat channel, a phone number")
+    when: Line = Field("", description="when to go to them (escalation: after how long, for what)")
+
+
+class Owner(Contact):
+    """Who answers for the cluster, and whom to escalate to."""
+
+    escalation: list[Contact] = Field(default_factory=list, max_length=10,
+                                      description="in order: whom to reach when the owner does not answer")
+
+
 class Decision(Strict):
     """An entry of the decision log."""
 
@@ -837,6 +852,8 @@ class Cluster(Strict):
     """The whole cluster file."""
 
     cluster: ClusterInfo = Field(description="name, description, docs URL")
+    owner: Owner | None = Field(None, description="who answers for the cluster and whom to escalate to (the home "
+                                                  "and troubleshooting pages show it)")
     access: Access = Field(description="SSH user, key, known_hosts, jump hosts, connect timeout")
     networks: dict[Name, Network] = Field(min_length=1, description="networks by name")
     nodes: list[Node] = Field(min_length=1, description="the machines")

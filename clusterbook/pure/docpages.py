@@ -487,6 +487,18 @@ def fix_commands(c: Cluster, trouble) -> str:
     return "\n".join(out)
 
 
+def owner(c: Cluster) -> str:
+    """Who answers for the cluster and the escalation after them, or that the cluster file does not say."""
+    o = c.owner
+    if o is None:
+        return (f"!!! warning \"No owner recorded\"\n    The cluster file does not say who answers for "
+                f"{text(c.cluster.name)}: add an `owner:` section (name, contact, escalation) and rebuild the site.\n")
+    rows = [["owner", text(o.name), text(o.contact), text(o.when) or "first"]]
+    rows += [[f"escalation {i}", text(e.name), text(e.contact), text(e.when) or "–"]
+             for i, e in enumerate(o.escalation, 1)]
+    return table(["", "who", "how to reach them", "when"], rows)
+
+
 def when_index(c: Cluster) -> str:
     """What an operator sees, each line leading to its troubleshooting entry: HTTP statuses, then alerts, then
     every entry's symptom in the words it is written in."""

@@ -142,6 +142,19 @@ def test_the_when_index_leads_every_symptom_status_and_alert_to_its_entry(beefca
     assert "HTTP 503" in index and "TierDown" in index
 
 
+def test_the_owner_and_escalation_are_on_the_home_and_troubleshooting_pages(beefcake2_site, tmp_path):
+    """Issue 32: the lab file names who answers for it and the escalation, shown as text; beefcake2's file does not
+    (nobody has said), and its pages say so instead of inventing a contact."""
+    for page in ("index.html", "troubleshooting/index.html"):
+        assert "No owner recorded" in (beefcake2_site[0] / page).read_text()
+    site = tmp_path / "lab"
+    assert build("lab/cluster.yaml", site).returncode == 0
+    for page in ("index.html", "troubleshooting/index.html"):
+        html = (site / page).read_text()
+        assert "the person running the lab" in html and "issue tracker" in html, page
+        assert "No owner recorded" not in html
+
+
 def test_every_runbook_prints_on_one_page(beefcake2_site):
     """Issue 32: one page holds every runbook page of the site, each a section, its commands whole (tabs would hide
     content on paper)."""
