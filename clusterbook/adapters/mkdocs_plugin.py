@@ -138,6 +138,7 @@ def _sections(site: Site) -> dict:
         "troubleshooting": lambda: pages.troubleshooting(c),
         "when_index": lambda: pages.when_index(c),
         "owner": lambda: pages.owner(c),
+        "maintenance": lambda: pages.maintenance(c),
         "decision_log": lambda: pages.decisions(c, site.plans),
         "targets": lambda: pages.targets(c),
         "api_reference": lambda: pages.api(c),

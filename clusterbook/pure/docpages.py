@@ -487,6 +487,60 @@ def fix_commands(c: Cluster, trouble) -> str:
     return "\n".join(out)
 
 
+def maintenance(c: Cluster) -> str:
+    """The four routine procedures, with this cluster's hosts, tiers and files: a node out for other work, a model
+    added, an API key rotated, llama.cpp upgraded."""
+    def ssh(host: str, command: str) -> str:
+        return topo.ssh_route(c, host).command(command)
+
+    def task(action: str, tier: str) -> str:
+        return tier_command(c, action, tier).strip("`")
+
+    out = ["## Take a node out for other work (VASP, hardware) { #drain }\n"]
+    ctl = c.slurm_controller
+    for node in (n for n in c.nodes if any(n.name in t.nodes for t in c.tiers)):
+        tiers = [t for t in c.tiers if node.name in t.nodes]
+        slurm = ctl is not None and any(t.manager == "slurm" for t in tiers)
+        drain = [ssh(ctl, f"scontrol update NodeName={node.name} State=DRAIN Reason=maintenance")] if slurm else []
+        drain += [task("restart" if t.manager == "slurm" else "stop", t.name) for t in tiers]
+        back = [ssh(ctl, f"scontrol update NodeName={node.name} State=RESUME")] if slurm else []
+        back += [task("deploy", t.name) for t in tiers if t.manager != "slurm"]
+        how = []
+        if slurm:
+            how.append("SLURM stops placing jobs on it" + ("" if c.slurm else " (as a SLURM administrator: this "
+                       "cluster's SLURM is managed elsewhere)") + ", and a SLURM tier's job is submitted again and "
+                       "starts where the queue allows (a tier pinned to this node waits until it is back)")
+        if any(t.manager != "slurm" for t in tiers):
+            how.append("a systemd tier stops, and starts again with its deploy")
+        out.append(f"**{text(node.name)}** holds {', '.join(text(t.name) for t in tiers)}: " + "; ".join(how)
+                   + ".\n\n" + code("\n".join(drain)) + "When the work is done:\n\n" + code("\n".join(back)))
+    out.append("## Add a model { #add-a-model }\n\nAdd it to `models:` in the cluster file (id, file, url, size), "
+               "to a tier (`models:` of a router tier, or `model:` of an RPC tier) and, for a task type, to the "
+               "router's rules. Then take its checksum from a node that fetched it, check the plan, and let "
+               "`apply` deploy it (it runs the tier's scenarios and rolls back a change that fails them):\n\n"
+               + code("\n".join(["invoke models.fetch", "invoke models.hash   # paste each sha256 into the file",
+                                 "invoke check && invoke plan", "invoke apply"])))
+    keyed = [t for t in c.tiers if t.api_key and t.api_key.file]
+    out.append("## Rotate an API key { #rotate-a-key }\n")
+    if not keyed:
+        out.append("No tier reads its API key from a file here: nothing to rotate.\n")
+    for t in keyed:
+        out.append(f"**{text(t.name)}**: the deploy makes a new random key where the file is missing, and the tier "
+                   "reads it when it starts. Hand the new key to the tier's clients (they get 401 until they "
+                   "have it):\n\n" + code("\n".join([ssh(t.nodes[0], f"rm -f {t.api_key.file}"),
+                                                      task("deploy", t.name), task("restart", t.name),
+                                                      ssh(t.nodes[0], f"cat {t.api_key.file}")])))
+    out.append("## Upgrade llama.cpp { #upgrade-llama-cpp }\n\nSet `engine.build` (and the sha256 of every patch "
+               "in `engine.patches` that still applies) in the cluster file. `apply` builds the new release beside "
+               "the running one, links it, restarts each tier and runs its scenarios; a tier that fails them is "
+               "rolled back to the build before, which stays on every node:\n\n"
+               + code("\n".join(["invoke check", "invoke apply --dry   # what will change, node by node",
+                                 "invoke apply"]))
+               + "Later, should a tier need the build before:\n\n"
+               + code("\n".join(f"invoke rollback --tier {t.name}" for t in c.tiers)))
+    return "\n".join(out)
+
+
 def owner(c: Cluster) -> str:
     """Who answers for the cluster and the escalation after them, or that the cluster file does not say."""
     o = c.owner

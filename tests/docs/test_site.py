@@ -155,6 +155,26 @@ def test_the_owner_and_escalation_are_on_the_home_and_troubleshooting_pages(beef
         assert "No owner recorded" not in html
 
 
+def test_the_maintenance_page_follows_each_nodes_manager(beefcake2_site, tmp_path):
+    """Issue 32: taking a node out, adding a model, rotating a key and upgrading llama.cpp, with this cluster's own
+    nodes and tiers: SLURM drains and resubmits on beefcake2, systemd stops and deploys again on the lab."""
+    def shown(site):
+        html = (site / "maintenance/index.html").read_text()
+        return re.sub(r"<[^>]+>", "", html).replace("&#39;", "'").replace("&amp;", "&")
+
+    page = shown(beefcake2_site[0])
+    for node in ("vasp-01", "vasp-02", "vasp-03"):
+        assert f"scontrol update NodeName={node} State=DRAIN" in page and f"NodeName={node} State=RESUME" in page
+    assert "invoke restart.reasoning" in page and "invoke stop.reasoning" not in page
+    assert "invoke rollback --tier fast" in page and "invoke rollback --tier reasoning" in page
+    assert "managed elsewhere" in page
+    site = tmp_path / "lab"
+    assert build("lab/cluster.yaml", site).returncode == 0
+    page = shown(site)
+    assert "scontrol" not in page and "invoke stop.reasoning" in page and "invoke deploy.reasoning" in page
+    assert "rm -f /etc/llama/fast.key" in page and "invoke restart.fast" in page  # the lab's fast tier has a key
+
+
 def test_every_runbook_prints_on_one_page(beefcake2_site):
     """Issue 32: one page holds every runbook page of the site, each a section, its commands whole (tabs would hide
     content on paper)."""
