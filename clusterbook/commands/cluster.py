@@ -29,6 +29,7 @@ from clusterbook.pure.planner.residency import exclusion_text, plan_residency, r
 from clusterbook.pure.preflight import Check, facts_command, judge, parse_facts
 from clusterbook.pure.reference import reference_markdown, splice
 from clusterbook.pure.render.artifacts import path_collisions, render_artifacts
+from clusterbook.pure.render.monitoring import alert_findings
 from clusterbook.pure.runbooks import models_for_host
 
 
@@ -47,7 +48,7 @@ def checked_cluster(cluster_file: str):
     """The cluster, valid by the schema, the cross-field rules and its capacity plan; else InputError."""
     cluster, doc = load_cluster_document(cluster_file)
     findings = (plan_findings(cluster, plan_cluster(cluster)) + path_collisions(cluster, render_artifacts(cluster))
-                + fix_findings(cluster))
+                + fix_findings(cluster) + alert_findings(cluster))
     if findings:
         raise InputError([doc.problem(path, message) for path, message in findings])
     return cluster

@@ -106,12 +106,28 @@ def docs_base(c: Cluster) -> str | None:
 
 
 def _entry(c: Cluster, trouble: str) -> dict:
-    """The annotations naming the troubleshooting entry, when the cluster file has it, and linking to that very
-    entry on the published site (runbook_url, Alertmanager's usual name for it)."""
-    if trouble not in {t.id for t in c.troubleshooting}:
+    """The annotations naming the alert's troubleshooting entry and linking to it on the published site (runbook_url,
+    Alertmanager's usual name for it); none where the cluster file has no troubleshooting at all. A file that has
+    entries but not this one is refused by `invoke check` (alert_findings)."""
+    if not c.troubleshooting:
         return {}
     base = docs_base(c)
-    return {"troubleshooting": trouble, **({"runbook_url": f"{base}/troubleshooting/#{trouble}"} if base else {})}
+    linked = base and trouble in {t.id for t in c.troubleshooting}
+    return {"troubleshooting": trouble, **({"runbook_url": f"{base}/troubleshooting/#{trouble}"} if linked else {})}
+
+
+def alert_findings(c: Cluster) -> list[tuple[tuple, str]]:
+    """Every alert that points to a troubleshooting entry the cluster file does not have."""
+    ids = {t.id for t in c.troubleshooting}
+    missing = {}
+    for rule in alerts(c) if c.monitoring else []:
+        entry = rule["annotations"].get("troubleshooting")
+        if entry and entry not in ids:
+            missing.setdefault(entry, []).append(rule["alert"] + (f" ({rule['labels']['tier']})"
+                                                                   if "tier" in rule["labels"] else ""))
+    return [(("troubleshooting",), f"alerts {', '.join(names)} point to the troubleshooting entry '{entry}', which "
+                                   "the file does not have: add an entry with that id")
+            for entry, names in sorted(missing.items())]
 
 
 @dataclass(frozen=True)
