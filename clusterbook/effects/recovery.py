@@ -160,6 +160,24 @@ def journal_since(transport, node: str, unit: str, t0: float) -> str:
     return transport.run(node, f"journalctl -u {unit} --since @{int(t0)} -o short-unix --no-pager").stdout
 
 
+def slurm_head_load_s(c: Cluster, transport, tier: RpcTier, wait_s: float = 10) -> float | None:
+    """The last load in the head step's log of the job that runs now. The job that answered may not have
+    registered its endpoint yet (the gateway reaches the same host and port): the running job is asked of SLURM,
+    and its log read again for a few seconds until it holds the load."""
+    units = topo.units(tier)
+    deadline = time.monotonic() + wait_s
+    while True:
+        job = transport.run(c.slurm_controller, f"squeue -h -n {units.job} -t RUNNING -o %i").stdout.split()
+        if job:
+            log = f"{c.storage.log_dir}/{units.job}-{job[0]}-head.log"
+            load = last_load_s(transport.run(tier.head, f"tail -n 2000 {shlex.quote(log)}").stdout)
+            if load is not None:
+                return load
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(0.5)
+
+
 def run_case(c: Cluster, transport, tier: RpcTier, case: str, page_cache: str, limit_s: float,
              progress=lambda text: None) -> RecoveryRun:
     """One disruption of a tier that answers now, and its recovery."""
@@ -187,9 +205,7 @@ def run_case(c: Cluster, transport, tier: RpcTier, case: str, page_cache: str, l
         if "loading" in run.phases and "model loaded" in run.phases:
             run.load_s = round(run.phases["model loaded"] - run.phases["loading"], 3)
     else:  # the head step's own file: a requeued job appends to it, and its times count from each process's start
-        record = probes.registered_endpoint(transport, c, tier) or {}
-        log = f"{c.storage.log_dir}/{units.job}-{record.get('job_id', '0')}-head.log"
-        run.load_s = last_load_s(transport.run(tier.head, f"tail -n 2000 {shlex.quote(log)}").stdout)
+        run.load_s = slurm_head_load_s(c, transport, tier)
     run.phases.update(seen)
     if page_cache == "cold":
         run.resident_after_eviction = evicted_share(transport, tier)
