@@ -13,6 +13,7 @@ from clusterbook.model.templating import render_command
 from clusterbook.pure import engine_build as eb
 from clusterbook.pure import flags as fl
 from clusterbook.pure import topology as topo
+from clusterbook.pure.mdtext import code as code_span
 from clusterbook.pure.mdtext import demoted, fence_for, mermaid_text, prose, prose_inline, text, title
 from clusterbook.pure.operations import cluster_command, tier_command
 from clusterbook.pure.planner.capacity import GIB, TierPlan, plan_cluster
@@ -572,10 +573,6 @@ def when_index(c: Cluster) -> str:
         return ""
     return table(["when you see", "go to"], [[what, f"[{entry}](#{entry})"] for _, what, entry in
                                             sorted(rows, key=lambda r: r[0])])
-
-
-def code_span(value: object) -> str:
-    return "`" + str(value).replace("`", "") + "`"
 
 
 def troubleshooting(c: Cluster) -> str:
