@@ -10,8 +10,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def offline(tmp_path, *argv: str) -> subprocess.CompletedProcess:
-    """invoke with the network unshared and ssh, curl and scp stubbed; fails the test if any of them was run."""
+def stubbed(tmp_path) -> tuple[Path, dict]:
+    """ssh, curl and scp stubs that record each call in the returned file, and the environment that runs them."""
     calls = tmp_path / "ssh-calls"
     stub = tmp_path / "bin"
     stub.mkdir()
@@ -20,6 +20,12 @@ def offline(tmp_path, *argv: str) -> subprocess.CompletedProcess:
         (stub / tool).chmod(0o755)
     env = {**os.environ, "PATH": f"{stub}:{os.environ['PATH']}", "COLUMNS": "250"}
     env.pop("INVOKE_CLUSTERBOOK_CLUSTER", None)
+    return calls, env
+
+
+def offline(tmp_path, *argv: str) -> subprocess.CompletedProcess:
+    """invoke with the network unshared and ssh, curl and scp stubbed; fails the test if any of them was run."""
+    calls, env = stubbed(tmp_path)
     proc = subprocess.run(["unshare", "--net", sys.executable, "-m", "invoke", *argv], cwd=ROOT,
                           capture_output=True, text=True, env=env)
     assert proc.returncode == 0, proc.stderr
@@ -144,14 +150,7 @@ def test_every_dry_task_runs_offline_on_production(tmp_path, task):
 def test_a_task_without_a_dry_run_refuses_dry_and_contacts_nothing(tmp_path, argv):
     """invoke reads --dry as its own flag, which does not stop a task from connecting: a task with no dry mode
     must refuse it (exit 2), not run for real."""
-    calls = tmp_path / "ssh-calls"
-    stub = tmp_path / "bin"
-    stub.mkdir()
-    for tool in ("ssh", "curl", "scp"):
-        (stub / tool).write_text(f"#!/bin/sh\necho \"$0 $*\" >> {calls}\nexit 1\n")
-        (stub / tool).chmod(0o755)
-    env = {**os.environ, "PATH": f"{stub}:{os.environ['PATH']}"}
-    env.pop("INVOKE_CLUSTERBOOK_CLUSTER", None)
+    calls, env = stubbed(tmp_path)
     proc = subprocess.run(["unshare", "--net", sys.executable, "-m", "invoke", *argv, "--dry"], cwd=ROOT,
                           capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr
