@@ -20,7 +20,7 @@ from clusterbook.effects.validators import MissingTools, validate
 from clusterbook.model.loader import load_cluster, load_cluster_document
 from clusterbook.model.problems import InputError, Problem
 from clusterbook.model.schema import CacheType
-from clusterbook.pure.docpages import fix_findings
+from clusterbook.pure.fixsteps import fix_findings
 from clusterbook.pure.planner import solver
 from clusterbook.pure.planner.capacity import GIB, plan_cluster, plan_json
 from clusterbook.pure.planner.findings import plan_findings

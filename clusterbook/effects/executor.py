@@ -89,6 +89,9 @@ class Executor:
         self.state_dir = state_dir  # last content uploaded per host/path: the base of --dry diffs
         self.listeners = list(listeners)
         self.sleep = sleep  # between retries (host-free tests pass a no-op)
+        self.known: dict[tuple[str, int, int], str] = {}  # (host, step, action) -> digest or `unless` status
+        self.unchanged = True  # no step of this run has changed anything yet: what `known` says still holds
+        self.acted: set[str] = set()  # hosts where a guarded command ran (e.g. a daemon-reload): check them live
 
     def emit(self, event: Event) -> None:
         for listener in self.listeners:
@@ -99,6 +102,7 @@ class Executor:
         total = len(expansion.steps)
         self.emit(RunStarted(expansion.runbook, expansion.title))
         self.begun: set[str] = set()  # hosts where this run's generation began (at their first change)
+        self.known, self.unchanged, self.acted = self._look_ahead(expansion), True, set()
         try:
             self._steps(expansion, report, total)
         finally:
@@ -110,6 +114,40 @@ class Executor:
         """One bookkeeping command on every host in parallel (a host that fails it keeps what it has)."""
         with ThreadPoolExecutor(max_workers=len(hosts)) as pool:
             list(pool.map(lambda h: self.transport.run(h, command, timeout=60), hosts))
+
+    def _look_ahead(self, expansion: Expansion) -> dict[tuple[str, int, int], str]:
+        """One round trip per host, in parallel, before the first step: the digest of every file the run uploads
+        there, the exit status of every `unless` check, and whether each wait (a probe) holds already. Until some
+        step changes something, each step reads its answer from here, so a converged run costs one round trip per
+        host for all of them (it cost one per file, check and wait). A host that cannot answer is checked step by
+        step."""
+        scripts: dict[str, list[str]] = {}
+        for s, step in enumerate(expansion.steps):
+            for host, actions in step.hosts.items():
+                lines = scripts.setdefault(host, [])
+                for a, action in enumerate(actions):
+                    if isinstance(action, PutFile):
+                        lines.append(f"printf 'K {s} {a} %s\\n' \"$(sha256sum -- {shlex.quote(action.path)} "
+                                     "2>/dev/null | cut -c1-64)\"")
+                    elif isinstance(action, Command) and action.unless:
+                        lines.append(f"(\n{action.unless}\n) </dev/null >/dev/null 2>&1; "
+                                     f"printf 'K {s} {a} %s\\n' \"$?\"")
+                    elif isinstance(action, Command) and action.probe and action.until:  # 0: it holds already
+                        lines.append(f"if out=$( (\n{action.command}\n) </dev/null 2>/dev/null ) && case \"$out\" in "
+                                     f"*{shlex.quote(action.until)}*) true;; *) false;; esac; then echo 'K {s} {a} 0'; "
+                                     f"else echo 'K {s} {a} 1'; fi")
+        hosts = [h for h, lines in scripts.items() if lines]
+        if not hosts:
+            return {}
+        with ThreadPoolExecutor(max_workers=len(hosts)) as pool:
+            results = list(pool.map(lambda h: self.transport.run(h, "\n".join(scripts[h]), timeout=60), hosts))
+        known: dict[tuple[str, int, int], str] = {}
+        for host, result in zip(hosts, results):
+            for line in result.stdout.splitlines() if result.ok else []:
+                parts = line.split(" ")
+                if len(parts) == 4 and parts[0] == "K" and parts[1].isdigit() and parts[2].isdigit():
+                    known[(host, int(parts[1]), int(parts[2]))] = parts[3]
+        return known
 
     def _begin(self, step: ExpandedStep, host: str, started: float) -> Outcome | None:
         """Before the first change on a host: its generation begins (where the engine link points, the meta).
@@ -129,7 +167,9 @@ class Executor:
             hosts = list(step.hosts)
             self.emit(StepStarted(expansion.runbook, index, total, step.id, step.title, tuple(hosts)))
             with ThreadPoolExecutor(max_workers=max(1, len(hosts))) as pool:
-                results = list(pool.map(self._host, [step] * len(hosts), hosts))
+                results = list(pool.map(self._host, [step] * len(hosts), hosts, [index - 1] * len(hosts)))
+            if any(o.status == "changed" for outcomes in results for o in outcomes):
+                self.unchanged = False  # what the look-ahead saw may no longer hold: check live from here on
             for outcome in (o for outcomes in results for o in outcomes):  # in host order, whatever finished first
                 report.outcomes.append(outcome)
                 self.emit(outcome)
@@ -144,18 +184,21 @@ class Executor:
                 break
 
     # --- one host ------------------------------------------------------------------------------
-    def _host(self, step: ExpandedStep, host: str) -> list[Outcome]:
+    def _host(self, step: ExpandedStep, host: str, index: int = 0) -> list[Outcome]:
         outcomes: list[Outcome] = []
         notified: list[str] = []
-        for action in step.hosts[host]:
+        fresh = self.unchanged  # on this host, until its first change in this step
+        for a, action in enumerate(step.hosts[host]):
+            known = self.known.get((host, index, a)) if fresh and host not in self.acted else None
             if isinstance(action, PutFile):
-                outcome = self._put(step, host, action)
+                outcome = self._put(step, host, action, known)
             else:
-                outcome = self._command(step, host, action)
+                outcome = self._command(step, host, action, known)
             outcomes.append(outcome)
             if outcome.status == "failed":
                 return outcomes
             if outcome.status == "changed":
+                fresh = False
                 notified += [n for n in action.notify if n not in notified]
         for name in notified:
             command = step.handlers[host][name]
@@ -167,13 +210,18 @@ class Executor:
                 break
         return outcomes
 
-    def _put(self, step: ExpandedStep, host: str, put: PutFile) -> Outcome:
+    def _put(self, step: ExpandedStep, host: str, put: PutFile, known: str | None = None) -> Outcome:
+        """Upload unless the host has the same content (its digest: from the look-ahead while nothing changed)."""
         started = time.monotonic()
-        current = self.transport.run(host, f"sha256sum {shlex.quote(put.path)} 2>/dev/null || true", timeout=60)
-        if not current.ok:
-            return Outcome(step.id, host, put.describe(), "failed", time.monotonic() - started, current.returncode,
-                           current.tail())
-        if current.stdout.split()[:1] == [put.sha256]:
+        if known is not None:
+            digest = known
+        else:
+            current = self.transport.run(host, f"sha256sum {shlex.quote(put.path)} 2>/dev/null || true", timeout=60)
+            if not current.ok:
+                return Outcome(step.id, host, put.describe(), "failed", time.monotonic() - started,
+                               current.returncode, current.tail())
+            digest = (current.stdout.split() or [""])[0]
+        if digest == put.sha256:
             self._remember(host, put)
             return Outcome(step.id, host, put.describe(), "ok", time.monotonic() - started)
         if self.recording:  # keep the file this upload replaces (or note that it is new)
@@ -190,15 +238,21 @@ class Executor:
         return Outcome(step.id, host, put.describe(), "changed" if result.ok else "failed",
                        time.monotonic() - started, result.returncode, result.tail())
 
-    def _command(self, step: ExpandedStep, host: str, cmd: Command) -> Outcome:
+    def _command(self, step: ExpandedStep, host: str, cmd: Command, known: str | None = None) -> Outcome:
+        """Run unless its check passes (the check's status: from the look-ahead while nothing changed)."""
         started = time.monotonic()
         label = cmd.label
-        if cmd.unless:
+        if (cmd.unless or cmd.probe) and known is not None:
+            if known == "0":
+                return Outcome(step.id, host, label, "ok", time.monotonic() - started)
+        elif cmd.unless:
             check = self.transport.run(host, cmd.unless, timeout=cmd.timeout)
             if check.returncode == 0:
                 return Outcome(step.id, host, label, "ok", time.monotonic() - started)
             if check.returncode == UNREACHABLE:  # ssh itself failed: the host is unreachable
                 return Outcome(step.id, host, label, "failed", time.monotonic() - started, 255, check.tail())
+        if cmd.unless:
+            self.acted.add(host)  # one thread per host: no two threads add the same host
         if cmd.changed_when == "always" and (failed := self._begin(step, host, started)):
             return failed
         result: Result | None = None

@@ -28,8 +28,14 @@ def required(value: object, message: str) -> object:
     return value
 
 
+@cache
+def _template(text: str) -> jinja2.Template:
+    """A compiled template, once per text per process: a runbook step renders once for each of its hosts."""
+    return _env().from_string(text)
+
+
 def render_string(text: str, **context: object) -> str:
-    return _env().from_string(text).render(**context)
+    return _template(text).render(**context)
 
 
 # A cluster file's command template is a command line with values in it: bounded work by construction. Loops may
@@ -96,7 +102,7 @@ def render_command(text: str, **context: object) -> str:
     """Render a cluster file's command template (checked by template_error), its output capped at MAX_OUTPUT."""
     out: list[str] = []
     size = 0
-    for chunk in _env().from_string(text).generate(**context):
+    for chunk in _template(text).generate(**context):
         size += len(chunk)
         if size > MAX_OUTPUT:
             raise ValueError(f"the command renders to more than {MAX_OUTPUT:,} characters")

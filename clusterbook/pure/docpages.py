@@ -7,12 +7,11 @@ import math
 import re
 
 from clusterbook.model.crosscheck import FLASH_ATTN_MIN_CC
-from clusterbook.model.hosts import resolve_hosts
 from clusterbook.model.schema import HIGHER_IS_BETTER, Cluster, RouterTier, RpcTier
-from clusterbook.model.templating import render_command
 from clusterbook.pure import engine_build as eb
 from clusterbook.pure import flags as fl
 from clusterbook.pure import topology as topo
+from clusterbook.pure.fixsteps import fix_step_commands
 from clusterbook.pure.mdtext import code as code_span
 from clusterbook.pure.mdtext import demoted, fence_for, mermaid_text, prose, prose_inline, text, title
 from clusterbook.pure.operations import cluster_command, tier_command
@@ -446,34 +445,6 @@ def router(c: Cluster) -> str:
     why = [[", ".join(f"`{t}`" for t in rule.tasks), rule.model, prose_inline(rule.why)] for rule in c.router.rules]
     return (table(["task", "model", "tier", "endpoint"], rows) + f"\nDefault model: **{default}**.\n\n"
             + "### Why\n\n" + table(["tasks", "model", "reason"], why))
-
-
-def fix_step_commands(c: Cluster, trouble, step) -> list[str]:
-    """One fix step's command lines, one per host it runs on (ssh in front where it runs on a node)."""
-    tier = c.tier(trouble.tier) if trouble.tier else None
-    lines = []
-    hosts = resolve_hosts(c, step.hosts)
-    for host in hosts or [None]:
-        ctx = {"cluster": c, "tier": tier, "node": c.node(host) if host else None, "engine": c.engine,
-               "units": topo.units(tier) if tier else None,
-               "rpc_addresses": [e.split(":")[0] for e in topo.rpc_endpoints(c, tier)]
-               if isinstance(tier, RpcTier) else []}
-        command = render_command(step.run, **ctx)
-        lines.append(topo.ssh_route(c, host).command(command) if host else command)
-    return lines
-
-
-def fix_findings(c: Cluster) -> list[tuple[tuple, str]]:
-    """Every troubleshooting command that does not render (a variable that is not there, a value it cannot use)."""
-    out = []
-    for i, trouble in enumerate(c.troubleshooting):
-        for j, step in enumerate(trouble.fix):
-            try:
-                fix_step_commands(c, trouble, step)
-            except Exception as exc:
-                out.append((("troubleshooting", i, "fix", j, "run"),
-                            f"the command does not render: {type(exc).__name__}: {str(exc)[:200]}"))
-    return out
 
 
 def fix_commands(c: Cluster, trouble) -> str:

@@ -82,6 +82,7 @@ class Command:
     notify: tuple[str, ...] = ()
     name: str | None = None
     abort_when: str | None = None
+    probe: bool = False  # read-only (a wait): while a run has changed nothing, its look-ahead answer stands
 
     @property
     def label(self) -> str:
@@ -294,17 +295,18 @@ def _concrete(action, path, files, host, owner, tpl, problems, doc, c) -> Concre
     if isinstance(action, WaitPort):
         port = tpl(action.wait_port, path + ("wait_port",))
         if unit:
-            return Command(waits.port_or_exited(port, unit, restart_sec), until="listening", **watched,
+            return Command(waits.port_or_exited(port, unit, restart_sec), until="listening", **watched, probe=True,
                            name=f"port {port} listening (fails if {unit} keeps exiting)")
         return Command(f"ss -Hltn 'sport = :{port}' | grep -q LISTEN && echo listening", until="listening",
-                       changed_when="never", timeout=10, retries=tries, delay=action.delay, notify=notify)
+                       changed_when="never", timeout=10, retries=tries, delay=action.delay, notify=notify, probe=True)
     if isinstance(action, WaitHttp):
         url = tpl(action.wait_http, path + ("wait_http",))
         if unit:
             return Command(waits.http_or_exited(url, action.status, unit, restart_sec), until="healthy", **watched,
+                           probe=True,
                            name=f"{url} answers {action.status} (fails if {unit} keeps exiting)")
         return Command(f"curl -s -o /dev/null -m 5 -w '%{{http_code}}' {shlex.quote(url)}", until=str(action.status),
-                       changed_when="never", timeout=10, retries=tries, delay=action.delay, notify=notify)
+                       changed_when="never", timeout=10, retries=tries, delay=action.delay, notify=notify, probe=True)
     return None
 
 

@@ -892,7 +892,8 @@ def _probe_saw_down(context):
 def _alert_cycle(cluster, transport, context, measured):
     tier, window, fired = context["tier"], context["window"], context["fired_after"]
     assert fired is not None, f"tier {tier.name}: TierDown did not fire within {window:g} s and the scrapes after"
-    assert fired >= window, f"tier {tier.name}: TierDown fired {fired:.0f} s after the stop began, before its {window:g} s window"
+    assert fired >= window, (f"tier {tier.name}: TierDown fired {fired:.0f} s after the stop began, before its "
+                             f"{window:g} s window")
     deadline = context["back"] + 4 * cluster.monitoring.scrape_interval_s + 30
     while time.monotonic() < deadline and alert_firing(cluster, transport, tier):
         time.sleep(3)

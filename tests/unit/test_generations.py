@@ -135,4 +135,4 @@ def test_a_converged_run_costs_no_generation_round_trip(node, tmp_path):
     step = ExpandedStep("env", "env", "", {"n1": [PutFile(path, "CTX=2048\n", 0o644), Command("true", "true")]})
     rec = recording(node, "20261126T120000.000000Z-deploy-rpc-reasoning")
     Executor(Counting(), tmp_path / "state", recording=rec).run(Expansion("deploy-rpc", "t", "", "reasoning", [step]))
-    assert len(seen) == 2 and not (node / "gens").exists(), seen  # the sha256 check and the unless check only
+    assert len(seen) == 1 and not (node / "gens").exists(), seen  # the look-ahead only (digest and unless check)

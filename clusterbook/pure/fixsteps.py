@@ -1,0 +1,36 @@
+"""A troubleshooting entry's fix steps as command lines: rendered from the cluster file's templates, one per host."""
+
+from __future__ import annotations
+
+from clusterbook.model.hosts import resolve_hosts
+from clusterbook.model.schema import Cluster, RpcTier
+from clusterbook.model.templating import render_command
+from clusterbook.pure import topology as topo
+
+
+def fix_step_commands(c: Cluster, trouble, step) -> list[str]:
+    """One fix step's command lines, one per host it runs on (ssh in front where it runs on a node)."""
+    tier = c.tier(trouble.tier) if trouble.tier else None
+    lines = []
+    hosts = resolve_hosts(c, step.hosts)
+    for host in hosts or [None]:
+        ctx = {"cluster": c, "tier": tier, "node": c.node(host) if host else None, "engine": c.engine,
+               "units": topo.units(tier) if tier else None,
+               "rpc_addresses": [e.split(":")[0] for e in topo.rpc_endpoints(c, tier)]
+               if isinstance(tier, RpcTier) else []}
+        command = render_command(step.run, **ctx)
+        lines.append(topo.ssh_route(c, host).command(command) if host else command)
+    return lines
+
+
+def fix_findings(c: Cluster) -> list[tuple[tuple, str]]:
+    """Every troubleshooting command that does not render (a variable that is not there, a value it cannot use)."""
+    out = []
+    for i, trouble in enumerate(c.troubleshooting):
+        for j, step in enumerate(trouble.fix):
+            try:
+                fix_step_commands(c, trouble, step)
+            except Exception as exc:
+                out.append((("troubleshooting", i, "fix", j, "run"),
+                            f"the command does not render: {type(exc).__name__}: {str(exc)[:200]}"))
+    return out
