@@ -68,8 +68,7 @@ def test_a_good_change_lands_and_a_bad_one_is_rolled_back_to_it(deployed, tmp_pa
     assert change["outcome"] == "rolled back" and phase["outcome"] == "rolled back"
     assert phase["rollback"]["answered"] and phase["rollback"]["restored"][0]["files"] == [
         "/etc/systemd/system/llama-reasoning.service"]
-    recovery = 30  # lab/cluster.yaml: reasoning's recovery_s critical level
-    assert phase["rollback"]["seconds"] <= recovery, phase["rollback"]
+    assert phase["rollback"]["seconds"] <= 30, phase["rollback"]  # restored and answering (it loads in ~3 s)
     again = next(r for r in phase["scenarios"] if r["when"] == "after rollback")
     assert again["passed"] and not again["failed"], again
     status = invoke("status", cluster=good).stdout.replace("\n", " ")
