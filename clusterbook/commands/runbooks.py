@@ -130,13 +130,15 @@ def status(cluster_file: str, only: str | None = None, dry: bool = False) -> Non
         console.print(commands)
     jobs = [json.loads(line) for o in report.outcomes for line in o.stdout.splitlines() if line.startswith("{")]
     if jobs:
+        demand = any(j.get("on_demand") for j in jobs)
         table = Table("job", "id", "state", "reason", "nodes", "start", "endpoint", "script (sha256)",
-                      title="SLURM jobs")
+                      *(["on demand"] if demand else []), title="SLURM jobs")
         for j in jobs:
             state = j["state"]
             shown = f"[green]{state}[/]" if state == "RUNNING" else f"[yellow]{state}[/]"
+            extra = [j.get("on_demand") or "-"] if demand else []
             table.add_row(j["job"], j["id"] or "-", shown, j["reason"] or "-", j["nodes"] or "-", j["start"] or "-",
-                          j["endpoint"] or "-", j.get("script") or "-")
+                          j["endpoint"] or "-", j.get("script") or "-", *extra)
         console.print(table)
     if cluster.monitoring and not only:
         _live_figures(cluster)

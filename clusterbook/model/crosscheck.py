@@ -30,7 +30,7 @@ def check_cluster(c: Cluster) -> list[Finding]:
     """Every cross-field problem of a schema-valid cluster, as (path, message)."""
     findings: list[Finding] = []
     for rule in (_networks, _nodes, _hostnames, _jumps, _engine, _models, _tiers, _contexts, _ports, _router, _gateway,
-                 _targets, _unique_ids, _slurm, folder_findings, legacy_findings, _memory_max, _compilers):
+                 _on_demand, _targets, _unique_ids, _slurm, folder_findings, legacy_findings, _memory_max, _compilers):
         findings.extend(rule(c))
     return findings
 
@@ -279,6 +279,8 @@ def _ports(c: Cluster) -> list[Finding]:
             claim(c.gateway.node, c.gateway.path_port, "the gateway's path port", ("gateway", "path_port"))
         if c.gateway.docs_port:
             claim(c.gateway.node, c.gateway.docs_port, "the gateway's docs port", ("gateway", "docs_port"))
+        if any(t.on_demand for t in c.tiers):
+            claim(c.gateway.node, c.gateway.wake_port, "the gateway's wake service", ("gateway", "wake_port"))
     if c.monitoring:
         m = c.monitoring
         claim(m.node, m.port, "Prometheus", ("monitoring", "port"))
@@ -337,6 +339,28 @@ def _gateway(c: Cluster) -> list[Finding]:
             ipaddress.ip_address(addr)
         except ValueError:
             out.append((("gateway", "listen", j), f"not an IP address: {addr!r}"))
+    return out
+
+
+def _on_demand(c: Cluster) -> list[Finding]:
+    """A tier on demand runs under SLURM, behind a gateway route, and the gateway shares the keeper's node (the wake
+    service there marks the tier wanted and starts the keeper). Its times against the plan: planner/findings.py."""
+    out: list[Finding] = []
+    for i, tier in enumerate(c.tiers):
+        if tier.on_demand is None:
+            continue
+        where = ("tiers", i, "on_demand")
+        if tier.manager != "slurm":
+            out.append((where, f"tier {tier.name} runs under systemd: only a SLURM tier is released when idle and "
+                               "started on demand (its job gives the GPUs back); set manager: slurm or remove "
+                               "on_demand"))
+        elif not c.gateway or not any(r.tier == tier.name for r in c.gateway.routes):
+            out.append((where, f"tier {tier.name} has no gateway route: the first request that starts it comes "
+                               "through the gateway"))
+        elif c.gateway.node != c.keeper_node:
+            out.append((where, f"the gateway runs on {c.gateway.node} and the keeper on {c.keeper_node}: the "
+                               "gateway's wake service marks a released tier wanted for the keeper, so both must "
+                               "share a node"))
     return out
 
 

@@ -384,6 +384,19 @@ class SlurmJob(Strict):
                                                "per SLURM tier each time")
 
 
+class OnDemand(Strict):
+    """A SLURM tier that gives its GPUs back when idle and starts again on the first request (issue 33)."""
+
+    idle_s: int = Field(ge=10, le=7 * 86_400,
+                        description="release the tier after this many seconds with no request through the gateway "
+                                    "and none in flight: its job ends cleanly and the GPUs go back to the queue "
+                                    "(at least the predicted cold start)")
+    wait_cap_s: int | None = Field(None, ge=5, le=3600,
+                                   description="how long a request to a released tier waits at the gateway while "
+                                               "the tier starts; past it, 503 with Retry-After (default: the "
+                                               "planner's predicted cold start × 1.5 + 10 s)")
+
+
 class SystemdService(Strict):
     """systemd settings of one service."""
 
@@ -437,6 +450,9 @@ class TierBase(Strict):
     parallel: int = Field(1, ge=1, le=64, description="server slots (--parallel)")
     timeout_s: int = Field(600, ge=1, le=86_400, description="HTTP read/write timeout (--timeout)")
     slurm: SlurmJob | None = Field(None, description="SLURM job settings (required when manager is slurm)")
+    on_demand: OnDemand | None = Field(None, description="a SLURM tier released when idle and started by its first "
+                                                         "request, which the gateway holds meanwhile (none: it "
+                                                         "runs from deploy to stop)")
     systemd: SystemdService = Field(default_factory=SystemdService, description="the server unit's settings")
 
     @model_validator(mode="after")
@@ -546,6 +562,8 @@ class Gateway(Strict):
     docs_port: Port | None = Field(None, description="serve the published docs site on this port (and at /docs/ "
                                                      "through tailscale serve and the path port): invoke docs.publish")
     docs_dir: AbsPath = Field("/var/www/clusterbook", description="where docs.publish unpacks the site")
+    wake_port: Port = Field(8079, description="loopback port of the wake service that holds a request to a tier on "
+                                              "demand while it starts (only with on_demand tiers)")
 
     @property
     def url(self) -> str | None:
@@ -906,6 +924,13 @@ class Cluster(Strict):
         if self.slurm:
             return self.slurm.requeue_hold_s
         return self.planner.site_requeue_hold_s or SLURM_REQUEUE_HOLD_S
+
+    @property
+    def keeper_node(self) -> str | None:
+        """Where the keeper runs (it submits the SLURM tiers' jobs and releases idle ones): the controller, else
+        the first SLURM tier's first node."""
+        tiers = [t for t in self.tiers if t.manager == "slurm"]
+        return (self.slurm_controller or tiers[0].nodes[0]) if tiers else None
 
     @property
     def slurm_controller(self) -> str | None:

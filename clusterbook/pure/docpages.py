@@ -821,7 +821,7 @@ def slurm_asks(c: Cluster) -> str:
 def keeper_load(c: Cluster, tiers: list) -> str:
     """What the keeper asks of slurmctld: one squeue per SLURM tier at its interval (for the administrators)."""
     interval = min(t.slurm.keeper_interval_s for t in tiers)
-    return (f"\nThe keeper on {text(c.slurm_controller or tiers[0].nodes[0])} also asks slurmctld once every "
+    return (f"\nThe keeper on {text(c.keeper_node)} also asks slurmctld once every "
             f"{interval} s: one `squeue -n <job>` per SLURM tier ({len(tiers)} in all), to submit a tier's job "
             "again when it has none pending or running (`slurm.keeper_interval_s`).\n")
 

@@ -53,6 +53,9 @@ def cluster_paths(c: Cluster) -> dict[str, str]:
         **_timer("scrape_targets", "clusterbook-scrape-targets"),
         **_timer("keeper", "clusterbook-keeper"),
         **_timer("updater", "clusterbook-upstreams"),
+        "wake": f"{SBIN}/clusterbook-wake",
+        "wake_config": "/etc/clusterbook/wake.json",
+        "wake_unit": unit_file("clusterbook-wake"),
     }
     if c.router:
         paths["selector"] = c.router.script

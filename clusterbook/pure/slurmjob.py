@@ -27,6 +27,16 @@ def sbatch_shell(script: str) -> str:
     return f'sbatch --parsable --comment="{digest_shell(script)}" {script}'
 
 
+def released_marker(c: Cluster, tier: RouterTier | RpcTier) -> str:
+    """Where the keeper notes that it released an idle tier on demand (and why); the wake service removes it."""
+    return f"{layout.keeper_marker_dir(c)}/{topo.units(tier).job}.released"
+
+
+def _unless_released(c: Cluster, tier: RouterTier | RpcTier) -> str:
+    """A shell test, true when an on-demand tier is released: a deploy changes its files and starts nothing."""
+    return f"test -e {released_marker(c, tier)}" if tier.on_demand else "false"
+
+
 def submit(c: Cluster, tier: RouterTier | RpcTier, replace: str) -> tuple[str, str | None, str]:
     """(command, unless, label) that submits the tier's job. The keeper's mark is taken while the old job is
     cancelled (so the keeper does not submit it in between) and set again once sbatch took the new one; replace
@@ -36,17 +46,24 @@ def submit(c: Cluster, tier: RouterTier | RpcTier, replace: str) -> tuple[str, s
     wanted = f"{layout.keeper_marker_dir(c)}/{job}.wanted"
     command = (f"rm -f {wanted}; scancel -n {job} 2>/dev/null; "
                f"while squeue -h -n {job} | grep -q .; do sleep 1; done; {sbatch_shell(script)} && touch {wanted}")
-    if replace == "always":
+    if replace == "always":  # a restart starts a released tier too
+        command = (f"rm -f {released_marker(c, tier)}; " if tier.on_demand else "") + command
         return command, None, f"sbatch {script} (cancelling the running job first)"
-    return (command, f'test "$(squeue -h -n {job} -o %k)" = "{digest_shell(script)}"',
-            f"sbatch {script} (unless a job runs this very script; a job on an older one is cancelled first)")
+    unless = f'test "$(squeue -h -n {job} -o %k)" = "{digest_shell(script)}"'
+    if tier.on_demand:
+        unless = f"{_unless_released(c, tier)} || {unless}"
+    released = ", or the tier is released on demand" if tier.on_demand else ""
+    return (command, unless, f"sbatch {script} (unless a job runs this very script{released}; a job on an older one "
+            "is cancelled first)")
 
 
 def serving(c: Cluster, tier: RouterTier | RpcTier) -> tuple[str, str]:
     """(command, label): prints `serving: …` once the job runs and its registered endpoint answers /health, and
     `exited: …` when the job left the queue before that."""
     job = topo.units(tier).job
-    command = (f"rec={c.storage.endpoint_dir}/{tier.name}.json; host=$(jq -r .host \"$rec\" 2>/dev/null); "
+    released = (f"if {_unless_released(c, tier)}; then echo \"serving: released on demand (its next request "
+                f"starts it)\"; exit 0; fi; ") if tier.on_demand else ""
+    command = (f"{released}rec={c.storage.endpoint_dir}/{tier.name}.json; host=$(jq -r .host \"$rec\" 2>/dev/null); "
                f"port=$(jq -r .port \"$rec\" 2>/dev/null); "
                f"if [ -n \"$host\" ] && curl -sf -o /dev/null -m 5 \"http://$host:$port/health\"; then "
                f"echo \"serving: job $(squeue -h -n {job} -o '%i on %N') at http://$host:$port\"; "
@@ -60,7 +77,9 @@ def gateway_points_at(c: Cluster, tier: RouterTier | RpcTier) -> tuple[str, str]
     /health (or once it is clear the gateway is not deployed yet)."""
     route = next(r for r in c.gateway.routes if r.tier == tier.name)
     updater, url = layout.path(c, "updater"), f"http://{c.gateway.listen[0]}:{route.port}"
-    command = (f"if [ -x {updater} ] && systemctl is-active --quiet nginx; then {updater} >/dev/null && "
+    released = (f"if {_unless_released(c, tier)}; then echo \"gateway: {tier.name} released on demand: not "
+                f"asked (a request would start it)\"; exit 0; fi; ") if tier.on_demand else ""
+    command = (f"{released}if [ -x {updater} ] && systemctl is-active --quiet nginx; then {updater} >/dev/null && "
                f"curl -sf -o /dev/null -m 5 {url}/health && echo \"gateway: {url} serves {tier.name}\"; "
                f"else echo \"gateway: not deployed yet\"; fi")
     return command, f"rewrite the upstreams and wait until the gateway answers for {tier.name}"

@@ -1,5 +1,6 @@
 """Generic acceptance steps: every value comes from the cluster file; failures say what was expected and measured."""
 
+import json
 import math
 import os
 import re
@@ -17,7 +18,7 @@ from clusterbook.effects import probes
 from clusterbook.model.schema import RouterTier, RpcTier
 from clusterbook.pure import topology as topo
 from clusterbook.pure.planner.capacity import plan_cluster, plan_tier
-from clusterbook.pure.planner.loadtime import predict_load
+from clusterbook.pure.planner.loadtime import cold_start_s, predict_load, wait_cap_s, whole_s
 from clusterbook.pure.planner.residency import plan_residency
 from clusterbook.pure.render.artifacts import selector_nodes, selector_rows
 
@@ -485,8 +486,6 @@ def _recovers(cluster, transport, context, measured):
 # --- router -------------------------------------------------------------------------------------------------
 @then("on every node that has the selector, every task maps to the configured model and endpoint")
 def _router(cluster, transport):
-    import json
-
     if not cluster.router:
         pytest.skip("no model router in the cluster file")
     for node in selector_nodes(cluster):
@@ -917,3 +916,128 @@ def _fabric(cluster, transport, measured):
                 assert link.gbps >= level.target, (f"tier {tier.name}: expected ≥ {level.target:g} Gbit/s from "
                                                    f"{link.head} to {link.worker} ({link.source} -> {link.target}), "
                                                    f"measured {link.gbps:.2f}")
+
+
+# --- tiers on demand -----------------------------------------------------------------------------------------------
+def on_demand_tier(cluster):
+    tiers = [t for t in cluster.tiers if t.on_demand and t.manager == "slurm"]
+    if not tiers or not cluster.gateway:
+        pytest.skip("no tier on demand in this cluster file")
+    return tiers[0]
+
+
+def wake_state(cluster, transport, tier) -> dict:
+    """The wake service's view of the tier: {"state": released | starting | serving | stopped, "reason": ...}."""
+    out = transport.run(cluster.keeper_node, f"curl -sf -m 10 http://127.0.0.1:{cluster.gateway.wake_port}/state")
+    assert out.ok, f"the wake service on {cluster.keeper_node} does not answer: {out.tail()}"
+    return json.loads(out.stdout).get(tier.name, {})
+
+
+def job_ids(cluster, transport, tier) -> set[str]:
+    out = transport.run(controller(cluster) or cluster.keeper_node, f"squeue -h -n {topo.units(tier).job} -o %i")
+    return set(out.stdout.split())
+
+
+@when("the first tier on demand has had no request for its idle time")
+def _idle_until_released(cluster, transport, context, measured):
+    tier = on_demand_tier(cluster)
+    limit = tier.on_demand.idle_s + 3 * tier.slurm.keeper_interval_s + 60
+    started, state = time.monotonic(), {}
+    while time.monotonic() - started < limit:
+        state = wake_state(cluster, transport, tier)
+        if state.get("state") == "released":
+            measured(f"{tier.name} released", state.get("reason", ""))
+            context.update(tier=tier)
+            return
+        time.sleep(2)
+    pytest.fail(f"tier {tier.name}: expected the keeper to release it within {limit:g} s of idleness "
+                f"(idle_s {tier.on_demand.idle_s}); the wake service says {state}")
+
+
+@then("its job has left the queue and the wake service calls it released")
+def _released(cluster, transport, context):
+    tier = context["tier"]
+    assert not job_ids(cluster, transport, tier), f"tier {tier.name}: released, but its job is still queued"
+    assert registered(cluster, transport, tier) is None, f"tier {tier.name}: released, but its record remains"
+
+
+def cold_request(cluster, transport, tier, timeout: float) -> tuple[float, int, dict]:
+    """One chat completion through the gateway to a released tier: (seconds, HTTP status, headers)."""
+    key = probes.api_key(transport, cluster, tier)
+    started = time.monotonic()
+    response = httpx.post(f"{through_gateway(cluster, tier, False)}/v1/chat/completions", timeout=timeout,
+                          headers={"Authorization": f"Bearer {key}"} if key else {},
+                          json={"model": tier.served_models[0], "max_tokens": 4,
+                                "messages": [{"role": "user", "content": "Say OK."}]})
+    return time.monotonic() - started, response.status_code, dict(response.headers)
+
+
+@then("its first request through the gateway is answered, within 25 % of the predicted cold start")
+def _cold_answered(cluster, transport, context, measured):
+    tier = context["tier"]
+    plan = plan_tier(cluster, tier)
+    predicted, cap = cold_start_s(cluster, tier, plan), wait_cap_s(cluster, tier, plan)
+    seconds, status, _ = cold_request(cluster, transport, tier, cap + 30)
+    measured(f"{tier.name} cold start s (first request, answered)", round(seconds, 1))
+    measured(f"{tier.name} cold start s (planner)", round(predicted, 1))
+    assert status == 200, f"tier {tier.name}: the first request after the release got {status}, expected 200"
+    assert abs(seconds - predicted) <= 0.25 * predicted, \
+        f"tier {tier.name}: the first request took {seconds:.1f} s, the planner predicted {predicted:.1f} s " \
+        "(more than 25 % apart)"
+
+
+@then("ten concurrent first requests through the gateway are all answered by one new job")
+def _ten_at_once(cluster, transport, context, measured):
+    tier = context["tier"]
+    cap = wait_cap_s(cluster, tier, plan_tier(cluster, tier))
+    with ThreadPoolExecutor(max_workers=10) as pool:
+        results = list(pool.map(lambda _: cold_request(cluster, transport, tier, cap + 30), range(10)))
+    statuses = [status for _, status, _ in results]
+    seconds = [s for s, _, _ in results]
+    measured(f"{tier.name} ten first requests", f"{statuses.count(200)} answered in {min(seconds):.1f}-"
+                                                f"{max(seconds):.1f} s")
+    assert statuses == [200] * 10, f"tier {tier.name}: expected ten 200s, got {statuses}"
+    record = registered(cluster, transport, tier) or {}
+    jobs = job_ids(cluster, transport, tier)
+    assert len(jobs) == 1 and record.get("job_id") in jobs, \
+        f"tier {tier.name}: expected one job serving every request, found jobs {jobs}, record {record}"
+    log = transport.run(cluster.keeper_node, f"journalctl -t clusterbook-keeper --since=-{int(cap) + 60}s "
+                                             "--no-pager").stdout
+    submissions = [ln for ln in log.splitlines() if f"{topo.units(tier).job}: no pending or running job" in ln]
+    assert len(submissions) == 1, f"tier {tier.name}: expected the keeper to submit one job, it logged {submissions}"
+
+
+@when("its partition takes no jobs for a while")
+def _partition_down(cluster, transport, context, request):
+    tier = context["tier"]
+    if not cluster.slurm:
+        pytest.skip("the partition is the site's: clusterbook only takes down a partition of a SLURM it configures")
+    part = tier.slurm.partition
+    down = transport.run(controller(cluster), f"scontrol update PartitionName={part} State=DOWN")
+    assert down.ok, down.tail()
+    # should a later step fail, the partition must not stay down for the scenarios after this one
+    request.addfinalizer(lambda: transport.run(controller(cluster), f"scontrol update PartitionName={part} State=UP"))
+    context.update(partition=part)
+
+
+@then("a request through the gateway gets 503 with Retry-After once the tier's cap has passed")
+def _past_cap(cluster, transport, context, measured):
+    tier = context["tier"]
+    plan = plan_tier(cluster, tier)
+    cap, retry = wait_cap_s(cluster, tier, plan), str(whole_s(cold_start_s(cluster, tier, plan)))
+    seconds, status, headers = cold_request(cluster, transport, tier, cap + 30)
+    measured(f"{tier.name} past the cap", f"{status} after {seconds:.1f} s, Retry-After: {headers.get('retry-after')}")
+    assert status == 503 and headers.get("retry-after") == retry, \
+        f"tier {tier.name}: expected 503 with Retry-After: {retry}, got {status} with {headers.get('retry-after')}"
+    assert cap <= seconds <= cap + 10, f"tier {tier.name}: the 503 came after {seconds:.1f} s, its cap is {cap} s"
+
+
+@then("once the partition is up again, the tier answers its next request")
+def _partition_up(cluster, transport, context, measured):
+    tier = context["tier"]
+    up = transport.run(controller(cluster), f"scontrol update PartitionName={context['partition']} State=UP")
+    assert up.ok, up.tail()
+    cap = wait_cap_s(cluster, tier, plan_tier(cluster, tier))
+    seconds, status, _ = cold_request(cluster, transport, tier, cap + 30)
+    measured(f"{tier.name} answered after the partition came up (s)", round(seconds, 1))
+    assert status == 200, f"tier {tier.name}: expected 200 once the partition is up, got {status}"

@@ -240,3 +240,33 @@ def test_the_solvers_placement_is_deployed_and_every_tier_answers_at_once(slurm_
         invoke("stop.fast", "stop.reasoning", cluster=apart)
         again = invoke("deploy.fast", "deploy.reasoning", "deploy.gateway", cluster=SLURM_LAB)
         assert again.returncode == 0, again.stdout[-3000:] + again.stderr
+
+
+def test_a_tier_on_demand_is_released_when_idle_and_started_by_its_first_request(slurm_lab, tmp_path):
+    """Issue 33 on the lab: reasoning on demand (released after 10 s idle). The scenarios wait for the release each
+    time: the first request is answered within 25 % of the predicted cold start, ten concurrent first requests start
+    one job and are all answered, and a request that waits past the cap (the partition down) gets 503 with
+    Retry-After. A deploy of the released tier changes its files and starts nothing."""
+    demand = tmp_path / SLURM_LAB.name
+    text = SLURM_LAB.read_text()
+    line = "    slurm: {partition: ai, mem: 1G, grace_seconds: 10, requeue: false, gres: null, keeper_interval_s: 3}\n"
+    assert text.count(line) == 2, "the SLURM lab's tiers changed: update this test"
+    head, tail = text.rsplit(line, 1)  # the last: reasoning's
+    demand.write_text(head + line + "    on_demand: {idle_s: 10}\n" + tail)
+    try:
+        run = invoke("deploy.gateway", "deploy.reasoning", cluster=demand)
+        assert run.returncode == 0, run.stdout[-3000:] + run.stderr
+        result = invoke("verify", "--only", "Tiers on demand", cluster=demand, timeout=600)
+        assert result.returncode == 0, result.stdout[-4000:] + result.stderr
+        assert "3 passed" in result.stdout, result.stdout[-2000:]
+        status = invoke("status", cluster=demand)
+        assert status.returncode == 0 and "on demand" in status.stdout, status.stdout[-2000:]
+        released = time.monotonic()
+        while "released" not in invoke("status", cluster=demand).stdout and time.monotonic() - released < 60:
+            time.sleep(3)
+        again = invoke("deploy.reasoning", cluster=demand)  # released: files change, nothing starts
+        assert again.returncode == 0 and "released on demand" in again.stdout, again.stdout[-2000:]
+        assert invoke("status", cluster=demand).stdout.count("released") >= 1
+    finally:
+        back = invoke("deploy.gateway", "deploy.reasoning", cluster=SLURM_LAB)
+        assert back.returncode == 0, back.stdout[-3000:] + back.stderr

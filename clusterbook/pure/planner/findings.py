@@ -9,7 +9,7 @@ from clusterbook.model.problems import Path
 from clusterbook.model.quantization import weights_bytes
 from clusterbook.model.schema import Claim, Cluster, RpcTier
 from clusterbook.pure.planner.capacity import GIB, TierPlan, plan_tier
-from clusterbook.pure.planner.loadtime import predict_load, whole_s
+from clusterbook.pure.planner.loadtime import cold_start_s, default_wait_cap_s, predict_load, whole_s
 from clusterbook.pure.planner.residency import plan_residency, ram_findings, residency_findings
 from clusterbook.pure.planner.shape import from_declared
 
@@ -81,6 +81,7 @@ def plan_findings(c: Cluster, plans: dict[str, TierPlan]) -> list[tuple[Path, st
                         f"its own share {load.local_bytes / 1e9:.1f} GB in {load.local_s:.1f} s + the workers' "
                         f"{load.rpc_bytes / 1e9:.1f} GB through RPC at {load.rpc_rate_gbs:g} GB/s in "
                         f"{load.rpc_s:.0f} s)"))
+    out += on_demand_findings(c, plans)
     cplan = plan_residency(c, plans)
     out += residency_findings(c, cplan) + ram_findings(c, cplan)
     for i, targets in enumerate(c.targets):
@@ -115,3 +116,26 @@ def _mem_text(size: float) -> str:
 
 def _parse_mem(text: str) -> int:
     return int(text[:-1]) * {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}[text[-1]]
+
+
+def on_demand_findings(c: Cluster, plans: dict[str, TierPlan]) -> list[tuple[Path, str]]:
+    """An on-demand tier's idle time and wait cap against its predicted cold start: released sooner than it takes
+    to start, it would spend more time starting than serving; a cap below the start turns every first request
+    into a 503."""
+    out: list[tuple[Path, str]] = []
+    for i, tier in enumerate(c.tiers):
+        if tier.on_demand is None or tier.manager != "slurm" or tier.name not in plans:
+            continue
+        cold = cold_start_s(c, tier, plans[tier.name])
+        parts = (f"predicted cold start {whole_s(cold)} s: SLURM's submission and start "
+                 f"{c.planner.slurm_submit_start_s:g} s + the load {whole_s(cold - c.planner.slurm_submit_start_s)} s")
+        if tier.on_demand.idle_s < cold:
+            out.append((("tiers", i, "on_demand", "idle_s"),
+                        f"tier {tier.name} would be released after {tier.on_demand.idle_s} s idle, sooner than it "
+                        f"starts ({parts}): give at least {whole_s(cold)} s"))
+        if tier.on_demand.wait_cap_s is not None and tier.on_demand.wait_cap_s < cold:
+            out.append((("tiers", i, "on_demand", "wait_cap_s"),
+                        f"tier {tier.name}'s first request would give up after {tier.on_demand.wait_cap_s} s, "
+                        f"before the tier can answer ({parts}): give at least {whole_s(cold)} s, or leave it out "
+                        f"(default {default_wait_cap_s(c, tier, plans[tier.name])} s)"))
+    return out

@@ -74,6 +74,24 @@ def predict_load(c: Cluster, tier: RouterTier | RpcTier, plan: TierPlan) -> Load
                     float(restart), kind, rate, new_job, new_kind)
 
 
+def cold_start_s(c: Cluster, tier: RouterTier | RpcTier, plan: TierPlan) -> float:
+    """A released on-demand tier, from its first request until it answers: the gateway's wake service starts the
+    keeper at once, so SLURM's submission and start, then the load."""
+    return c.planner.slurm_submit_start_s + predict_load(c, tier, plan).load_s
+
+
+def wait_cap_s(c: Cluster, tier: RouterTier | RpcTier, plan: TierPlan) -> int:
+    """How long the gateway holds a request for a released tier: the file's cap, else the predicted cold start with
+    half again and 10 s of margin."""
+    if tier.on_demand and tier.on_demand.wait_cap_s:
+        return tier.on_demand.wait_cap_s
+    return default_wait_cap_s(c, tier, plan)
+
+
+def default_wait_cap_s(c: Cluster, tier: RouterTier | RpcTier, plan: TierPlan) -> int:
+    return math.ceil(1.5 * cold_start_s(c, tier, plan) + 10)
+
+
 def recovery_text(c: Cluster, tier: RouterTier | RpcTier, plan: TierPlan) -> str:
     """One sentence: the predicted load and recovery after a worker crash, beside the tier's recovery target."""
     load = predict_load(c, tier, plan)

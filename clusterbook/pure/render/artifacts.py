@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import posixpath
 from dataclasses import dataclass
 from functools import cache
 from typing import Literal
@@ -18,7 +19,7 @@ from clusterbook.pure import layout, slurmjob
 from clusterbook.pure import topology as topo
 from clusterbook.pure.layout import path as at
 from clusterbook.pure.planner.capacity import plan_tier
-from clusterbook.pure.planner.loadtime import predict_load, whole_s
+from clusterbook.pure.planner.loadtime import cold_start_s, predict_load, wait_cap_s, whole_s
 from clusterbook.pure.render import monitoring as mon
 from clusterbook.pure.render.escaping import LANGUAGE, Quoted, UnsafeValue, checked_target, guard
 
@@ -199,15 +200,50 @@ def _keeper(c: Cluster) -> list[Artifact]:
     tiers = [t for t in c.tiers if t.manager == "slurm"]
     if not tiers:
         return []
-    node = c.slurm_controller or tiers[0].nodes[0]
+    node = c.keeper_node
     interval = min(t.slurm.keeper_interval_s for t in tiers)
-    jobs = [{"name": topo.units(t).job, "script": layout.sbatch_path(c, t)} for t in tiers]
+    jobs = [{"name": topo.units(t).job, "script": layout.sbatch_path(c, t), "tier": t.name,
+             "idle_s": t.on_demand.idle_s if t.on_demand else None} for t in tiers]
     return _periodic(c, node, "keeper", template("keeper.sh.j2", header=header(c), jobs=jobs,
+                                                 wake_port=c.gateway.wake_port if c.gateway else None,
                                                  sbatch=Quoted(slurmjob.sbatch_shell('"$script"')),
                                                  marker_dir=layout.keeper_marker_dir(c), log_dir=c.storage.log_dir),
                      at(c, "keeper"), "resubmit the SLURM tiers that should run and have no job", interval,
                      f"look for the jobs of the SLURM tiers every {interval} s",
                      "SLURM: resubmit a wanted tier that has no job", "SLURM: keeper")
+
+
+def wake_config(c: Cluster) -> str:
+    """The wake service's configuration: per tier on demand its job, endpoint record, cap and how to read its
+    requests in flight."""
+    tiers = {}
+    for tier in (t for t in c.tiers if t.on_demand):
+        plan = plan_tier(c, tier)
+        tiers[tier.name] = {"job": topo.units(tier).job, "kind": tier.kind,
+                            "record": posixpath.join(c.storage.endpoint_dir, f"{tier.name}.json"),
+                            "cap_s": wait_cap_s(c, tier, plan), "keeper_unit": "clusterbook-keeper.service",
+                            "key_file": tier.api_key.file if tier.api_key and tier.api_key.file else None}
+    return json.dumps({"port": c.gateway.wake_port, "marker_dir": layout.keeper_marker_dir(c), "tiers": tiers},
+                      indent=2) + "\n"
+
+
+def _wake_files(c: Cluster) -> list[Artifact]:
+    """On the gateway (the keeper's node): the wake service that holds a request to a released tier while the
+    keeper starts it."""
+    if not any(t.on_demand for t in c.tiers):
+        return []
+    node = c.gateway.node
+    command = Quoted(f"/usr/bin/python3 {at(c, 'wake')} {at(c, 'wake_config')}")
+    return [
+        Artifact(node, at(c, "wake"), template("wake.py.j2", header=header(c)), "python", 0o755,
+                 about="gateway: wake service (tiers on demand)", id="wake"),
+        Artifact(node, at(c, "wake_config"), wake_config(c), "json", about="gateway: wake service configuration",
+                 id="wake_config"),
+        Artifact(node, at(c, "wake_unit"),
+                 template("daemon.service.j2", header=header(c), command=command,
+                          description=Quoted("clusterbook: hold requests to tiers on demand while they start")),
+                 "unit", about="gateway: wake service unit", id="wake_unit"),
+    ]
 
 
 def _slurm_conf(c: Cluster) -> list[Artifact]:
@@ -354,10 +390,17 @@ def _gateway_files(c: Cluster) -> list[Artifact]:
     for route in gw.routes:
         tier = c.tier(route.tier)
         public = (gw.url + route.path) if gw.url else None
-        recovery = predict_load(c, tier, plan_tier(c, tier)).recovery_s
+        plan = plan_tier(c, tier)
+        recovery = predict_load(c, tier, plan).recovery_s
+        wake = None
+        if tier.on_demand:  # nginx asks the wake service first; it answers with where the tier serves
+            wake = {"location": "/_clusterbook_wake_" + tier.name.replace("-", "_"),
+                    "url": f"http://127.0.0.1:{gw.wake_port}/wake/{tier.name}",
+                    "timeout": wait_cap_s(c, tier, plan) + 10, "cap": wait_cap_s(c, tier, plan),
+                    "cold_start": whole_s(cold_start_s(c, tier, plan))}
         routes.append({"path": route.path, "tier": route.tier, "port": route.port, "public": public,
                        "upstream": upstream_name(route.tier), "timeout": tier.timeout_s,
-                       "retry_after": whole_s(recovery)})
+                       "retry_after": whole_s(recovery), "wake": wake})
     files = [Artifact(node, at(c, "nginx_site"),
                       template("nginx-site.conf.j2", header=header(c), gateway=gw, routes=routes), "nginx",
                       about="gateway: nginx site", id="nginx_site")]
@@ -375,6 +418,7 @@ def _gateway_files(c: Cluster) -> list[Artifact]:
                            at(c, "updater"), "point nginx at the tiers' current endpoints", gw.update_interval_s,
                            f"refresh nginx upstreams every {gw.update_interval_s} s",
                            "gateway: endpoint registry -> nginx upstreams", "gateway: updater", after="nginx.service")
+    files += _wake_files(c)
     if gw.tailscale_name:
         ts_routes = [{"path": r.path, "port": r.port} for r in gw.routes]
         files.append(Artifact(node, at(c, "tailscale_serve"),

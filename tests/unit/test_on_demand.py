@@ -1,0 +1,80 @@
+"""Tiers on demand, host-free: what the cluster file's on_demand renders (the gateway's wake service and its nginx
+locations, the keeper's release) and that the real validators accept it. The lab test runs it for real."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from clusterbook.effects.validators import TOOLS, validate
+from clusterbook.model.loader import load_cluster
+from clusterbook.pure.planner.capacity import plan_tier
+from clusterbook.pure.planner.loadtime import cold_start_s, wait_cap_s, whole_s
+from clusterbook.pure.render.artifacts import render_artifacts
+
+ROOT = Path(__file__).resolve().parents[2]
+SLURM_LAB = ROOT / "lab/cluster-slurm.yaml"
+LINE = "    slurm: {partition: ai, mem: 1G, grace_seconds: 10, requeue: false, gres: null, keeper_interval_s: 3}\n"
+
+
+@pytest.fixture
+def on_demand(tmp_path):
+    """The SLURM lab with its reasoning tier on demand (as tests/lab/test_slurm.py deploys it)."""
+    head, tail = SLURM_LAB.read_text().rsplit(LINE, 1)
+    path = tmp_path / "cluster.yaml"
+    path.write_text(head + LINE + "    on_demand: {idle_s: 10}\n" + tail)
+    return load_cluster(path)
+
+
+def files(c) -> dict[str, str]:
+    return {a.path: a.text for a in render_artifacts(c) if a.node == c.gateway.node}
+
+
+def test_the_gateway_asks_the_wake_service_and_proxies_where_it_says(on_demand):
+    site = files(on_demand)["/etc/nginx/sites-available/clusterbook.conf"]
+    tier = on_demand.tier("reasoning")
+    cap, cold = wait_cap_s(on_demand, tier, plan_tier(on_demand, tier)), cold_start_s(on_demand, tier,
+                                                                                        plan_tier(on_demand, tier))
+    assert site.count("auth_request /_clusterbook_wake_reasoning;") == 2  # its route's port and the path port
+    assert site.count("location = /_clusterbook_wake_reasoning {\n        internal;") == 2
+    assert f"proxy_read_timeout {cap + 10}s;" in site
+    assert f"add_header Retry-After {whole_s(cold)} always;" in site
+    assert "rewrite ^/reasoning/(.*)$ /$1 break;" in site  # the path port strips the prefix, as proxy_pass did
+    assert "auth_request /_clusterbook_wake_fast" not in site  # fast is not on demand
+
+
+def test_the_wake_service_and_the_keeper_share_the_tiers_figures(on_demand):
+    tier = on_demand.tier("reasoning")
+    rendered = files(on_demand)
+    config = json.loads(rendered["/etc/clusterbook/wake.json"])
+    assert config["tiers"] == {"reasoning": {
+        "job": "llama-reasoning", "kind": "rpc", "record": "/cluster/shared/endpoints/reasoning.json",
+        "cap_s": wait_cap_s(on_demand, tier, plan_tier(on_demand, tier)), "keeper_unit": "clusterbook-keeper.service",
+        "key_file": None}}
+    keeper = rendered["/usr/local/sbin/clusterbook-keeper"]
+    assert "release_if_idle llama-reasoning reasoning 10\n" in keeper
+    assert "release_if_idle llama-fast" not in keeper
+    assert f"http://127.0.0.1:{on_demand.gateway.wake_port}/idle/$tier" in keeper
+
+
+def test_without_a_tier_on_demand_nothing_of_it_is_rendered():
+    c = load_cluster(SLURM_LAB)
+    rendered = files(c)
+    assert "/etc/clusterbook/wake.json" not in rendered and "/usr/local/sbin/clusterbook-wake" not in rendered
+    assert "auth_request" not in rendered["/etc/nginx/sites-available/clusterbook.conf"]
+    assert "release_if_idle" not in rendered["/usr/local/sbin/clusterbook-keeper"]
+
+
+@pytest.mark.tools
+@pytest.mark.skipif(any(shutil.which(t) is None for t in TOOLS), reason="validators not installed")
+def test_the_real_validators_accept_what_on_demand_renders(on_demand):
+    verdicts = validate(render_artifacts(on_demand))
+    failed = [f"{v.node}:{v.path} {v.validator}: {v.output}" for v in verdicts if not v.ok]
+    assert not failed, "\n".join(failed)
+    checked = {(v.path, v.validator) for v in verdicts}
+    assert ("/usr/local/sbin/clusterbook-wake", "python3 -m py_compile") in checked
+    assert ("/etc/systemd/system/clusterbook-wake.service", "systemd-analyze verify") in checked
+    assert any(v.validator == "nginx -t" for v in verdicts)
