@@ -17,7 +17,7 @@ from clusterbook.pure.mdtext import demoted, fence_for, mermaid_text, prose, pro
 from clusterbook.pure.operations import cluster_command, tier_command
 from clusterbook.pure.planner.capacity import GIB, TierPlan, plan_cluster
 from clusterbook.pure.planner.findings import evaluate_claim
-from clusterbook.pure.planner.loadtime import predict_load, recovery_text, whole_s
+from clusterbook.pure.planner.loadtime import cold_start_s, predict_load, recovery_text, wait_cap_s, whole_s
 from clusterbook.pure.planner.residency import exclusion_text, plan_residency
 from clusterbook.pure.planner.variants import variants
 from clusterbook.pure.render import monitoring as mon
@@ -315,6 +315,8 @@ def tier_notes(c: Cluster, t: RouterTier | RpcTier, plan: TierPlan) -> list[str]
                      f"aborts at its next request after a worker is lost (even one that came back), {then}, and it "
                      f"loads the whole model again: back in about {whole_s(recovery.recovery_s)} s "
                      "(the capacity plan's prediction; `invoke bench.recovery` measures it).\n")
+    if t.on_demand:
+        notes.append(on_demand_note(c, t, plan).lstrip("\n"))
     if t.manager == "slurm" and t.slurm and t.slurm.qos and c.slurm_site:
         for q in c.slurm_site.qos:
             if t.slurm.qos in q.preempts:
@@ -673,8 +675,22 @@ def api(c: Cluster) -> str:
                        f"answer (a stream stops without an error event), {got}. Retry with a backoff for that long "
                        "(the `openai` client retries a 503 only twice by default: the Python examples raise its "
                        "`max_retries`); `/health` answers 200 again when the tier is back.\n")
+        if t.on_demand:
+            out.append(on_demand_note(c, t, plans[t.name]))
     out.append(tailnet_access(c))
     return "\n".join(out)
+
+
+def on_demand_note(c: Cluster, t: RouterTier | RpcTier, plan: TierPlan) -> str:
+    """What a tier on demand costs a client: its idle time, the wait of a first request, the cap and past it."""
+    cold, cap = whole_s(cold_start_s(c, t, plan)), wait_cap_s(c, t, plan)
+    return (f'\n!!! note "On demand: the first request after a quiet spell waits about {cold} s"\n'
+            f"    After {t.on_demand.idle_s:,} s without a request (and none in flight) the tier gives its GPUs "
+            "back to the queue. The next request starts it again and waits at the gateway while it does: about "
+            f"{cold} s (the capacity plan's predicted cold start), at most {cap} s; the answer then comes as usual. "
+            f"Past {cap} s (the GPUs are busy, or its operator stopped the tier) it gets `503` with "
+            f"`Retry-After: {cold}`. Give the first request's client a timeout above {cap} s; concurrent first "
+            "requests start the tier once.\n")
 
 
 def files_index(artifacts: list[Artifact]) -> str:
@@ -924,6 +940,13 @@ def monitoring(c: Cluster) -> str:
                "whether its endpoint record exists (`clusterbook_tier_registered`) and its job is pending "
                "(`clusterbook_tier_pending`, from `squeue`). The node exporter on "
                f"{m.node} serves these figures.\n")
+    demand = [t for t in c.tiers if t.on_demand]
+    if demand:
+        out.append(f"\nThe keeper on {text(c.keeper_node)} writes, at each run, whether each tier on demand is "
+                   "released (`clusterbook_tier_released`, 1 or 0) and the GPUs it gives back meanwhile "
+                   "(`clusterbook_tier_released_gpus`) for the node exporter there. A released tier's TierDown and "
+                   "EndpointMissing stay quiet; the GPU-seconds returned over a day are "
+                   f"`sum_over_time(clusterbook_tier_released_gpus[1d]) * {m.scrape_interval_s}`.\n")
     out.append("\n## Alerts\n")
     entries = {t.id: text(t.symptom) for t in c.troubleshooting}
     rows = []

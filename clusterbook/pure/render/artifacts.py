@@ -203,9 +203,11 @@ def _keeper(c: Cluster) -> list[Artifact]:
     node = c.keeper_node
     interval = min(t.slurm.keeper_interval_s for t in tiers)
     jobs = [{"name": topo.units(t).job, "script": layout.sbatch_path(c, t), "tier": t.name,
-             "idle_s": t.on_demand.idle_s if t.on_demand else None} for t in tiers]
+             "idle_s": t.on_demand.idle_s if t.on_demand else None,
+             "gpus": sum(1 for d in plan_tier(c, t).devices if d.gpu)} for t in tiers]
     return _periodic(c, node, "keeper", template("keeper.sh.j2", header=header(c), jobs=jobs,
                                                  wake_port=c.gateway.wake_port if c.gateway else None,
+                                                 textfile_dir=layout.TEXTFILE_DIR,
                                                  sbatch=Quoted(slurmjob.sbatch_shell('"$script"')),
                                                  marker_dir=layout.keeper_marker_dir(c), log_dir=c.storage.log_dir),
                      at(c, "keeper"), "resubmit the SLURM tiers that should run and have no job", interval,

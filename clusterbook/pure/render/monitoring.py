@@ -140,6 +140,7 @@ class Alert:
     good: list[dict]
     labels: dict = field(default_factory=dict)
     wait_m: int = 0  # minutes beyond `for:` before it fires (a stale sample must first leave the window)
+    quiet: tuple = ()  # more series sets on which it must not fire (a tier down because it is released on demand)
 
 
 def _series(name: str, values: str) -> dict:
@@ -184,27 +185,34 @@ def _tier_alerts(c: Cluster, tier: RouterTier | RpcTier, targets, n: int) -> lis
     down = f"tier {name} has not answered for {recovery:g} s (its recovery target's critical level)"
     trouble = _entry(c, "rpc-worker-down" if isinstance(tier, RpcTier) else "gateway-connection-refused")
     probe = f'clusterbook_tier_healthy{{tier="{name}"}}'
+    # a tier on demand that the keeper released is down on purpose: neither down nor unregistered alerts fire
+    released = f'clusterbook_tier_released{{tier="{name}"}}'
+    unless = f" unless on() {released} == 1" if tier.on_demand else ""
+
+    def quiet(bad: list[dict]) -> tuple:
+        return ((*bad, _series(released, f"1x{n}")),) if tier.on_demand else ()
+
     if isinstance(tier, RouterTier):  # metrics come per loaded model: the probe's /health tells whether it is down
-        cases = [Alert(_rule("TierDown", f"{probe} == 0", f"{recovery:g}s", "critical", label, down, trouble),
-                       [_series(probe, f"0x{n}")], [_series(probe, f"1x{n}")])]
+        bad = [_series(probe, f"0x{n}")]
+        cases = [Alert(_rule("TierDown", f"{probe} == 0{unless}", f"{recovery:g}s", "critical", label, down, trouble),
+                       bad, [_series(probe, f"1x{n}")], quiet=quiet(bad))]
     else:
         scrape = f'up{{job="{job(tier)}"}}'
-        cases = [Alert(_rule("TierDown", f"absent({fresh_up(c, job(tier))})", f"{recovery:g}s", "critical", label,
-                             down, trouble),
-                       # down, beside an up target of an earlier configuration whose last sample is still in the
-                       # lookback
-                       [_series(scrape, f"0x{n}"),
-                        _series(f'up{{job="{job(tier)}", instance="left"}}', f"1 _x{n}")],
-                       [_series(scrape, f"1x{n}")],
-                       wait_m=_minutes(f"{3 * c.monitoring.scrape_interval_s}s"))]
+        # down, beside an up target of an earlier configuration whose last sample is still in the lookback
+        bad = [_series(scrape, f"0x{n}"), _series(f'up{{job="{job(tier)}", instance="left"}}', f"1 _x{n}")]
+        cases = [Alert(_rule("TierDown", f"absent({fresh_up(c, job(tier))}){unless}", f"{recovery:g}s", "critical",
+                             label, down, trouble),
+                       bad, [_series(scrape, f"1x{n}")], wait_m=_minutes(f"{3 * c.monitoring.scrape_interval_s}s"),
+                       quiet=quiet(bad))]
     if tier.manager == "slurm":
         registered, pending = (f'clusterbook_tier_{what}{{tier="{name}"}}' for what in ("registered", "pending"))
         job_name = topo.units(tier).job
         cases += [
-            Alert(_rule("EndpointMissing", f"{registered} == 0", f"{recovery:g}s", "critical", label,
+            Alert(_rule("EndpointMissing", f"{registered} == 0{unless}", f"{recovery:g}s", "critical", label,
                         f"tier {name} has had no record in the endpoint registry for {recovery:g} s: its job "
                         "does not run, or has not registered", _entry(c, "job-not-starting")),
-                  [_series(registered, f"0x{n}")], [_series(registered, f"1x{n}")]),
+                  [_series(registered, f"0x{n}")], [_series(registered, f"1x{n}")],
+                  quiet=quiet([_series(registered, f"0x{n}")])),
             Alert(_rule("TierPending", f"{pending} == 1", f"{recovery:g}s", "warning", label,
                         f"SLURM has held tier {name}'s job ({job_name}) pending for {recovery:g} s",
                         _entry(c, "job-not-starting")),
@@ -268,7 +276,8 @@ def rule_tests(c: Cluster, header: str) -> str:
     for case in alert_cases(c):
         wait = _minutes(case.rule["for"]) + 2 + case.wait_m if case.rule["for"] != "0m" else 3
         expected = {"exp_labels": {**case.rule["labels"], **case.labels}, "exp_annotations": case.rule["annotations"]}
-        for series, alerts_expected in ((case.bad, [expected]), (case.good, [])):
+        for series, alerts_expected in ((case.bad, [expected]), (case.good, []), *((q, []) for q in case.quiet)):
+            series = list(series)
             tested = {s["series"] for s in series}
             baseline = [_series(h, f"1x{n}") for h in healthy if h not in tested]
             tests.append({"interval": "1m", "input_series": series + baseline,
