@@ -387,7 +387,7 @@ class SlurmJob(Strict):
 class OnDemand(Strict):
     """A SLURM tier that gives its GPUs back when idle and starts again on the first request (issue 33)."""
 
-    idle_s: int = Field(ge=10, le=7 * 86_400,
+    idle_s: int = Field(ge=5, le=7 * 86_400,
                         description="release the tier after this many seconds with no request through the gateway "
                                     "and none in flight: its job ends cleanly and the GPUs go back to the queue "
                                     "(at least the predicted cold start)")
