@@ -4,20 +4,20 @@ Feature: Tiers on demand
 
   @disruptive
   Scenario: An idle tier on demand is released, and its first request is answered
-    Given the cluster file
+    Given the cluster file, its tiers on demand as they are
     When the first tier on demand has had no request for its idle time
     Then its job has left the queue and the wake service calls it released
     And its first request through the gateway is answered, within 25 % of the predicted cold start
 
   @disruptive
   Scenario: Ten concurrent first requests start one job and are all answered
-    Given the cluster file
+    Given the cluster file, its tiers on demand as they are
     When the first tier on demand has had no request for its idle time
     Then ten concurrent first requests through the gateway are all answered by one new job
 
   @disruptive
   Scenario: A request that waits past the cap gets 503 with Retry-After
-    Given the cluster file
+    Given the cluster file, its tiers on demand as they are
     When the first tier on demand has had no request for its idle time
     And its partition takes no jobs for a while
     Then a request through the gateway gets 503 with Retry-After once the tier's cap has passed

@@ -57,7 +57,7 @@ def test_the_wake_service_and_the_keeper_share_the_tiers_figures(on_demand):
     keeper = rendered["/usr/local/sbin/clusterbook-keeper"]
     assert "release_if_idle llama-reasoning reasoning 10\n" in keeper
     assert "release_if_idle llama-fast" not in keeper
-    assert f"http://127.0.0.1:{on_demand.gateway.wake_port}/idle/$tier" in keeper
+    assert f"http://127.0.0.1:{on_demand.gateway.wake_port}/release/$tier?idle_s=$idle" in keeper
 
 
 def test_without_a_tier_on_demand_nothing_of_it_is_rendered():
