@@ -967,10 +967,15 @@ def _idle_until_released(cluster, transport, context, measured):
 
 
 @then("its job has left the queue and the wake service calls it released")
-def _released(cluster, transport, context):
+def _released(cluster, transport, context, measured):
     tier = context["tier"]
+    started = time.monotonic()  # the keeper cancels the job once the wake service has released the tier
+    deadline = started + tier.slurm.grace_seconds + 2 * tier.slurm.keeper_interval_s + 15
+    while time.monotonic() < deadline and (job_ids(cluster, transport, tier) or registered(cluster, transport, tier)):
+        time.sleep(1)
     assert not job_ids(cluster, transport, tier), f"tier {tier.name}: released, but its job is still queued"
     assert registered(cluster, transport, tier) is None, f"tier {tier.name}: released, but its record remains"
+    measured(f"{tier.name} job gone after the release (s)", round(time.monotonic() - started, 1))
 
 
 def cold_request(cluster, transport, tier, timeout: float) -> tuple[float, int, dict]:
