@@ -885,6 +885,12 @@ def _down_until_alert(cluster, cluster_file, transport, context, measured):
                 context["probe_saw_down"] = True
             time.sleep(5)
         context["fired_after"] = time.monotonic() - started if alert_firing(cluster, transport, tier) else None
+        # the probe runs on its own timer: a window shorter than its interval can end before it looked once
+        seen_by = started + cluster.monitoring.probe_interval_s + 3 * cluster.monitoring.scrape_interval_s + 10
+        while not context.get("probe_saw_down") and time.monotonic() < seen_by:
+            if probed(cluster, transport, "clusterbook_tier_healthy").get(tier.name) == "0":
+                context["probe_saw_down"] = True
+            time.sleep(2)
     finally:
         result = run_invoke(cluster_file, f"deploy.{tier.name}")  # the tier comes back whatever happened
         assert result.returncode == 0, result.stdout[-2000:] + result.stderr
