@@ -17,13 +17,20 @@ from clusterbook.pure.render.artifacts import template
 
 
 class Server(http.server.BaseHTTPRequestHandler):
-    """/health 200; /metrics with `processing` requests in flight."""
+    """/health 200; /metrics with `processing` requests in flight; as a router, /v1/models and per-model metrics."""
 
     processing = 0
 
     def do_GET(self):
-        body = (f"llamacpp:requests_processing {self.processing}\nllamacpp:requests_deferred 0\n"
-                if self.path == "/metrics" else '{"status": "ok"}')
+        if self.path == "/v1/models":  # a router: one model loaded, one not
+            body = json.dumps({"data": [{"id": "a", "status": {"value": "loaded"}},
+                                        {"id": "b", "status": {"value": "unloaded"}}]})
+        elif self.path in ("/metrics", "/metrics?model=a"):
+            body = f"llamacpp:requests_processing {self.processing}\nllamacpp:requests_deferred 0\n"
+        elif self.path.startswith("/metrics"):
+            body = "llamacpp:requests_processing 99\n"  # a model that is not loaded is never asked
+        else:
+            body = '{"status": "ok"}'
         self.send_response(200)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
@@ -114,3 +121,17 @@ def test_a_stopped_tier_is_not_started_by_a_request(wake, tmp_path, server):
     (markers / "llama-reasoning.wanted").unlink()  # invoke stop.reasoning: neither wanted nor released
     assert t.admit() is False and wake.started == [] and t.state()[0] == "stopped"
     assert t.release(5) == {"released": False, "why": "not serving"}
+
+
+def test_a_router_tier_counts_the_requests_of_its_loaded_models(wake, tmp_path, server):
+    t, markers, record = tier(wake, tmp_path, "7", server)
+    t.spec["kind"] = "router"
+    backend = t.backend()
+    assert t.in_flight(backend) == 0
+    Server.processing = 2
+    try:
+        assert t.in_flight(backend) == 2
+        age(markers / "llama-reasoning.wanted", record)
+        assert t.release(5) == {"released": False, "why": "in flight: 2"}
+    finally:
+        Server.processing = 0
