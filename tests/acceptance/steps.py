@@ -585,7 +585,9 @@ def _preempt(cluster, transport, context, request):
     preemptor = out.stdout.strip()
     # should a later step fail, the node must not stay taken for the scenarios after this one
     request.addfinalizer(lambda: transport.run(controller(cluster), f"scancel {shlex.quote(preemptor)}"))
-    context.update(tier=tier, node=node, host=record["host"], started=time.monotonic(), preemptor=preemptor)
+    jobs = {t.name: (registered(cluster, transport, t) or {}).get("job_id") for t in slurm_tiers(cluster)}
+    context.update(tier=tier, node=node, host=record["host"], started=time.monotonic(), preemptor=preemptor,
+                   jobs=jobs)
 
 
 @then("the tier's job leaves its node, its endpoint leaves the gateway, and clients get 503 with Retry-After")
@@ -643,8 +645,15 @@ def _all_back(cluster, transport, context, measured):
     transport.run(controller(cluster), f"scancel {context['preemptor']}")
     ended = time.monotonic()
     for tier in slurm_tiers(cluster):
-        seconds = answers_through_gateway(cluster, transport, tier, ended, "after the higher-priority job ended")
-        measured(f"{tier.name} back after the preemptor ended (s)", seconds)
+        # a tier whose job the preemption also ended waits for the node in a new job: a start and a load, bounded
+        # by its down alert's window (a CI run: reasoning, head on the preempted node, took over 15 s); a tier
+        # still in its job is bounded by its recovery target
+        same_job = (registered(cluster, transport, tier) or {}).get("job_id") == context["jobs"].get(tier.name)
+        limit = recovery_target(cluster, tier) if same_job else alert_window(cluster, tier)
+        seconds = answers_through_gateway(cluster, transport, tier, ended, "after the higher-priority job ended",
+                                          limit)
+        measured(f"{tier.name} back after the preemptor ended (s)",
+                 f"{seconds} ({'same job' if same_job else 'new job'}, limit {limit:g} s)")
 
 
 def answers_through_gateway(cluster, transport, tier, since: float, after: str, limit: float | None = None) -> float:
