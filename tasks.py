@@ -65,7 +65,8 @@ ns.configure({"clusterbook": commands.SETTINGS_DEFAULTS})  # overridable: invoke
             "models_dir": "local directory with the GGUF files: read exact tensor sizes from their headers",
             "solve": "search the placements the cluster allows (heads, workers, splits, router nodes, smaller "
                      "contexts) and show the best beside the file's, with the change to the file",
-            "min_ctx": "with --solve: the smallest context a tier may be given (default: each tier keeps its own)",
+            "min_ctx": "with --solve: the smallest context a request may be given; the solver tries smaller contexts "
+                       "and more server slots, each slot keeping it (default: each tier keeps its own)",
             "cache_types": "with --solve: KV cache types an RPC tier may be given, comma-separated (e.g. f16,q8_0; "
                            "a quantized V cache only where every GPU has flash attention); default: each keeps its "
                            "own"})

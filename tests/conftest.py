@@ -46,12 +46,17 @@ SEEDS_WORKERS = "    workers: [vasp-03]  # D18: vasp-02's GPU stays the fast tie
 SEEDS_SPLIT = "    tensor_split: {vasp-01: 40, vasp-03: 40}\n"
 
 
+SEEDS_CO_RESIDE = "  co_reside: [[fast, reasoning]]\n"
+
+
 def seeds_placement(text: str) -> str:
     """beefcake2's file with the reasoning tier where the seeds put it, over all three GPUs (before D18): the
     worked examples of the planner and the exclusion of D14 are computed on it."""
     assert SEEDS_WORKERS in text and SEEDS_SPLIT in text, "cluster.yaml's reasoning placement moved: update this"
+    assert SEEDS_CO_RESIDE in text, "cluster.yaml's planner.co_reside moved: update this"
     return (text.replace(SEEDS_WORKERS, "    workers: [vasp-02, vasp-03]\n")
-            .replace(SEEDS_SPLIT, "    tensor_split: {vasp-01: 26, vasp-02: 27, vasp-03: 27}\n"))
+            .replace(SEEDS_SPLIT, "    tensor_split: {vasp-01: 26, vasp-02: 27, vasp-03: 27}\n")
+            .replace(SEEDS_CO_RESIDE, "  co_reside: []\n"))  # D18's declaration came with D18
 
 
 @pytest.fixture(scope="session")

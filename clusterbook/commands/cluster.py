@@ -49,6 +49,10 @@ def checked_cluster(cluster_file: str):
     cluster, doc = load_cluster_document(cluster_file)
     findings = (plan_findings(cluster, plan_cluster(cluster)) + path_collisions(cluster, render_artifacts(cluster))
                 + fix_findings(cluster) + alert_findings(cluster))
+    if any(path[:2] == ("planner", "co_reside") for path, _ in findings):  # name the placement that keeps them
+        hint = placement_hint(cluster)
+        findings = [(path, f"{message}; {hint}" if hint and path[:2] == ("planner", "co_reside") else message)
+                    for path, message in findings]
     if findings:
         raise InputError([doc.problem(path, message) for path, message in findings])
     return cluster
@@ -161,7 +165,8 @@ def solve_placements(cluster_file: str, as_json: bool, min_ctx: int | None,
                       f"{'' if p.feasible else ' · [red]does not fit[/]'} · targets met {p.targets_met} · decode "
                       + ", ".join(f"{k} {v:.1f}" for k, v in p.decode_tps.items()) + " tok/s · recovery "
                       + ", ".join(f"{k} {v:.0f}" for k, v in p.recovery_s.items())
-                      + f" s · least GPU headroom {p.headroom_gib:.2f} GiB\n     {escape(changes)}", markup=True,
+                      + " s · slots " + ", ".join(f"{k} {n} × {p.slot_ctx[k]:,}" for k, n in p.slots.items())
+                      + f" tokens · least GPU headroom {p.headroom_gib:.2f} GiB\n     {escape(changes)}", markup=True,
                       highlight=False)
     if diff:
         console.print(f"the change for placement 1 (comments kept):\n{diff}", markup=False, highlight=False)
@@ -182,7 +187,10 @@ def placement_hint(cluster) -> str | None:
         return None
     what = "; ".join(f"{t}: " + ", ".join(f"{k}={solver._flow(v)}" for k, v in ch.items())
                      for t, ch in found[0].changes.items())
-    why = "every tier serves at the same time" if not current.serving_together else "more targets are met"
+    best = found[0]
+    why = ("planner.co_reside's groups serve together" if best.co_resides and not current.co_resides else
+           "every tier serves at the same time" if best.serving_together and not current.serving_together else
+           "every tier fits with the planner's margin" if not current.feasible else "more targets are met")
     return f"a better placement exists ({why}): {what}; `invoke plan --solve` shows it and the change to the file"
 
 

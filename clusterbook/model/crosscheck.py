@@ -30,7 +30,8 @@ def check_cluster(c: Cluster) -> list[Finding]:
     """Every cross-field problem of a schema-valid cluster, as (path, message)."""
     findings: list[Finding] = []
     for rule in (_networks, _nodes, _hostnames, _jumps, _engine, _models, _tiers, _contexts, _ports, _router, _gateway,
-                 _on_demand, _targets, _unique_ids, _slurm, folder_findings, legacy_findings, _memory_max, _compilers):
+                 _on_demand, _co_reside, _targets, _unique_ids, _slurm, folder_findings, legacy_findings, _memory_max,
+                 _compilers):
         findings.extend(rule(c))
     return findings
 
@@ -361,6 +362,21 @@ def _on_demand(c: Cluster) -> list[Finding]:
             out.append((where, f"the gateway runs on {c.gateway.node} and the keeper on {c.keeper_node}: the "
                                "gateway's wake service marks a released tier wanted for the keeper, so both must "
                                "share a node"))
+    return out
+
+
+def _co_reside(c: Cluster) -> list[Finding]:
+    """Each group of planner.co_reside names tiers of this file, each once. Whether the plan keeps a group
+    together: planner/findings.py."""
+    out: list[Finding] = []
+    tiers = [t.name for t in c.tiers]
+    for i, group in enumerate(c.planner.co_reside):
+        for j, name in enumerate(group):
+            if name not in tiers:
+                out.append((("planner", "co_reside", i, j), f"no tier named '{name}' (tiers: {', '.join(tiers)})"))
+        if _duplicates(group):
+            out.append((("planner", "co_reside", i), f"names {', '.join(sorted(_duplicates(group)))} twice: a "
+                                                     "group lists different tiers"))
     return out
 
 

@@ -864,6 +864,12 @@ class Planner(Strict):
     slurm_mem_margin_pct: float = Field(10, ge=0, le=100,
                                         description="a SLURM job's --mem must exceed the planned host memory "
                                                     "by this, %")
+    co_reside: list[Annotated[list[Name], Field(min_length=2, max_length=32)]] = Field(
+        default_factory=list, max_length=32,
+        description="groups of tiers that must serve at the same time, e.g. [[fast, reasoning]]: `invoke check` "
+                    "refuses a placement where one of a group waits for another (and names the placement "
+                    "`invoke plan --solve` finds), and the solver ranks placements that keep every group "
+                    "together first")
 
 
 class Cluster(Strict):

@@ -429,6 +429,10 @@ def whole_cluster(c: Cluster, plans: dict[str, TierPlan]) -> str:
     out.append("Which tiers can run at the same time (systemd tiers always do; SLURM decides for its jobs "
                "from their GPU and memory requests):\n")
     out.append(table(["tier", *names], rows))
+    if c.planner.co_reside:
+        out.append("\nThe cluster file requires " + "; ".join(" + ".join(g) for g in c.planner.co_reside)
+                   + " to serve at the same time (`planner.co_reside`): `invoke check` refuses a placement that "
+                   "makes one of them wait for another, and names one that keeps them together.\n")
     for node in dict.fromkeys(x.slot.node for x in cplan.loads):
         out.append(f"\n### {node}\n\n{picture(f'What {node} holds at once', f'capacity-{node}')}\n")
         out.append(table(["device", "resident at once", "total", "usable", "headroom"],

@@ -39,7 +39,8 @@ def test_when_nothing_co_resides_the_best_says_why(tmp_path):
     cluster, _ = beefcake2_with(tmp_path, model="OR1-Behemoth-Q8_0")  # 77 GB: all three GPUs, at a small context only
     best = solver.solve(cluster, {"reasoning": 4096}, best=1)[0]
     assert best.feasible and not best.serving_together
-    assert best.changes["reasoning"]["ctx_size"] == 4096  # only a smaller context fits
+    assert best.changes["reasoning"]["ctx_size"] < 32768  # only a smaller context fits
+    assert best.slot_ctx["reasoning"] >= 4096  # each slot keeps the floor
     assert any("vasp-0" in why for why in best.waits), best.waits
 
 
@@ -192,3 +193,89 @@ def test_kv_cache_types_from_an_allowed_set_make_a_context_fit(tmp_path):
 def test_a_quantized_v_cache_is_offered_only_where_every_gpu_has_flash_attention(beefcake2):
     options = solver._caches(beefcake2, beefcake2.tier("reasoning"), ["f16", "q8_0"])  # V100S: compute capability 7.0
     assert options and all(o.get("cache_type_v", "f16") == "f16" and "flash_attn" not in o for o in options)
+
+
+def test_a_co_reside_group_kept_apart_is_refused_naming_the_placement_that_keeps_it(tmp_path):
+    """planner.co_reside: the seeds' placement (reasoning over all three GPUs) makes fast wait on vasp-02; `invoke
+    check` refuses it at the group's line and names the placement the solver finds; the solver ranks the group
+    together first."""
+    import pytest
+
+    from clusterbook.commands.cluster import checked_cluster
+    from clusterbook.model.problems import InputError
+
+    path = tmp_path / "cluster.yaml"
+    path.write_text(seeds_placement(CLUSTERS["beefcake2"].read_text()).replace("  co_reside: []\n",
+                                                                              "  co_reside: [[fast, reasoning]]\n"))
+    with pytest.raises(InputError) as caught:
+        checked_cluster(str(path))
+    text = str(caught.value)
+    assert "planner.co_reside[0]: tiers fast, reasoning must serve at the same time, but the plan says fast and " \
+           "reasoning cannot" in text, text
+    assert "a better placement exists (planner.co_reside's groups serve together): reasoning: workers=[vasp-03]" \
+           in text, text
+    cluster, _ = load_cluster_document(path)
+    current, best = solver.judge(cluster, {}), solver.solve(cluster, best=1)[0]
+    assert not current.co_resides and best.co_resides and solver.better(current, best)
+
+
+def test_a_slurm_jobs_mem_and_gres_are_fitted_to_its_plan(tmp_path, beefcake2):
+    """--mem: the planned host memory and the margin `invoke check` asks for; --gres: the GPUs the tier uses on its
+    busiest node (a router tier: every GPU of its node), the gres type kept."""
+    from clusterbook.model.schema import SlurmJob
+    from clusterbook.pure.planner.capacity import plan_tier
+    from clusterbook.pure.planner.findings import parse_mem, slurm_need
+
+    fast = beefcake2.tier("fast")
+    asks = solver.job_requests(beefcake2, fast, plan_tier(beefcake2, fast))
+    need = slurm_need(plan_tier(beefcake2, fast))
+    assert asks["slurm.gres"] == "gpu:1"
+    assert need * 1.1 <= parse_mem(asks["slurm.mem"]) < need * 1.1 + 2**30  # whole GiB above the margin
+    text = CLUSTERS["mini"].read_text()
+    gpu = '{model: GPU, memory_mib: 16384, compute_capability: "8.0", bandwidth_gbs: 900}'
+    text = text.replace(f"gpus: [{gpu}]", f"gpus: [{gpu.replace('}', ', count: 4}')}]", 1)  # n1 has 4 GPUs
+    (tmp_path / "multi.yaml").write_text(text.replace("tensor_split: {n1: 1, n2: 1}",
+                                                      "tensor_split: {n1: [1, 1, 1, 1], n2: 1}"))
+    multi, _ = load_cluster_document(tmp_path / "multi.yaml")
+    big = multi.tier("big").model_copy(update={"slurm": SlurmJob(partition="ai", mem="64G", gres="gpu:a100:1")})
+    assert solver.job_requests(multi, big, plan_tier(multi, big))["slurm.gres"] == "gpu:a100:4"
+    assert solver.job_requests(multi, multi.tier("big"), plan_tier(multi, multi.tier("big"))) == {}  # systemd
+
+
+def test_a_smaller_mem_that_lets_two_jobs_share_a_node_is_found_and_written_into_the_flow_mapping(tmp_path):
+    """The SLURM lab with both jobs asking 3G of a node's 4 GB: one waits wherever they meet; fitting each job's
+    --mem to its plan (at least 1G) lets both run where they are, and the diff edits the one-line slurm mapping in
+    place (comments kept)."""
+    lab = (CLUSTERS["beefcake2"].parent / "lab/cluster-slurm.yaml").read_text().replace("mem: 1G,", "mem: 3G,")
+    path = tmp_path / "cluster-slurm.yaml"
+    path.write_text(lab)
+    cluster, doc = load_cluster_document(path)
+    assert not solver.judge(cluster, {}).serving_together
+    fitted = next(p for p in solver.solve(cluster, best=50)
+                  if p.changes and all(k.startswith("slurm.") for ch in p.changes.values() for k in ch))
+    assert fitted.changes == {"fast": {"slurm.mem": "1G"}, "reasoning": {"slurm.mem": "1G"}}, fitted.changes
+    assert fitted.serving_together and fitted.feasible
+    mem = "2G"
+    edited = solver.yaml_edit(lab, cluster, doc.lines, {"fast": {"slurm.mem": mem, "slurm.gres": "gpu:1"},
+                                                        "reasoning": {"slurm.qos": "normal"}})
+    assert [ln for ln in lab.splitlines() if "#" in ln] == [ln for ln in edited.splitlines() if "#" in ln]
+    assert edited.count("\n") == lab.count("\n")
+    path.write_text(edited)
+    again, _ = load_cluster_document(path)
+    assert again.tier("fast").slurm.mem == mem and again.tier("fast").slurm.gres == "gpu:1"  # null replaced
+    assert again.tier("reasoning").slurm.qos == "normal"  # a key the mapping did not have, added
+    assert again.tier("reasoning").slurm.mem == "3G"
+
+
+def test_with_a_context_floor_the_solver_gives_each_request_the_floor_and_serves_more_at_once(beefcake2, tmp_path):
+    """--min-ctx 8192 on beefcake2: both tiers keep 32,768 tokens of KV cache as four slots of 8,192 (llama-server
+    gives each slot ctx_size / parallel), no memory more; without a floor the slots stay as written."""
+    assert solver._sized(beefcake2.tier("reasoning"), None) == [{"ctx_size": 32768}]
+    best = solver.solve(beefcake2, {"fast": 8192, "reasoning": 8192}, best=1)[0]
+    assert best.changes == {"fast": {"parallel": 4}, "reasoning": {"parallel": 4}}, best.changes
+    assert best.slot_ctx == {"fast": 8192, "reasoning": 8192}
+    assert best.headroom_gib == solver.judge(beefcake2, {}).headroom_gib
+    text = CLUSTERS["beefcake2"].read_text()
+    _, doc = load_cluster_document(CLUSTERS["beefcake2"])
+    edited = solver.yaml_edit(text, beefcake2, doc.lines, best.changes)
+    assert edited.count("    parallel: 4\n") == 2

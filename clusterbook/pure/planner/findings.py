@@ -60,13 +60,13 @@ def plan_findings(c: Cluster, plans: dict[str, TierPlan]) -> list[tuple[Path, st
                             f"tier {tier.name} does not fit {where}: needs {d.total / GIB:.1f} GiB of "
                             f"{d.capacity / GIB:.1f} GiB usable, short by {-d.headroom / GIB:.1f} GiB{hint}"))
         if tier.slurm:
-            need = _slurm_need(plan)
-            mem = _parse_mem(tier.slurm.mem)
+            need = slurm_need(plan)
+            mem = parse_mem(tier.slurm.mem)
             margin = c.planner.slurm_mem_margin_pct / 100
             if mem < need * (1 + margin):
                 out.append((("tiers", i, "slurm", "mem"),
                             f"--mem={tier.slurm.mem} leaves less than {margin:.0%} over weights + KV cache + "
-                            f"buffers ({need / GIB:.1f} GiB; give at least {_mem_text(need * (1 + margin))}; "
+                            f"buffers ({need / GIB:.1f} GiB; give at least {mem_text(need * (1 + margin))}; "
                             "seed 004's "
                             "workers were SIGKILLed at 64G)"))
     for i, targets in enumerate(c.targets):
@@ -83,7 +83,7 @@ def plan_findings(c: Cluster, plans: dict[str, TierPlan]) -> list[tuple[Path, st
                         f"{load.rpc_s:.0f} s)"))
     out += on_demand_findings(c, plans)
     cplan = plan_residency(c, plans)
-    out += residency_findings(c, cplan) + ram_findings(c, cplan)
+    out += residency_findings(c, cplan) + ram_findings(c, cplan) + co_reside_findings(c, cplan)
     for i, targets in enumerate(c.targets):
         plan = plans.get(targets.tier)
         if plan and targets.decode_tps and plan.decode_bound_tps is not None \
@@ -104,17 +104,29 @@ def plan_findings(c: Cluster, plans: dict[str, TierPlan]) -> list[tuple[Path, st
     return out
 
 
-def _slurm_need(plan: TierPlan) -> int:
+def co_reside_findings(c: Cluster, cplan) -> list[tuple[Path, str]]:
+    """A group of planner.co_reside in which the plan makes one tier wait for another."""
+    out: list[tuple[Path, str]] = []
+    for i, group in enumerate(c.planner.co_reside):
+        apart = [e for e in cplan.exclusions if e.first in group and e.second in group]
+        if apart:
+            out.append((("planner", "co_reside", i),
+                        f"tiers {', '.join(group)} must serve at the same time, but the plan says "
+                        + "; ".join(f"{e.first} and {e.second} cannot: {e.reason}" for e in apart)))
+    return out
+
+
+def slurm_need(plan: TierPlan) -> int:
     """Host memory a job needs per node in the worst case: the model file in page cache plus buffers."""
     return sum(d.weights for d in plan.devices) + sum(d.kv + d.compute for d in plan.devices)
 
 
-def _mem_text(size: float) -> str:
+def mem_text(size: float) -> str:
     """A --mem value at or above size: whole GiB, or whole MiB below 1 GiB."""
     return f"{math.ceil(size / GIB)}G" if size >= GIB else f"{math.ceil(size / 2**20)}M"
 
 
-def _parse_mem(text: str) -> int:
+def parse_mem(text: str) -> int:
     return int(text[:-1]) * {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}[text[-1]]
 
 

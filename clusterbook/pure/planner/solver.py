@@ -1,11 +1,13 @@
 """The placement solver: every placement the cluster allows for its tiers (an RPC tier's head and workers and their
-split, a router tier's node, a smaller context down to a floor, KV cache types from an allowed set), judged by the
-same planner as the file itself, ranked by what an operator wants first: every tier serving at once, then targets
-met, decode speed, recovery and headroom."""
+split, a router tier's node, a smaller context down to a floor, server slots that each keep the floor, KV cache
+types from an allowed set, a SLURM job's --mem and --gres fitted to the plan), judged by the same planner as the
+file itself, ranked by what an operator wants first: the groups the file says must co-reside together, every tier
+serving at once, then targets met, decode speed, recovery, slots and headroom."""
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from itertools import combinations, product
 
@@ -14,7 +16,7 @@ import yaml
 from clusterbook.model.crosscheck import FLASH_ATTN_MIN_CC
 from clusterbook.model.schema import QUANTIZED_CACHE_TYPES, Cluster, RouterTier, RpcTier
 from clusterbook.pure.planner.capacity import GIB, plan_tier
-from clusterbook.pure.planner.findings import plan_findings
+from clusterbook.pure.planner.findings import mem_text, parse_mem, plan_findings, slurm_need
 from clusterbook.pure.planner.loadtime import predict_load
 from clusterbook.pure.planner.residency import plan_residency, ram_findings, residency_findings
 
@@ -35,17 +37,22 @@ class Placement:
     problems: list[str] = field(default_factory=list)
     waits: list[str] = field(default_factory=list)  # why tiers cannot run together, where they cannot
     margin_gib: float = 0.0  # the least memory left on a GPU beyond the planner's measured error (policy: >= 0)
+    co_resides: bool = True  # every group of planner.co_reside serves together
+    slots: dict[str, int] = field(default_factory=dict)  # server slots per tier (--parallel)
+    slot_ctx: dict[str, int] = field(default_factory=dict)  # the context each slot gets (ctx_size / parallel)
 
     @property
     def rank(self) -> tuple:
-        """Smaller is better: feasible, serving together, targets met, then decode, recovery, headroom."""
-        return (not self.feasible, not self.serving_together, -self.targets_met,
+        """Smaller is better: feasible, the declared groups together, every tier together, targets met, then decode,
+        recovery, slots (each keeps the per-request context floor), headroom, and the fewest changes."""
+        return (not self.feasible, not self.co_resides, not self.serving_together, -self.targets_met,
                 -round(sum(self.decode_tps.values()), 1), round(sum(self.recovery_s.values())),
-                -round(self.headroom_gib, 2), sum(len(f) for f in self.changes.values()))
+                -sum(self.slots.values()), -round(self.headroom_gib, 2), sum(len(f) for f in self.changes.values()))
 
     def as_json(self) -> dict:
-        return {"changes": self.changes, "feasible": self.feasible, "serving_together": self.serving_together,
-                "targets_met": self.targets_met,
+        return {"changes": self.changes, "feasible": self.feasible, "co_resides": self.co_resides,
+                "serving_together": self.serving_together, "targets_met": self.targets_met, "slots": self.slots,
+                "slot_ctx": self.slot_ctx,
                 "decode_bound_tps": {k: round(v, 1) for k, v in self.decode_tps.items()},
                 "recovery_s": {k: round(v) for k, v in self.recovery_s.items()},
                 "least_gpu_headroom_gib": round(self.headroom_gib, 2),
@@ -54,10 +61,11 @@ class Placement:
 
 
 def better(current: Placement, found: Placement) -> bool:
-    """Whether the solver's placement serves more than the file's: together where the file is not, or more
-    targets met."""
+    """Whether the solver's placement serves more than the file's: the declared groups or every tier together where
+    the file's are not, more targets met, or a fit where the file's does not fit."""
     return found.feasible and found.changes != {} and (
-        (found.serving_together and not current.serving_together) or found.targets_met > current.targets_met)
+        not current.feasible or (found.co_resides and not current.co_resides)
+        or (found.serving_together and not current.serving_together) or found.targets_met > current.targets_met)
 
 
 def share_nodes(c: Cluster) -> dict[str, list[int]]:
@@ -123,6 +131,20 @@ def _contexts(tier, floor: int | None) -> list[int]:
     return out
 
 
+def _sized(tier, floor: int | None) -> list[dict]:
+    """Contexts and server slots: without a floor the tier keeps both; with one, every context from the tier's own
+    down to the floor, each with the slot counts whose share keeps the floor (llama-server without a unified KV
+    cache gives each slot ctx_size / parallel)."""
+    if floor is None:
+        return [{"ctx_size": tier.ctx_size}]
+    out = []
+    for ctx in _contexts(tier, floor):
+        for slots in sorted({tier.parallel, 1, 2, 4, 8, 16}):
+            if ctx // slots >= floor:
+                out.append({"ctx_size": ctx, "parallel": slots})
+    return out or [{"ctx_size": tier.ctx_size}]
+
+
 def _caches(c: Cluster, tier, allowed: list[str] | None) -> list[dict]:
     """The tier's KV cache types, then every pair from the allowed set (none given: the tier keeps its own). A
     quantized V cache needs flash attention, which only GPUs of compute capability 8.0 or more get (crosscheck):
@@ -144,8 +166,41 @@ def _caches(c: Cluster, tier, allowed: list[str] | None) -> list[dict]:
 
 
 def _apply(c: Cluster, changes: dict[str, dict]) -> Cluster:
-    tiers = [t.model_copy(update=changes.get(t.name, {})) for t in c.tiers]
+    """The cluster with each tier's changes; a key `slurm.mem` changes a field of the tier's slurm section."""
+    tiers = []
+    for t in c.tiers:
+        own = changes.get(t.name, {})
+        update = {k: v for k, v in own.items() if "." not in k}
+        job = {k.split(".", 1)[1]: v for k, v in own.items() if k.startswith("slurm.")}
+        if job and t.slurm is not None:
+            update["slurm"] = t.slurm.model_copy(update=job)
+        tiers.append(t.model_copy(update=update))
     return c.model_copy(update={"tiers": tiers})
+
+
+def job_requests(c: Cluster, tier, plan) -> dict:
+    """The --mem and --gres a SLURM tier's job needs for this plan: the planned host memory with the margin the
+    checks ask for (whole GiB), and per node as many GPUs as the tier uses on its busiest node (a router tier uses
+    every GPU of its node; none: no gres). Asking for no more lets another tier's job share the node. At least 1 GiB:
+    the process itself (the binary, CUDA's host allocations) is not in the plan."""
+    if tier.slurm is None:
+        return {}
+    need = max(GIB, slurm_need(plan) * (1 + c.planner.slurm_mem_margin_pct / 100))
+    per_node: dict[str, int] = {}
+    for d in plan.devices:
+        if d.gpu is not None and d.total:
+            per_node[d.node] = per_node.get(d.node, 0) + 1
+    gpus = max(per_node.values(), default=0)
+    kind = (tier.slurm.gres or "gpu:1").split(":")
+    gres = ":".join([*kind[:-1], str(gpus)]) if gpus else None
+    return {"slurm.mem": mem_text(need), "slurm.gres": gres}
+
+
+def _value(tier, key: str):
+    """A tier's value by a changes key (`slurm.mem`: the mem of its slurm section)."""
+    if key.startswith("slurm."):
+        return getattr(tier.slurm, key.split(".", 1)[1]) if tier.slurm else None
+    return getattr(tier, key)
 
 
 def judge(c: Cluster, changes: dict[str, dict], known: dict[str, object] | None = None) -> Placement:
@@ -176,9 +231,16 @@ def judge(c: Cluster, changes: dict[str, dict], known: dict[str, object] | None 
     used = [load for load in cplan.loads if load.slot.model is not None]  # the GPUs
     headroom = min((load.headroom for load in used), default=0) / GIB
     margin = min((error_margin(placed, load) for load in used), default=0) / GIB
-    fits = all(p.fits for p in plans.values()) and margin >= 0
+    over = 1 + placed.planner.slurm_mem_margin_pct / 100  # as `invoke check` asks: a job is killed at its --mem
+    short = [t.name for t in placed.tiers if t.slurm and parse_mem(t.slurm.mem) < slurm_need(plans[t.name]) * over]
+    fits = all(p.fits for p in plans.values()) and margin >= 0 and not short
+    apart = {frozenset((e.first, e.second)) for e in cplan.exclusions}
+    together = all(frozenset((a, b)) not in apart for group in placed.planner.co_reside
+                   for a, b in combinations(group, 2))
     return Placement(changes, not cplan.exclusions, fits and not overfull, met, decode, recovery, headroom,
-                     problems, [f"{e.first} and {e.second}: {e.reason}" for e in cplan.exclusions], margin)
+                     problems, [f"{e.first} and {e.second}: {e.reason}" for e in cplan.exclusions], margin,
+                     together, {t.name: t.parallel for t in placed.tiers},
+                     {t.name: t.ctx_size // t.parallel for t in placed.tiers})
 
 
 def error_margin(c: Cluster, load) -> float:
@@ -201,8 +263,8 @@ def solve(c: Cluster, min_ctx: dict[str, int] | None = None, best: int = 5,
     for t in c.tiers:
         floor = (min_ctx or {}).get(t.name)
         shapes = _rpc_options(c, t) if isinstance(t, RpcTier) else _router_options(c, t)
-        per_tier.append((t, [{**shape, **cache, "ctx_size": ctx} for shape, cache, ctx in
-                             product(shapes, _caches(c, t, cache_types), _contexts(t, floor))]))
+        per_tier.append((t, [{**shape, **cache, **sized} for shape, cache, sized in
+                             product(shapes, _caches(c, t, cache_types), _sized(t, floor))]))
     judged: dict[str, Placement] = {}
     known: dict[str, object] = {}
 
@@ -213,26 +275,47 @@ def solve(c: Cluster, min_ctx: dict[str, int] | None = None, best: int = 5,
             judged[key] = judge(c, changes, known)
         return judged[key]
 
+    def best_of(changes: dict[str, dict]) -> Placement:
+        """These shapes as they are, or with each SLURM job's --mem and --gres fitted to its plan, the better."""
+        plain = judged_once(changes)
+        fitted = {t.name: {**changes.get(t.name, {}),
+                           **{k: v for k, v in job_requests(c, t, known[t.model_dump_json()]).items()
+                              if v != _value(t, k)}}
+                  for t in _apply(c, changes).tiers if t.model_dump_json() in known}
+        return min(plain, judged_once(fitted), key=lambda p: p.rank)
+
     total = 1
     for _, options in per_tier:
         total *= len(options)
     if total <= MAX_PLACEMENTS:
         for combo in product(*(options for _, options in per_tier)):
-            judged_once({t.name: _differences(t, o) for (t, _), o in zip(per_tier, combo)})
+            best_of({t.name: _differences(t, o) for (t, _), o in zip(per_tier, combo)})
     else:
         current: dict[str, dict] = {}
         for _ in range(3):
-            before = judged_once(current).rank
+            before = best_of(current).rank
             for t, options in per_tier:
-                tried = [judged_once({**current, t.name: _differences(t, o)}) for o in options]
+                tried = [best_of({**current, t.name: _differences(t, o)}) for o in options]
                 current = dict(min(tried, key=lambda p: p.rank).changes)
-            if judged_once(current).rank == before:
+            if best_of(current).rank == before:
                 break
     return sorted(judged.values(), key=lambda p: p.rank)[:best]
 
 
 def _differences(tier, option: dict) -> dict:
-    return {k: v for k, v in option.items() if getattr(tier, k) != v}
+    """The option's values that differ from the tier's (a tensor split in the same proportions is the same)."""
+    return {k: v for k, v in option.items()
+            if not (_value(tier, k) == v or (k == "tensor_split" and _proportions(_value(tier, k)) == _proportions(v)))}
+
+
+def _proportions(split: dict | None) -> dict | None:
+    """A tensor split as each device's fraction of the whole, rounded (1:1:1 and 40:40:40 are the same split)."""
+    if not split:
+        return split
+    shares = {(node, i): float(v) for node, value in split.items()
+              for i, v in enumerate(value if isinstance(value, list) else [value])}
+    total = sum(shares.values()) or 1.0
+    return {key: round(v / total, 6) for key, v in shares.items()}
 
 
 def yaml_edit(text: str, c: Cluster, lines: dict[tuple, int], changes: dict[str, dict]) -> str | None:
@@ -244,6 +327,12 @@ def yaml_edit(text: str, c: Cluster, lines: dict[tuple, int], changes: dict[str,
     for name, fields in changes.items():
         index = [t.name for t in c.tiers].index(name)
         for key, value in fields.items():
+            if "." in key:  # a field of a section (slurm.mem): edited inside the section's one-line flow mapping
+                section, field_name = key.split(".", 1)
+                line = lines.get(("tiers", index, section, field_name)) or lines.get(("tiers", index, section))
+                if line is None or not _flow_edit(out, line - 1, field_name, value):
+                    return None
+                continue
             line = lines.get(("tiers", index, key))
             if line is None:
                 last, indent = _tier_end(out, lines, index)
@@ -262,6 +351,23 @@ def yaml_edit(text: str, c: Cluster, lines: dict[tuple, int], changes: dict[str,
     return "\n".join(out)
 
 
+def _flow_edit(out: list[str], at: int, key: str, value: object) -> bool:
+    """Set `key` inside the one-line flow mapping on line `at` (added before its closing brace when it is not
+    there); False when the line holds no such mapping."""
+    line = out[at]
+    start, end = line.find("{"), line.rfind("}")
+    if start < 0 or end < start:
+        return False
+    inner = line[start + 1:end]
+    found = re.search(rf"(^|,)(\s*){re.escape(key)}:\s*[^,]*", inner)
+    if found:
+        inner = inner[:found.start()] + f"{found.group(1)}{found.group(2)}{key}: {_flow(value)}" + inner[found.end():]
+    else:
+        inner = f"{inner.rstrip()}, {key}: {_flow(value)}"
+    out[at] = line[:start + 1] + inner + line[end:]
+    return True
+
+
 def _tier_end(out: list[str], lines: dict[tuple, int], index: int) -> tuple[int, str]:
     """The 0-based index of a tier's last line in the file and the indentation of its keys."""
     own = {path: n for path, n in lines.items() if path[:2] == ("tiers", index) and len(path) >= 3}
@@ -271,6 +377,8 @@ def _tier_end(out: list[str], lines: dict[tuple, int], index: int) -> tuple[int,
 
 
 def _flow(value: object) -> str:
+    if value is None:
+        return "null"
     if isinstance(value, dict):
         return "{" + ", ".join(f"{k}: {_flow(v)}" for k, v in value.items()) + "}"
     if isinstance(value, list):
