@@ -104,8 +104,11 @@ def plan(cluster_file: str, tier: str | None, as_json: bool, models_dir: str | N
         print(json.dumps({"tiers": tiers, "cluster": residency_json(cplan)}, indent=2))
         return
     for p in chosen:
+        slots = cluster.tier(p.tier).parallel  # llama-server gives each slot ctx_size / parallel
+        per_request = f"; {p.ctx // slots:,} per request in {slots} slots" if slots > 1 else ""
         table = Table("device", "node", "blocks", "weights", "KV cache", "compute", "overhead", "total", "usable",
-                      "headroom", title=f"tier {p.tier}: {p.model} at {p.ctx:,} tokens ({p.shape_source} shape)")
+                      "headroom", title=f"tier {p.tier}: {p.model} at {p.ctx:,} tokens ({p.shape_source} shape"
+                                        f"{per_request})")
         for d in p.devices:
             gib = lambda b: f"{b / GIB:.2f} GiB" if b is not None else "-"  # noqa: E731
             head = gib(d.headroom) if d.headroom is None or d.headroom >= 0 else f"[red]{gib(d.headroom)}[/]"

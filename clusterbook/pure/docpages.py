@@ -354,11 +354,20 @@ def tier_flags(c: Cluster) -> str:
     return "\n".join(out)
 
 
+def slot_context(tier) -> str:
+    """The context one request gets: llama-server gives each of its --parallel slots ctx_size / parallel."""
+    if tier.parallel == 1:
+        return f"{tier.ctx_size:,}"
+    return f"{tier.ctx_size // tier.parallel:,} per request ({tier.parallel} slots share {tier.ctx_size:,})"
+
+
 def capacity(c: Cluster, plans: dict[str, TierPlan] | None = None) -> str:
     plans = plans or plan_cluster(c)
     out = []
     for name, p in plans.items():
-        out.append(f"## {name}: {p.model} at {p.ctx:,} tokens\n")
+        slots = c.tier(name).parallel
+        out.append(f"## {name}: {p.model} at {p.ctx:,} tokens" + (f" ({slot_context(c.tier(name))})" if slots > 1
+                                                                     else "") + "\n")
         out.append(table(["device (node)", "blocks", "weights", "KV cache", "compute", "overhead"],
                          [[f"{d.device} ({d.node})", f"{d.blocks}{' + output' if d.output else ''}", gib(d.weights),
                            gib(d.kv), gib(d.compute), gib(d.overhead)] for d in p.devices]))
@@ -635,7 +644,7 @@ def api(c: Cluster) -> str:
         out.append(table(["base URL", "reached"], [[u, w] for w, u in _base_urls(c, t)]))
         out.append("\n**Model ids** (the `model` field of a request):\n")
         out.append(table(["model id", "context (tokens)", "reasoning_content"],
-                         [[f"`{m}`", f"{t.ctx_size:,}", "yes" if c.model(m).reasoning_content else "no"]
+                         [[f"`{m}`", slot_context(t), "yes" if c.model(m).reasoning_content else "no"]
                           for m in t.served_models]))
         if isinstance(t, RouterTier):
             most = f"at most {t.models_max} at once" if t.models_max else "no limit on how many at once"

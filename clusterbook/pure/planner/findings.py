@@ -47,8 +47,9 @@ def evaluate_claim(c: Cluster, claim: Claim, plans: dict[str, TierPlan]) -> Clai
     return ClaimVerdict(claim, bound, None if bound is None else claim.claimed > bound)
 
 
-def plan_findings(c: Cluster, plans: dict[str, TierPlan]) -> list[tuple[Path, str]]:
-    """Problems found with the plan, as (path, message), for `invoke check`."""
+def plan_findings(c: Cluster, plans: dict[str, TierPlan], cplan=None) -> list[tuple[Path, str]]:
+    """Problems found with the plan, as (path, message), for `invoke check`; `cplan`: the residency plan of these
+    plans, when the caller has it already."""
     out: list[tuple[Path, str]] = []
     for i, tier in enumerate(c.tiers):
         plan = plans[tier.name]
@@ -82,7 +83,7 @@ def plan_findings(c: Cluster, plans: dict[str, TierPlan]) -> list[tuple[Path, st
                         f"{load.rpc_bytes / 1e9:.1f} GB through RPC at {load.rpc_rate_gbs:g} GB/s in "
                         f"{load.rpc_s:.0f} s)"))
     out += on_demand_findings(c, plans)
-    cplan = plan_residency(c, plans)
+    cplan = cplan or plan_residency(c, plans)
     out += residency_findings(c, cplan) + ram_findings(c, cplan) + co_reside_findings(c, cplan)
     for i, targets in enumerate(c.targets):
         plan = plans.get(targets.tier)

@@ -203,11 +203,17 @@ def plan_residency(c: Cluster, plans: dict[str, TierPlan]) -> ClusterPlan:
     together = groups(names, {frozenset((e.first, e.second)) for e in exclusions})
     per_tier = {t.name: tier_shares(c, t, plans[t.name]) for t in c.tiers}
     slots = _slots(c)
+    used = {key for shares in per_tier.values() for key in shares}
     loads, alternatives = [], {}
     for key, slot in slots.items():
-        options = list(dict.fromkeys(tuple(s for t in group for s in per_tier[t].get(key, []))
-                                     for group in together))
-        options = [o for o in options if o]
+        if key not in used:
+            continue
+        by_members: dict[tuple[str, ...], tuple[Share, ...]] = {}  # the groups' tiers on this device, once each
+        for group in together:
+            members = tuple(t for t in group if key in per_tier[t])
+            if members and members not in by_members:
+                by_members[members] = tuple(s for t in members for s in per_tier[t][key])
+        options = list(by_members.values())
         if options:
             loads.append(SlotLoad(slot, max(options, key=lambda o: sum(s.total for s in o))))
             alternatives[key] = [SlotLoad(slot, o) for o in options]

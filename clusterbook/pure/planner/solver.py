@@ -214,7 +214,7 @@ def judge(c: Cluster, changes: dict[str, dict], known: dict[str, object] | None 
             key = t.model_dump_json()
             plans[t.name] = known[key] if key in known else known.setdefault(key, plan_tier(placed, t))
         cplan = plan_residency(placed, plans)
-        problems = [message for _, message in plan_findings(placed, plans)]  # targets missed too: shown
+        problems = [message for _, message in plan_findings(placed, plans, cplan)]  # targets missed too: shown
         overfull = residency_findings(placed, cplan) + ram_findings(placed, cplan)
     except (ValueError, KeyError, ZeroDivisionError) as exc:  # a shape the planner cannot place
         return Placement(changes, False, False, 0, {}, {}, 0.0, [str(exc)])
@@ -282,6 +282,9 @@ def solve(c: Cluster, min_ctx: dict[str, int] | None = None, best: int = 5,
                            **{k: v for k, v in job_requests(c, t, known[t.model_dump_json()]).items()
                               if v != _value(t, k)}}
                   for t in _apply(c, changes).tiers if t.model_dump_json() in known}
+        fitted = {name: ch for name, ch in fitted.items() if ch}
+        if fitted == {name: ch for name, ch in changes.items() if ch}:  # no SLURM job asks other than written
+            return plain
         return min(plain, judged_once(fitted), key=lambda p: p.rank)
 
     total = 1
