@@ -15,6 +15,7 @@ RULES = "rules/clusterbook.rules.yml"  # relative to the configuration: promtool
 RULE_TESTS = "rules/clusterbook.rules.test.yml"
 SD_DIR = f"{PROMETHEUS_DIR}/clusterbook"  # file_sd targets of the SLURM tiers, written from the endpoint registry
 TEXTFILE_DIR = "/var/lib/prometheus/node-exporter"  # the node exporter's textfile collector (Debian's default)
+NODE_EXPORTER_EL = "/usr/bin/node_exporter"  # EPEL's golang-github-prometheus-node-exporter installs it here
 NGINX_SITE = "/etc/nginx/sites-available/clusterbook.conf"
 NGINX_SITE_ENABLED = "/etc/nginx/sites-enabled/clusterbook.conf"
 
@@ -56,6 +57,8 @@ def cluster_paths(c: Cluster) -> dict[str, str]:
         "wake": f"{SBIN}/clusterbook-wake",
         "wake_config": "/etc/clusterbook/wake.json",
         "wake_unit": unit_file("clusterbook-wake"),
+        "node_exporter_unit": unit_file("clusterbook-node-exporter"),  # EL: its package's unit name varies
+        "exporter_firewalld": f"{SBIN}/clusterbook-exporter-firewalld",
     }
     if c.router:
         paths["selector"] = c.router.script

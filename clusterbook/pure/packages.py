@@ -14,7 +14,9 @@ PACKAGES: dict[str, dict[str, list[str]]] = {
               "el": ["cmake", "ninja-build", "python3-pip", "patch"]},  # + the node's gcc-toolset
     "jq": {"debian": ["jq"], "el": ["jq"]},
     "iperf3": {"debian": ["iperf3"], "el": ["iperf3"]},
-    "node-exporter": {"debian": ["prometheus-node-exporter"]},
+    # EPEL 8's package (1.3.1 on packages.fedoraproject.org) installs /usr/bin/node_exporter; its unit's name differs
+    # between EPEL releases, so EL nodes run clusterbook's own unit (layout: node_exporter_unit)
+    "node-exporter": {"debian": ["prometheus-node-exporter"], "el": ["golang-github-prometheus-node-exporter"]},
     "prometheus": {"debian": ["prometheus", "prometheus-alertmanager"]},
 }
 

@@ -188,6 +188,20 @@ def _monitoring(c: Cluster) -> list[Artifact]:
                            "Prometheus targets of the SLURM tiers", m.scrape_interval_s,
                            f"targets of the SLURM tiers every {m.scrape_interval_s} s",
                            "monitoring: endpoint registry -> Prometheus targets", "monitoring: scrape targets")
+    for node in (n for n in c.nodes if n.os.family == "el"):  # EPEL's exporter, clusterbook's unit and firewall rule
+        command = Quoted(f"{layout.NODE_EXPORTER_EL} --web.listen-address=:{m.node_exporter_port} "
+                         f"--collector.textfile.directory={layout.TEXTFILE_DIR}")
+        files.append(Artifact(node.name, at(c, "node_exporter_unit"),
+                              template("daemon.service.j2", header=h, command=command,
+                                       description=Quoted("clusterbook: Prometheus node exporter (EPEL's binary)")),
+                              "unit", about="monitoring: the node exporter (EL)", id="node_exporter_unit"))
+        rules = [{"port": m.node_exporter_port, "sources": [topo.address(c, m.node)]}]
+        files.append(Artifact(node.name, at(c, "exporter_firewalld"),
+                              template("firewalld-open.sh.j2", header=h, network=c.management_network,
+                                       address=topo.address(c, node.name), rules=rules,
+                                       what=f"Prometheus on {m.node} may scrape the node exporter here."),
+                              "script", 0o755, about="monitoring: the node exporter's port open to Prometheus "
+                                                     "(firewalld)", id="exporter_firewalld"))
     for node in c.nodes:
         files.append(Artifact(node.name, at(c, "journald"),
                               f"# {h}\n[Journal]\nSystemMaxUse={m.journald_max_use}\n", "ini",
