@@ -249,7 +249,11 @@ def hardware(c: Cluster) -> str:
                                                              systems)
             + "\n`invoke preflight` compares each node's `/etc/os-release` and driver with these. Packages come from "
               "each node's own family: apt on Debian; dnf with EPEL and PowerTools on EL, where the build uses the "
-              "gcc-toolset named here (and nvcc uses its g++ as host compiler). The EL path is rehearsed statically "
+              "gcc-toolset named here (and nvcc uses its g++ as host compiler). Where firewalld runs (EL), each port "
+              "clusterbook serves on is opened in the zone of its network's interface, to its peers only: an RPC "
+              "worker's port to its tier's nodes, a tier's API to its listen network, the node exporter to the "
+              "monitoring node. EL nodes run EPEL's node exporter under clusterbook's own unit. The EL path is "
+              "rehearsed statically "
               "(shellcheck of every command, fixtures with a Rocky 8.10 node's facts, `--dry`), not run: no Rocky "
               "packages are reachable from where clusterbook is developed.\n")
     out += "\n## Networks\n\n" + table(["network", "role", "link", "subnet", "MTU", "bandwidth", "carries RPC"], nets)

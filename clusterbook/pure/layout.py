@@ -79,6 +79,7 @@ def tier_paths(c: Cluster, tier: RouterTier | RpcTier) -> dict[str, str]:
         paths |= {"worker_unit": unit_file(names.worker), "rpc_rules": f"/etc/nftables.d/llama-rpc-{tier.name}.nft",
                   "firewall_unit": unit_file(names.firewall),
                   "firewalld_script": f"{SBIN}/clusterbook-rpc-firewalld-{tier.name}"}
+    paths["http_firewalld"] = f"{SBIN}/clusterbook-http-firewalld-{tier.name}"  # EL nodes that may serve its API
     if c.gateway:
         paths["upstream"] = posixpath.join(c.gateway.upstream_dir, f"{tier.name}.conf")
     return paths

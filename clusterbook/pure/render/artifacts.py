@@ -312,7 +312,23 @@ def _tier_files(c: Cluster, tier: RouterTier | RpcTier) -> list[Artifact]:
             files += _nftables(c, tier, w)
     if not systemd:
         files.append(_sbatch(c, tier))
-    return files
+    return files + _http_firewalld(c, tier)
+
+
+def _http_firewalld(c: Cluster, tier: RouterTier | RpcTier) -> list[Artifact]:
+    """On an EL node that may serve the tier's API, where firewalld's zone rejects what it does not list: a script
+    that opens the tier's HTTP port to its listen network's subnet (the gateway, Prometheus and the tier probe, and
+    the direct clients the API page names, "cluster networks only")."""
+    network = topo.listen_network(c, tier)
+    subnet = str(c.networks[network].subnet)
+    servers = candidate_nodes(c, tier) if isinstance(tier, RouterTier) else tier.nodes[:1]
+    return [Artifact(n, at(c, "http_firewalld", tier),
+                     template("firewalld-open.sh.j2", header=header(c), network=network,
+                              address=topo.address(c, n, network), rules=[{"port": tier.port, "sources": [subnet]}],
+                              what=f"The API of the {tier.name} tier may be reached from the {network} network."),
+                     "script", 0o755, about=f"{tier.name}: HTTP port open to the {network} network (firewalld)",
+                     id="http_firewalld", tier=tier.name)
+            for n in servers if c.node(n).os.family == "el" and network in c.node(n).addresses]
 
 
 def _nftables(c: Cluster, tier: RpcTier, worker: str) -> list[Artifact]:
