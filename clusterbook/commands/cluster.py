@@ -29,7 +29,7 @@ from clusterbook.pure.planner.residency import exclusion_text, plan_residency, r
 from clusterbook.pure.preflight import Check, facts_command, judge, parse_facts
 from clusterbook.pure.reference import reference_markdown, splice
 from clusterbook.pure.render.artifacts import path_collisions, render_artifacts
-from clusterbook.pure.render.monitoring import alert_findings
+from clusterbook.pure.render.monitoring import alert_destinations, alert_findings
 from clusterbook.pure.runbooks import models_for_host
 
 
@@ -64,6 +64,9 @@ def check(cluster_file: str) -> None:
     console.print(f"[green]ok[/] {cluster_file}: schema, cross-field rules and capacity plan")
     if hint := placement_hint(cluster):
         console.print(f"[yellow]hint[/]: {escape(hint)}")
+    if cluster.monitoring and not alert_destinations(cluster):
+        console.print("[yellow]hint[/]: alerts reach no one: Alertmanager has no receiver (give "
+                      "monitoring.alert_webhook or monitoring.alert_email)")
     try:
         verdicts = validate(render_artifacts(cluster))
     except MissingTools as exc:

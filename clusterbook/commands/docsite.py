@@ -21,7 +21,7 @@ from clusterbook.pure.charts import node_pictures
 from clusterbook.pure.operations import operations
 from clusterbook.pure.planner.capacity import TierPlan, plan_cluster
 from clusterbook.pure.planner.residency import plan_residency
-from clusterbook.pure.render.artifacts import Artifact, render_artifacts
+from clusterbook.pure.render.artifacts import Artifact, published, render_artifacts
 from clusterbook.pure.runbooks import RUNBOOK_DIR, available, expand
 
 
@@ -120,7 +120,7 @@ def _build_site(path: str, stamp: tuple) -> Site:
         pictures.update(result_pictures(c, path, narrow))
     sources = [path, *(f"docs/{p.relative_to('docs').as_posix()}" for p in Path("docs").rglob("*.md")),
                *(f"runbooks/{p.name}" for p in RUNBOOK_DIR.glob("*.yaml"))]
-    return Site(path, c, plans, render_artifacts(c), docs, pictures, file_history(sources))
+    return Site(path, c, plans, published(c, render_artifacts(c)), docs, pictures, file_history(sources))
 
 
 def file_history(paths: list[str]) -> dict[str, tuple[int, str]]:

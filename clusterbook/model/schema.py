@@ -11,9 +11,11 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, 
 
 from clusterbook.model.valuetypes import (
     AbsPath,
+    Email,
     FileName,
     Gres,
     HostName,
+    HostPort,
     IpAddress,
     Line,
     LocalPath,
@@ -792,8 +794,18 @@ class SlurmSite(Strict):
                                                           "looks at each)")
 
 
+class AlertEmail(Strict):
+    """Alertmanager's e-mail receiver: who gets the alerts, through which mail relay."""
+
+    to: list[Email] = Field(min_length=1, max_length=20, description="who gets every alert and its resolution")
+    sender: Email = Field(description="the From: address")
+    smarthost: HostPort = Field(description="the mail relay, host:port (e.g. smtp.example.org:587)")
+    require_tls: bool = Field(True, description="refuse to send without STARTTLS")
+
+
 class Monitoring(Strict):
-    """Prometheus, Alertmanager and the node exporters (Debian's packages), rendered from the cluster."""
+    """Prometheus, Alertmanager and the node exporters (Debian's packages; EPEL's node exporter on EL nodes), rendered
+    from the cluster."""
 
     node: Name = Field(description="node running Prometheus and Alertmanager")
     port: Port = Field(9090, description="Prometheus's port")
@@ -804,7 +816,11 @@ class Monitoring(Strict):
     probe_interval_s: int = Field(60, ge=10, le=3600, description="how often the monitoring node asks every tier "
                                                                   "for /health and a one-token completion (its "
                                                                   "time to first token)")
-    alert_webhook: Url | None = Field(None, description="where Alertmanager sends alerts (none: its web UI only)")
+    alert_webhook: Url | None = Field(None, description="where Alertmanager sends alerts, as JSON (none: see "
+                                                       "alert_email)")
+    alert_email: AlertEmail | None = Field(None, description="who gets alerts by e-mail (with alert_webhook: "
+                                                             "both; neither: alerts show in Alertmanager's web UI "
+                                                             "only, and `invoke check` says so)")
     journald_max_use: str = Field("1G", pattern=r"^[1-9][0-9]{0,6}[KMG]$",
                                   description="journald's SystemMaxUse= on every node "
                                                                          "(the services log to the journal)")

@@ -128,4 +128,8 @@ Repo = Annotated[str, AfterValidator(_no_dot_segments),
                  Field(title="repository path", pattern=r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$", max_length=200)]
 UrlPath = Annotated[str, AfterValidator(_no_dot_segments),
                     Field(title="URL path", pattern=r"^/([A-Za-z0-9._-]+/)*$", max_length=200)]
+Email = Annotated[str, Field(title="e-mail address", max_length=254,
+                             pattern=r"^[A-Za-z0-9][A-Za-z0-9._%+-]{0,63}@[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,63}$")]
+HostPort = Annotated[str, Field(title="host:port", max_length=260,
+                                pattern=r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,252}[A-Za-z0-9])?:[1-9][0-9]{0,4}$")]
 Tag = Annotated[str, Field(title="tag", pattern=r"^[A-Za-z0-9][A-Za-z0-9._:+-]*$", max_length=64)]

@@ -928,6 +928,17 @@ def engine_install(c: Cluster) -> str:
             f"and `{c.engine.install_dir}` links to its `bin/`, so the build before stays beside it")
 
 
+def where_alerts_go(c: Cluster) -> str:
+    """Who hears of an alert: the receivers, or a warning that no one does."""
+    places = mon.alert_destinations(c)
+    if places:
+        return ("**Where alerts go:** " + "; ".join(text(p) for p in places)
+                + ", when they fire and when they resolve.\n")
+    return ('!!! warning "Alerts reach no one yet"\n    Alertmanager has no receiver: an alert shows only in its web '
+            f"UI on {c.monitoring.node}, port {c.monitoring.alertmanager_port}. Give `monitoring.alert_webhook` or "
+            "`monitoring.alert_email` (the on-call's address and the mail relay) in the cluster file.\n")
+
+
 def monitoring(c: Cluster) -> str:
     """What Prometheus scrapes, every alert with its threshold and troubleshooting entry, and the targets' PromQL."""
 
@@ -938,7 +949,7 @@ def monitoring(c: Cluster) -> str:
            f"every {m.scrape_interval_s} s and keeping {m.retention_days} days; journald keeps at most "
            f"{m.journald_max_use} on every node. The files are on the [service files](files.md) page; "
            "`invoke check` runs `promtool check config`, `promtool check rules` and the generated "
-           "`promtool test rules` on them.\n", "## What is scraped\n"]
+           "`promtool test rules` on them.\n", where_alerts_go(c), "## What is scraped\n"]
     rows = [["`node`", ", ".join(n.name for n in c.nodes), f"the node exporter, port {m.node_exporter_port}"
              + ("; GPU figures from nvidia-smi through its textfile collector on "
                 + ", ".join(n.name for n in c.nodes if n.gpus) + " (utilisation, memory, temperature, power, the "

@@ -86,3 +86,33 @@ def test_alertmanager_sends_to_the_webhook_when_one_is_set():
         assert ("url: https://hooks.example.org/alerts" in text) == sends
         verdicts = validate([Artifact("slurm-ctl", "/etc/prometheus/alertmanager.yml", text, "alertmanager")])
         assert [(v.validator, v.ok) for v in verdicts] == [("amtool check-config", True)], verdicts
+
+
+def test_alerts_by_e_mail_pass_amtool_and_the_site_says_where_alerts_go_without_the_webhooks_secret():
+    """monitoring.alert_email becomes an email_configs receiver beside the webhook (amtool accepts both); the
+    monitoring page names the receivers (a webhook by its host only) or warns that alerts reach no one; the docs
+    site's copy of alertmanager.yml has the webhook's path cut, the node's copy keeps it."""
+    from clusterbook.effects.validators import validate
+    from clusterbook.model.loader import load_cluster
+    from clusterbook.model.schema import AlertEmail
+    from clusterbook.pure.docpages import where_alerts_go
+    from clusterbook.pure.render.artifacts import published, render_artifacts
+    from clusterbook.pure.render.monitoring import alertmanager_config
+
+    c = load_cluster(ROOT / "cluster.yaml")
+    assert "Alerts reach no one yet" in where_alerts_go(c)  # beefcake2: the operators' contact is not known
+    secret = "https://hooks.example.org/services/T000/B000/s3cr3t"
+    mail = AlertEmail(to=["oncall@example.org"], sender="alertmanager@example.org", smarthost="smtp.example.org:587")
+    both = c.model_copy(update={"monitoring": c.monitoring.model_copy(
+        update={"alert_webhook": secret, "alert_email": mail})})
+    text = alertmanager_config(both, "test")
+    assert "to: oncall@example.org" in text and "smarthost: smtp.example.org:587" in text and secret in text
+    verdicts = validate([Artifact("slurm-ctl", "/etc/prometheus/alertmanager.yml", text, "alertmanager")])
+    assert [(v.validator, v.ok) for v in verdicts] == [("amtool check-config", True)], verdicts
+    said = where_alerts_go(both).replace("\\", "")  # Markdown's escapes of . and - aside
+    assert "a webhook on hooks.example.org" in said and "oncall@example.org" in said and "s3cr3t" not in said
+    rendered = render_artifacts(both)
+    assert any(secret in a.text for a in rendered)  # what the monitoring node gets
+    shown = published(both, rendered)
+    assert not any("s3cr3t" in a.text for a in shown)
+    assert any("https://hooks.example.org/REDACTED-on-slurm-ctl-only" in a.text for a in shown)

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 import posixpath
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from typing import Literal
+from urllib.parse import urlsplit
 
 import jinja2
 
@@ -457,3 +458,14 @@ def _gateway_files(c: Cluster) -> list[Artifact]:
                               template("tailscale-serve.sh.j2", header=header(c), gateway=gw, routes=ts_routes),
                               "script", 0o755, about="gateway: tailscale serve paths", id="tailscale_serve"))
     return files
+
+
+def published(c: Cluster, artifacts: list[Artifact]) -> list[Artifact]:
+    """The files as the docs site shows and offers them: a webhook's URL cut to its scheme and host (a chat
+    service's incoming webhook carries its secret in the path; the site is published, the node keeps the URL)."""
+    hook = c.monitoring.alert_webhook if c.monitoring else None
+    if not hook:
+        return artifacts
+    parts = urlsplit(hook)
+    shown = f"{parts.scheme}://{parts.hostname}/REDACTED-on-{c.monitoring.node}-only"
+    return [replace(a, text=a.text.replace(hook, shown)) if hook in a.text else a for a in artifacts]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import posixpath
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit
 
 import yaml
 
@@ -287,12 +288,25 @@ def rule_tests(c: Cluster, header: str) -> str:
 
 
 def alertmanager_config(c: Cluster, header: str) -> str:
-    """alertmanager.yml: every alert to the cluster's webhook, grouped per alert and tier; none set, a receiver
-    with nowhere to send (the alerts show in Alertmanager's web UI)."""
-    hook = c.monitoring.alert_webhook
-    receiver = {"name": "cluster"}
+    """alertmanager.yml: every alert to the cluster's webhook and e-mail receivers, grouped per alert and tier;
+    neither set, a receiver with nowhere to send (the alerts show in Alertmanager's web UI)."""
+    hook, mail = c.monitoring.alert_webhook, c.monitoring.alert_email
+    receiver: dict = {"name": "cluster"}
     if hook:
         receiver["webhook_configs"] = [{"url": hook, "send_resolved": True}]
+    if mail:
+        receiver["email_configs"] = [{"to": ", ".join(mail.to), "from": mail.sender, "smarthost": mail.smarthost,
+                                      "require_tls": mail.require_tls, "send_resolved": True}]
     return _dump(header, {"route": {"receiver": "cluster", "group_by": ["alertname", "tier"], "group_wait": "30s",
                                     "group_interval": "5m", "repeat_interval": "4h"},
                           "receivers": [receiver]})
+
+
+def alert_destinations(c: Cluster) -> list[str]:
+    """Where alerts go, in words (empty: nowhere but Alertmanager's web UI). A webhook by its host only: its URL
+    often holds a secret token (a chat service's incoming webhook), and the docs site is published."""
+    m = c.monitoring
+    out = [f"a webhook on {urlsplit(m.alert_webhook).hostname}"] if m and m.alert_webhook else []
+    if m and m.alert_email:
+        out.append(f"e-mail to {', '.join(m.alert_email.to)} through {m.alert_email.smarthost}")
+    return out
