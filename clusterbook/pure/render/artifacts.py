@@ -337,8 +337,11 @@ def _nftables(c: Cluster, tier: RpcTier, worker: str) -> list[Artifact]:
     node, where firewalld runs, a script that opens the port in firewalld instead (permanent rich rules)."""
     allowed = [topo.address(c, n, c.rpc_network) for n in tier.nodes if c.rpc_network in c.node(n).addresses]
     if c.node(worker).os.family == "el":
-        text = template("firewalld-rpc.sh.j2", header=header(c), tier=tier, network=c.rpc_network,
-                        address=topo.address(c, worker, c.rpc_network), allowed=sorted(set(allowed)))
+        text = template("firewalld-open.sh.j2", header=header(c), network=c.rpc_network,
+                        address=topo.address(c, worker, c.rpc_network),
+                        rules=[{"port": tier.rpc_port, "sources": sorted(set(allowed))}],
+                        what=f"Only the nodes of the {tier.name} tier may reach this RPC worker: llama.cpp RPC has no "
+                             "authentication.")
         return [Artifact(worker, at(c, "firewalld_script", tier), text, "script", 0o755,
                          about=f"{tier.name}: RPC port open to the tier's nodes only (firewalld)",
                          id="firewalld_script", tier=tier.name)]
