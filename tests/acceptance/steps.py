@@ -1009,6 +1009,10 @@ def _cold_answered(cluster, transport, context, measured):
     tier = context["tier"]
     plan = plan_tier(cluster, tier)
     predicted, cap = cold_start_s(cluster, tier, plan), wait_cap_s(cluster, tier, plan)
+    # SLURM throttles its scheduling passes (sched_min_interval, 2 s by default): a job submitted within 2 s of the
+    # pass that the released job's end started waits for the next one (0.04-2.0 s more in the lab, where this step
+    # once took 5.3 s against 2.7). A first request comes minutes after a release in use, so this one waits 3 s.
+    time.sleep(3)
     seconds, status, _ = cold_request(cluster, transport, tier, cap + 30)
     measured(f"{tier.name} cold start s (first request, answered)", round(seconds, 1))
     measured(f"{tier.name} cold start s (planner)", round(predicted, 1))

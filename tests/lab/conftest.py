@@ -4,6 +4,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -17,20 +18,52 @@ NEEDS_LAB = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("systemd-ns
                                reason="the lab needs root and systemd-nspawn")
 
 
-# The lab modules in the order that boots and deploys the lab least: test_deploy takes it down and boots it fresh,
-# the modules after it reuse that deployment, the soak (test_verify) leaves it deployed again, the SLURM lab runs on
-# the same containers, and the lifecycle test takes everything down last.
-LAB_ORDER = ("test_deploy", "test_apply", "test_bench_recovery", "test_planner_accuracy", "test_rehearsal",
-             "test_verify", "test_slurm", "test_lab")
+# The lab modules in the order that boots and deploys the lab least, after every other test: the soak (test_verify)
+# starts as the session does and runs beside the tests that need no lab (it waits, they compute), and leaves the lab
+# deployed for the rest of its module; test_deploy takes it down and boots it fresh, the modules after it reuse that
+# deployment, the SLURM lab runs on the same containers, and the lifecycle test takes everything down last.
+LAB_ORDER = ("test_verify", "test_deploy", "test_apply", "test_bench_recovery", "test_planner_accuracy",
+             "test_rehearsal", "test_slurm", "test_lab")
+SOAK = pytest.StashKey[tuple]()
 
 
 def pytest_collection_modifyitems(items):
-    """Run the lab modules in LAB_ORDER; every other test keeps its place."""
-    slots = [i for i, item in enumerate(items) if item.path.parent == Path(__file__).parent]
-    ordered = sorted((items[i] for i in slots), key=lambda item: LAB_ORDER.index(item.path.stem)
-                     if item.path.stem in LAB_ORDER else len(LAB_ORDER))
-    for slot, item in zip(slots, ordered):
-        items[slot] = item
+    """Every other test first, in its place; then the lab modules, in LAB_ORDER."""
+    here = Path(__file__).parent
+    lab = sorted((item for item in items if item.path.parent == here),
+                 key=lambda item: LAB_ORDER.index(item.path.stem) if item.path.stem in LAB_ORDER else len(LAB_ORDER))
+    items[:] = [item for item in items if item.path.parent != here] + lab
+
+
+def start_soak() -> tuple:
+    """benchmarks/soak.py --runs 3 in the background: (process, its JSON file, its output file)."""
+    folder = Path(tempfile.mkdtemp(prefix="clusterbook-soak-"))
+    out, log = folder / "soak.json", folder / "soak.log"
+    with log.open("w") as stream:
+        process = subprocess.Popen([sys.executable, "benchmarks/soak.py", "--runs", "3", "--out", str(out)],
+                                   cwd=ROOT, stdout=stream, stderr=subprocess.STDOUT, text=True)
+    return process, out, log
+
+
+def pytest_collection_finish(session):
+    """Start the soak as soon as it is selected: about seven minutes of lab work that the tests before the lab's
+    share with it (they never touch the lab)."""
+    if not NEEDS_LAB.args[0] and any(item.path.name == "test_verify.py" for item in session.items):
+        session.config.stash[SOAK] = start_soak()
+
+
+def pytest_sessionfinish(session):
+    process = session.config.stash.get(SOAK, (None,))[0]
+    if process and process.poll() is None:  # the session ended early (-x, ^C): the soak goes with it
+        process.terminate()
+        process.wait(timeout=60)
+
+
+def soak_result(config) -> tuple[subprocess.CompletedProcess, Path]:
+    """Wait for the soak that the session started (or start one now) and return (result, its JSON file)."""
+    process, out, log = config.stash.get(SOAK, None) or start_soak()
+    process.wait(timeout=3600)
+    return subprocess.CompletedProcess(process.args, process.returncode, log.read_text(), ""), out
 
 
 def invoke(*args, timeout=1800, cluster=LAB, extra_env=None):

@@ -3,28 +3,24 @@ scenario fails saying what was expected and what was measured; and the README's 
 
 import json
 import re
-import subprocess
-import sys
 import time
 
 import pytest
 
 from clusterbook.model.loader import load_cluster
 
-from .conftest import LAB, NEEDS_LAB, ROOT, invoke
+from .conftest import LAB, NEEDS_LAB, ROOT, invoke, soak_result
 
 pytestmark = [pytest.mark.lab, NEEDS_LAB]
 DEPLOY = ("deploy.install", "models.fetch", "deploy.router", "deploy.reasoning", "deploy.fast", "deploy.monitoring")
 
 
 @pytest.fixture(scope="module")
-def soak(tmp_path_factory):
+def soak(request):
     """The soak: lab.down, then invoke demo, three times in a row (benchmarks/soak.py records the figures). Each run
-    deploys a fresh lab and verifies it with --disruptive; the last leaves it deployed for the tests below."""
-    out = tmp_path_factory.mktemp("soak") / "soak.json"
-    result = subprocess.run([sys.executable, "benchmarks/soak.py", "--runs", "3", "--out", str(out)], cwd=ROOT,
-                            capture_output=True, text=True, timeout=3600)
-    return result, out
+    deploys a fresh lab and verifies it with --disruptive; the last leaves it deployed for the tests below. It started
+    with the session (conftest.py), beside the tests that need no lab."""
+    return soak_result(request.config)
 
 
 @pytest.fixture(scope="module")

@@ -102,6 +102,11 @@ def prepare(c: Cluster, machine: Machine, base: Path, public_key: str, host_key:
     for suffix in ("", ".pub"):
         shutil.copy2(f"{host_key}{suffix}", tmp / f"etc/ssh/ssh_host_ed25519_key{suffix}")
     (tmp / "etc/ssh/ssh_host_ed25519_key").chmod(0o600)
+    # shutdown kills what ignores SIGTERM after this long: slurmstepd does, and with systemd's 90 s default a SLURM
+    # node's power-off ran into stop()'s 30 s timeout and its SIGKILL (a real node would wait the 90 s)
+    conf = tmp / "etc/systemd/system.conf.d"
+    conf.mkdir(parents=True, exist_ok=True)
+    (conf / "10-clusterbook-lab.conf").write_text("[Manager]\nDefaultTimeoutStopSec=10s\n")
     (tmp / ".clusterbook-base").write_text(base.name)
     tmp.rename(machine.root)
 

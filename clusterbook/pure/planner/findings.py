@@ -10,7 +10,7 @@ from clusterbook.model.quantization import weights_bytes
 from clusterbook.model.schema import Claim, Cluster, RpcTier
 from clusterbook.pure.planner.capacity import GIB, TierPlan, plan_tier
 from clusterbook.pure.planner.loadtime import cold_start_s, default_wait_cap_s, predict_load, whole_s
-from clusterbook.pure.planner.residency import plan_residency, ram_findings, residency_findings
+from clusterbook.pure.planner.residency import parse_mem, plan_residency, ram_findings, residency_findings
 from clusterbook.pure.planner.shape import from_declared
 
 
@@ -125,10 +125,6 @@ def slurm_need(plan: TierPlan) -> int:
 def mem_text(size: float) -> str:
     """A --mem value at or above size: whole GiB, or whole MiB below 1 GiB."""
     return f"{math.ceil(size / GIB)}G" if size >= GIB else f"{math.ceil(size / 2**20)}M"
-
-
-def parse_mem(text: str) -> int:
-    return int(text[:-1]) * {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}[text[-1]]
 
 
 def on_demand_findings(c: Cluster, plans: dict[str, TierPlan]) -> list[tuple[Path, str]]:

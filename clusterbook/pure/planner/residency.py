@@ -137,9 +137,13 @@ def _gres_gpus(tier: RouterTier | RpcTier) -> int:
     return int(m.group(1)) if m else 0
 
 
-def _mem_bytes(tier: RouterTier | RpcTier) -> int:
-    text = tier.slurm.mem if tier.slurm else "0M"
+def parse_mem(text: str) -> int:
+    """A SLURM memory request (`64G`, `512M`) in bytes."""
     return int(text[:-1]) * {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}[text[-1]]
+
+
+def _mem_bytes(tier: RouterTier | RpcTier) -> int:
+    return parse_mem(tier.slurm.mem if tier.slurm else "0M")
 
 
 def exclusion(c: Cluster, a: RouterTier | RpcTier, b: RouterTier | RpcTier) -> str | None:

@@ -16,9 +16,9 @@ import yaml
 from clusterbook.model.crosscheck import FLASH_ATTN_MIN_CC
 from clusterbook.model.schema import QUANTIZED_CACHE_TYPES, Cluster, RouterTier, RpcTier
 from clusterbook.pure.planner.capacity import GIB, plan_tier
-from clusterbook.pure.planner.findings import mem_text, parse_mem, plan_findings, slurm_need
+from clusterbook.pure.planner.findings import mem_text, plan_findings, slurm_need
 from clusterbook.pure.planner.loadtime import predict_load
-from clusterbook.pure.planner.residency import plan_residency, ram_findings, residency_findings
+from clusterbook.pure.planner.residency import parse_mem, plan_residency, ram_findings, residency_findings
 
 MAX_PLACEMENTS = 2_000  # combinations judged at most; past that the search keeps each tier's own best few
 
