@@ -2,6 +2,7 @@
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -41,21 +42,24 @@ def start_soak() -> tuple:
     out, log = folder / "soak.json", folder / "soak.log"
     with log.open("w") as stream:
         process = subprocess.Popen([sys.executable, "benchmarks/soak.py", "--runs", "3", "--out", str(out)],
-                                   cwd=ROOT, stdout=stream, stderr=subprocess.STDOUT, text=True)
+                                   cwd=ROOT, stdout=stream, stderr=subprocess.STDOUT, text=True,
+                                   start_new_session=True)  # its own process group: stopped with its invoke runs
     return process, out, log
 
 
 def pytest_collection_finish(session):
     """Start the soak as soon as it is selected: about seven minutes of lab work that the tests before the lab's
     share with it (they never touch the lab)."""
-    if not NEEDS_LAB.args[0] and any(item.path.name == "test_verify.py" for item in session.items):
+    if session.config.option.collectonly or NEEDS_LAB.args[0]:
+        return
+    if any(item.path.name == "test_verify.py" for item in session.items):
         session.config.stash[SOAK] = start_soak()
 
 
 def pytest_sessionfinish(session):
     process = session.config.stash.get(SOAK, (None,))[0]
     if process and process.poll() is None:  # the session ended early (-x, ^C): the soak goes with it
-        process.terminate()
+        os.killpg(process.pid, signal.SIGTERM)
         process.wait(timeout=60)
 
 
