@@ -65,8 +65,8 @@ def check(cluster_file: str) -> None:
     if hint := placement_hint(cluster):
         console.print(f"[yellow]hint[/]: {escape(hint)}")
     if cluster.monitoring and not alert_destinations(cluster):
-        console.print("[yellow]hint[/]: alerts reach no one: Alertmanager has no receiver (give "
-                      "monitoring.alert_webhook or monitoring.alert_email)")
+        console.print(f"[yellow]hint[/]: alerts reach no one yet ({escape(cluster.monitoring.alerts_unrouted)} "
+                      "accepts it): give monitoring.alert_webhook or monitoring.alert_email")
     try:
         verdicts = validate(render_artifacts(cluster))
     except MissingTools as exc:

@@ -31,7 +31,7 @@ def check_cluster(c: Cluster) -> list[Finding]:
     findings: list[Finding] = []
     for rule in (_networks, _nodes, _hostnames, _jumps, _engine, _models, _tiers, _contexts, _ports, _router, _gateway,
                  _on_demand, _co_reside, _targets, _unique_ids, _slurm, folder_findings, legacy_findings, _memory_max,
-                 _compilers):
+                 _compilers, _alert_receivers):
         findings.extend(rule(c))
     return findings
 
@@ -363,6 +363,21 @@ def _on_demand(c: Cluster) -> list[Finding]:
                                "gateway's wake service marks a released tier wanted for the keeper, so both must "
                                "share a node"))
     return out
+
+
+def _alert_receivers(c: Cluster) -> list[Finding]:
+    """Alerts reach someone (a webhook or e-mail), or a decision of the log says why not yet."""
+    m = c.monitoring
+    if not m:
+        return []
+    decisions = {d.id for d in c.decisions}
+    if m.alerts_unrouted and m.alerts_unrouted not in decisions:
+        return [(("monitoring", "alerts_unrouted"), f"no decision {m.alerts_unrouted} in decisions (known: "
+                 f"{', '.join(sorted(decisions)) or 'none'})")]
+    if m.alert_webhook or m.alert_email or m.alerts_unrouted:
+        return []
+    return [(("monitoring",), "alerts would reach no one: set alert_webhook or alert_email, or name the decision "
+             "that accepts this for now in alerts_unrouted")]
 
 
 def _co_reside(c: Cluster) -> list[Finding]:

@@ -819,8 +819,12 @@ class Monitoring(Strict):
     alert_webhook: Url | None = Field(None, description="where Alertmanager sends alerts, as JSON (none: see "
                                                        "alert_email)")
     alert_email: AlertEmail | None = Field(None, description="who gets alerts by e-mail (with alert_webhook: "
-                                                             "both; neither: alerts show in Alertmanager's web UI "
-                                                             "only, and `invoke check` says so)")
+                                                             "both; neither: refused, unless alerts_unrouted names the "
+                                                             "decision that accepts it)")
+    alerts_unrouted: Name | None = Field(None, description="the decision (its id in `decisions`) that accepts "
+                                                           "alerts with no receiver for now; without it, a "
+                                                           "monitoring section with neither alert_webhook nor "
+                                                           "alert_email is refused")
     journald_max_use: str = Field("1G", pattern=r"^[1-9][0-9]{0,6}[KMG]$",
                                   description="journald's SystemMaxUse= on every node "
                                                                          "(the services log to the journal)")

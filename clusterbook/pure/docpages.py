@@ -935,7 +935,8 @@ def where_alerts_go(c: Cluster) -> str:
         return ("**Where alerts go:** " + "; ".join(text(p) for p in places)
                 + ", when they fire and when they resolve.\n")
     return ('!!! warning "Alerts reach no one yet"\n    Alertmanager has no receiver: an alert shows only in its web '
-            f"UI on {c.monitoring.node}, port {c.monitoring.alertmanager_port}. Give `monitoring.alert_webhook` or "
+            f"UI on {c.monitoring.node}, port {c.monitoring.alertmanager_port}, as decision "
+            f"{text(c.monitoring.alerts_unrouted)} accepts for now. Give `monitoring.alert_webhook` or "
             "`monitoring.alert_email` (the on-call's address and the mail relay) in the cluster file.\n")
 
 
