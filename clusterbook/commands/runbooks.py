@@ -24,7 +24,7 @@ from clusterbook.pure.changes import engine_hosts, engine_link
 from clusterbook.pure.operations import tier_operations, unavailable_reason
 from clusterbook.pure.render.artifacts import render_artifacts
 from clusterbook.pure.render.monitoring import GPU_METRICS, PROBE_TEXTFILE, job
-from clusterbook.pure.runbooks import available, expand
+from clusterbook.pure.runbooks import expand, runbook_named
 
 
 def run_runbook(runbook_id: str, cluster_file: str, tier: str | None = None, dry: bool = False,
@@ -35,11 +35,10 @@ def run_runbook(runbook_id: str, cluster_file: str, tier: str | None = None, dry
 
 
     cluster = load_cluster(cluster_file)
-    books = available()
     only_nodes = nodes_named(cluster, only)
     artifacts = render_artifacts(cluster) + list(extra_artifacts or [])  # e.g. the packed docs site
-    expansion = expand(books[runbook_id], cluster, tier, only_nodes, artifacts=artifacts, variables=variables,
-                       part=part)
+    expansion = expand(runbook_named(runbook_id), cluster, tier, only_nodes, artifacts=artifacts,
+                       variables=variables, part=part)
     deployed = state_dir(cluster) / "deployed"
     hosts = [n.name for n in cluster.nodes if any(n.name in step.hosts for step in expansion.steps)]
     if dry:

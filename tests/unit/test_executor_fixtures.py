@@ -82,3 +82,16 @@ def test_fixture(path, tmp_path):
 def test_every_runbook_has_a_fixture():
     covered = {yaml.safe_load(path.read_text())["runbook"] for path in CASES}
     assert set(available()) <= covered, f"runbooks without a host-free fixture: {sorted(set(available()) - covered)}"
+
+
+def test_a_command_reads_its_runbook_alone_and_finds_the_same_one(tmp_path):
+    from clusterbook.pure.runbooks import runbook_named
+
+    books = available()
+    for name, book in books.items():  # a runbook's id is its file's name, so one file is enough to read
+        assert runbook_named(name).runbook == book.runbook
+    with pytest.raises(KeyError):
+        runbook_named("no-such-runbook")
+    (tmp_path / "deploy.yaml").write_text((ROOT / "runbooks/stop.yaml").read_text())  # id: stop, in deploy.yaml
+    with pytest.raises(ValueError, match="differs from the file's name"):
+        available(tmp_path)
