@@ -124,7 +124,9 @@ def _loaded_buffers(transport, c: Cluster, node: str, argv: list[str], seconds: 
     """Run a server command line with -lv 4 until it listens, stop it, and return its buffer-size lines."""
     argv = [*argv, "--log-verbosity", "4"]
     log = "/tmp/clusterbook-load-report.log"
-    command = (f"{before}; LD_LIBRARY_PATH={ld_library_path(c)} "
+    # the last run's log goes first: the loop below may read the file before the background server's redirection
+    # empties it, and a previous report's 'listening on' ended the wait at once (two reports came out the same)
+    command = (f"{before}; rm -f {log}; LD_LIBRARY_PATH={ld_library_path(c)} "
                f"{' '.join(shlex.quote(a) for a in argv)} > {log} 2>&1 & pid=$!; "
                f"for i in $(seq {seconds * 10}); do grep -q 'listening on' {log} && break; "
                "kill -0 $pid 2>/dev/null || break; sleep 0.1; done; kill $pid 2>/dev/null; wait $pid; "
