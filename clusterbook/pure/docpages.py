@@ -905,8 +905,12 @@ def bringup_steps(c: Cluster) -> str:
         steps.append(f"{cluster_command(c, 'deploy.gateway')} — nginx on {c.gateway.node} and the endpoint "
                      "updater" + (", published with `tailscale serve`" if c.gateway.tailscale_name else "") + ".")
     if c.monitoring:
+        unrouted = (f" Its alerts reach no one yet (decision {text(c.monitoring.alerts_unrouted)}): give "
+                    "`monitoring.alert_email` or `monitoring.alert_webhook` in the cluster file, drop "
+                    "`alerts_unrouted` and deploy it again." if not mon.alert_destinations(c) else "")
         steps.append(f"{cluster_command(c, 'deploy.monitoring')} — Prometheus and Alertmanager on "
-                     f"{c.monitoring.node}, the node exporter everywhere (see [monitoring](monitoring.md)).")
+                     f"{c.monitoring.node}, the node exporter everywhere (see [monitoring](monitoring.md))."
+                     + unrouted)
     steps.append("`invoke verify` — the acceptance scenarios against the cluster; a rollback returns to what "
                  "they passed on.")
     return "\n".join(f"{i}. {step}" for i, step in enumerate(steps, 1)) + "\n"

@@ -102,6 +102,10 @@ def test_alerts_by_e_mail_pass_amtool_and_the_site_says_where_alerts_go_without_
     c = load_cluster(ROOT / "cluster.yaml")
     warning = where_alerts_go(c)  # beefcake2: the operators' contact is not known, and decision D25 says so
     assert "Alerts reach no one yet" in warning and "as decision D25 accepts for now" in warning
+    from clusterbook.pure.docpages import bringup_steps
+
+    step = next(line for line in bringup_steps(c).splitlines() if "`invoke deploy.monitoring`" in line)
+    assert "Its alerts reach no one yet (decision D25)" in step  # the bring-up says so where the operator is
     secret = "https://hooks.example.org/services/T000/B000/s3cr3t"
     mail = AlertEmail(to=["oncall@example.org"], sender="alertmanager@example.org", smarthost="smtp.example.org:587")
     both = c.model_copy(update={"monitoring": c.monitoring.model_copy(
@@ -111,6 +115,7 @@ def test_alerts_by_e_mail_pass_amtool_and_the_site_says_where_alerts_go_without_
     verdicts = validate([Artifact("slurm-ctl", "/etc/prometheus/alertmanager.yml", text, "alertmanager")])
     assert [(v.validator, v.ok) for v in verdicts] == [("amtool check-config", True)], verdicts
     said = where_alerts_go(both).replace("\\", "")  # Markdown's escapes of . and - aside
+    assert "reach no one" not in next(line for line in bringup_steps(both).splitlines() if "deploy.monitoring" in line)
     assert "a webhook on hooks.example.org" in said and "oncall@example.org" in said and "s3cr3t" not in said
     rendered = render_artifacts(both)
     assert any(secret in a.text for a in rendered)  # what the monitoring node gets
