@@ -44,11 +44,11 @@ def load_runbook(path: str | Path) -> RunbookFile:
 
 def available(directory: Path = RUNBOOK_DIR) -> dict[str, RunbookFile]:
     """Every runbook in the directory, by id (a runbook's id is its file's name)."""
-    books = [load_runbook(p) for p in sorted(directory.glob("*.yaml"))]
-    for path, book in zip(sorted(directory.glob("*.yaml")), books, strict=True):
-        if book.runbook.id != path.stem:
-            raise ValueError(f"{path}: id {book.runbook.id} differs from the file's name")
-    return {b.runbook.id: b for b in books}
+    books = {path.stem: load_runbook(path) for path in sorted(directory.glob("*.yaml"))}
+    for name, book in books.items():
+        if book.runbook.id != name:
+            raise ValueError(f"{directory / name}.yaml: id {book.runbook.id} differs from the file's name")
+    return books
 
 
 def runbook_named(runbook_id: str, directory: Path = RUNBOOK_DIR) -> RunbookFile:
