@@ -272,12 +272,13 @@ ns.add_task(apply)
 ns.add_task(rollback)
 
 
-@task(help={"cluster": LAB_HELP})
+@task(help={"cluster": LAB_HELP,
+            "only": "verify only these scenarios (as verify --only: part of a name, or a tag); default: all"})
 @command
-def demo(c, cluster=commands.LAB_CLUSTER):
+def demo(c, cluster=commands.LAB_CLUSTER, only=None):
     """The main job on the lab: lab.up, install, models, router, every tier, monitoring, verify --disruptive, then the
     docs (built even when a scenario fails: its Results page shows the failure; the exit status still reports it)."""
-    commands.demo(cluster)
+    commands.demo(cluster, only)
 
 
 ns.add_task(demo)

@@ -85,23 +85,23 @@ def verify(cluster_file: str, disruptive: bool, only: str | None) -> None:
             console.print(f"[dim]could not mark the generations verified: {exc}[/]")
 
 
-def demo(cluster_file: str = LAB_CLUSTER) -> None:
+def demo(cluster_file: str = LAB_CLUSTER, only: str | None = None) -> None:
     """The main job on the lab: boot it, preflight every node, build and install llama.cpp, fetch models, deploy
-    every tier and the monitoring, verify, build the docs."""
+    every tier and the monitoring, verify (every scenario, or those `only` matches), build the docs."""
 
     os.environ.update(settings.as_environment(cluster=cluster_file))  # the scenarios' own invoke commands
     settings.configure({**vars(settings.current()), "cluster": cluster_file})
-    lab_up(cluster_file)
+    cluster = load_cluster(cluster_file)
+    lab_up(cluster_file, slurm=any(t.manager == "slurm" for t in cluster.tiers))  # SLURM's tiers need SLURM
     preflight(cluster_file)  # every node, before anything starts
     for runbook in ("install", "models", "router", "gateway"):
         run_runbook(runbook, cluster_file)
-    cluster = load_cluster(cluster_file)
     for tier in cluster.tiers:
         run_operation(cluster_file, "deploy", tier.name)
     if cluster.monitoring:  # after the tiers: it ends when Prometheus scrapes every one of them
         run_runbook("monitoring", cluster_file)
     try:  # a failed scenario still gets its docs: the results page is where the operator reads it
-        verify(cluster_file, disruptive=True, only=None)
+        verify(cluster_file, disruptive=True, only=only)
         failure = None
     except Failed as exc:
         failure = exc
