@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import json
 import time as _time
+from concurrent.futures import ThreadPoolExecutor
 
 from rich.table import Table
 
@@ -46,15 +47,19 @@ def run_runbook(runbook_id: str, cluster_file: str, tier: str | None = None, dry
             console.print(f"first: preflight of {', '.join(hosts)} (invoke preflight; skip with --no-preflight)\n")
         dry_run(expansion, deployed)
         return None
-    if preflight and hosts:
-
-        print_preflight(cluster, hosts, preflight_checks(cluster, hosts), quiet=True)
     stamp = _time.strftime("%Y%m%dT%H%M%SZ", _time.gmtime())
     log = settings.current().runs / f"{stamp}-{cluster.cluster.name}-{runbook_id}{'-' + tier if tier else ''}.jsonl"
     started = _time.monotonic()
     recording = generation_recording(cluster, cluster_file, expansion) if expansion.generation else None
-    report = Executor(SshTransport(cluster), deployed, [ConsoleReporter(), RunLog(log)],
-                      recording=recording).run(expansion)
+    executor = Executor(SshTransport(cluster), deployed, [ConsoleReporter(), RunLog(log)], recording=recording)
+    known = None
+    if preflight and hosts:  # the executor's look-ahead only reads: it goes beside the preflight's round trip
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            ahead = pool.submit(executor.look_ahead, expansion)
+            checks = preflight_checks(cluster, hosts)
+            known = ahead.result()
+        print_preflight(cluster, hosts, checks, quiet=True)  # a failed preflight ends the command here
+    report = executor.run(expansion, known)
     if expansion.runbook == "install" and not report.failure:  # the engine link, for apply --dry's comparison
         for host in engine_hosts(expansion):
             (state_dir(cluster) / "engine").mkdir(parents=True, exist_ok=True)

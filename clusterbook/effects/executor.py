@@ -97,12 +97,15 @@ class Executor:
         for listener in self.listeners:
             listener(event)
 
-    def run(self, expansion: Expansion) -> Report:
+    def run(self, expansion: Expansion, known: dict[tuple[str, int, int], str] | None = None) -> Report:
+        """Run every step in order; `known` is look_ahead's answer when the caller asked for it already (beside
+        another round trip, e.g. the preflight's)."""
         report = Report(expansion.runbook)
         total = len(expansion.steps)
         self.emit(RunStarted(expansion.runbook, expansion.title))
         self.begun: set[str] = set()  # hosts where this run's generation began (at their first change)
-        self.known, self.unchanged, self.acted = self._look_ahead(expansion), True, set()
+        self.known = self.look_ahead(expansion) if known is None else known
+        self.unchanged, self.acted = True, set()
         try:
             self._steps(expansion, report, total)
         finally:
@@ -115,7 +118,7 @@ class Executor:
         with ThreadPoolExecutor(max_workers=len(hosts)) as pool:
             list(pool.map(lambda h: self.transport.run(h, command, timeout=60), hosts))
 
-    def _look_ahead(self, expansion: Expansion) -> dict[tuple[str, int, int], str]:
+    def look_ahead(self, expansion: Expansion) -> dict[tuple[str, int, int], str]:
         """One round trip per host, in parallel, before the first step: the digest of every file the run uploads
         there, the exit status of every `unless` check, and whether each wait (a probe) holds already. Until some
         step changes something, each step reads its answer from here, so a converged run costs one round trip per

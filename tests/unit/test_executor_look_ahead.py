@@ -54,6 +54,20 @@ def test_a_converged_run_asks_each_host_once(tmp_path):
     assert sorted(h for h, _ in hosts.calls) == ["a", "b"]  # one round trip each, nothing per step
 
 
+def test_a_look_ahead_asked_before_the_run_is_not_asked_again(tmp_path):
+    """run_runbook asks for it beside the preflight's round trip, then hands it to run()."""
+    converge(tmp_path)
+    hosts = Counting()
+    executor = Executor(hosts, tmp_path / "state")
+    known = executor.look_ahead(expansion(tmp_path))
+    assert len(hosts.calls) == 2
+    report = executor.run(expansion(tmp_path), known)
+    assert report.failure is None and {o.status for o in report.outcomes} == {"ok"}
+    assert len(hosts.calls) == 2  # nothing more: every answer came from the look-ahead
+    (tmp_path / "a.ok").unlink()  # an answer it gave is what the run acts on, not a live check
+    assert executor.run(expansion(tmp_path), known).count("a", "changed") == 0
+
+
 @pytest.mark.parametrize("differs", ["file", "check"])
 def test_after_a_change_the_steps_check_live(tmp_path, differs):
     converge(tmp_path)
