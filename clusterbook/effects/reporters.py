@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 import threading
 import time
 from dataclasses import asdict
@@ -38,7 +39,7 @@ class ConsoleReporter:
         if isinstance(event, RunStarted):
             console.print(f"[bold]{escape(event.title)}[/]")
         elif isinstance(event, StepStarted):
-            label = f"[{event.index}/{event.total}] {escape(event.title)} on {', '.join(event.hosts)} …"
+            label = f"[{event.index}/{event.total}] {escape(event.title)}{hosts_suffix(event.title, event.hosts)} …"
             self.status = console.status(label)
             self.status.start()
             self.done = threading.Event()
@@ -55,6 +56,13 @@ class ConsoleReporter:
                 console.print(f"  [dim]{o.host:>10}[/] [{STYLE[o.status]}]{o.status:<7}[/] {escape(o.action)}",
                               markup=True, highlight=False, soft_wrap=True)
             self.pending = []
+
+
+def hosts_suffix(title: str, hosts: tuple[str, ...]) -> str:
+    """' on a, b' for a step's status line, or nothing where its title names every host already."""
+    if all(re.search(rf"(?<![\w.-]){re.escape(h)}(?![\w.-])", title) for h in hosts):
+        return ""
+    return f" on {', '.join(hosts)}"
 
 
 class RunLog:
