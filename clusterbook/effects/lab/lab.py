@@ -7,6 +7,7 @@ import shutil
 import signal
 import subprocess
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -192,9 +193,13 @@ class Lab:
 
     def down(self) -> list[str]:
         """Stop every node and remove bridges, veths, the HTTP source and node file systems (caches stay)."""
-        for m in self.machines:
+        def power_off(m: Machine) -> None:
             self.ssh.close(m.name)
             machines.stop(m, [veth for _, veth, _ in machines.interfaces(self.c, m)])
+            machines.unmount(m)
+
+        with ThreadPoolExecutor(max_workers=max(1, len(self.machines))) as pool:  # side by side: 2-10 s each
+            list(pool.map(power_off, self.machines))
         pid_file = self.state / "run" / "http.pid"
         if _alive(pid_file):
             os.killpg(int(pid_file.read_text()), signal.SIGTERM)

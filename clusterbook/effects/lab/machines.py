@@ -27,7 +27,13 @@ class Machine:
 
     @property
     def root(self) -> Path:
+        """The node's root file system as it boots: an overlay of its own layer on the shared base."""
         return STATE / self.cluster / "machines" / self.name
+
+    @property
+    def layer(self) -> Path:
+        """What the node changed (overlayfs's upper directory) and overlayfs's work directory."""
+        return STATE / self.cluster / "layers" / self.name
 
     @property
     def pid_file(self) -> Path:
@@ -66,28 +72,54 @@ def _state(pid: int) -> str | None:
     return stat.rsplit(")", 1)[1].split()[0]  # the command name in (…) may contain spaces
 
 
+def _marker(machine: Machine) -> Path:
+    """The name of the base the node's layer was made on, in the layer itself (it outlives the mount)."""
+    return machine.layer / "upper" / ".clusterbook-base"
+
+
 def outdated(machine: Machine, base: Path) -> bool:
-    """Whether the machine's root file system was copied from another base than this one (the recipe changed)."""
-    marker = machine.root / ".clusterbook-base"
-    return machine.root.exists() and not (marker.exists() and marker.read_text() == base.name)
+    """Whether the machine's layer was made on another base than this one (the recipe changed)."""
+    marker = _marker(machine)  # a root without a layer is a copy of the base from before layers: outdated too
+    return (machine.layer.exists() or machine.root.exists()) and not (marker.exists()
+                                                                      and marker.read_text() == base.name)
+
+
+def mount(machine: Machine, base: Path) -> None:
+    """The base, read-only, under the node's own layer, at its root: nothing is copied (a copy of the 1.2 GB base
+    per node took 25 s of every lab.up, in system time)."""
+    if os.path.ismount(machine.root):
+        return
+    upper, work = machine.layer / "upper", machine.layer / "work"
+    for folder in (upper, work, machine.root):
+        folder.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["mount", "-t", "overlay", f"clusterbook-lab-{machine.name}", "-o",
+                    f"lowerdir={base},upperdir={upper},workdir={work}", str(machine.root)],
+                   check=True, capture_output=True)
+
+
+def unmount(machine: Machine) -> None:
+    """Unmount the node's root (lazily when something still holds it open: the container is already gone)."""
+    if os.path.ismount(machine.root) and subprocess.run(["umount", str(machine.root)]).returncode != 0:
+        subprocess.run(["umount", "--lazy", str(machine.root)], capture_output=True)
 
 
 def prepare(c: Cluster, machine: Machine, base: Path, public_key: str, host_key: Path) -> None:
-    """Copy the base root file system and configure hostname, addresses, SSH key and host key."""
-    marker = machine.root / ".clusterbook-base"
-    if machine.root.exists():
-        if marker.exists() and marker.read_text() == base.name:
-            return
-        if machine.running:
-            raise RuntimeError(f"{machine.name} runs an older root file system: invoke lab.down, then lab.up")
-        shutil.rmtree(machine.root)
-    tmp = machine.root.with_name(machine.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.parent.mkdir(parents=True, exist_ok=True)
-    subprocess.run(["cp", "-a", "--reflink=auto", str(base), str(tmp)], check=True)
+    """Mount the node's root file system (its layer over the base) and, the first time, configure hostname,
+    addresses, SSH key and host key in its layer."""
+    if machine.layer.exists() and not outdated(machine, base):
+        mount(machine, base)  # again after the host's reboot; the layer keeps what the node changed
+        return
+    if machine.running:
+        raise RuntimeError(f"{machine.name} runs an older root file system: invoke lab.down, then lab.up")
+    unmount(machine)
+    shutil.rmtree(machine.layer, ignore_errors=True)
+    if machine.root.exists() and not os.path.ismount(machine.root):
+        shutil.rmtree(machine.root)  # an empty mount point, or a copy of the base from before layers
+    mount(machine, base)
+    root = machine.root
     node = c.node(machine.name)
-    (tmp / "etc/hostname").write_text(node.hostname + "\n")
-    netdir = tmp / "etc/systemd/network"
+    (root / "etc/hostname").write_text(node.hostname + "\n")
+    netdir = root / "etc/systemd/network"
     netdir.mkdir(parents=True, exist_ok=True)
     for i, (net, addr) in enumerate(sorted(node.addresses.items(), key=lambda kv: kv[0] != c.management_network)):
         prefix = ipaddress.ip_network(c.networks[net].subnet).prefixlen
@@ -95,20 +127,19 @@ def prepare(c: Cluster, machine: Machine, base: Path, public_key: str, host_key:
         # sorts before the shipped 80-container-host0.network, so the static address wins
         (netdir / f"10-{iface}.network").write_text(
             f"[Match]\nName={iface}\n\n[Network]\nAddress={addr}/{prefix}\nLinkLocalAddressing=no\n")
-    ssh = tmp / "root/.ssh"
+    ssh = root / "root/.ssh"
     ssh.mkdir(mode=0o700, parents=True, exist_ok=True)
     (ssh / "authorized_keys").write_text(public_key)
     (ssh / "authorized_keys").chmod(0o600)
     for suffix in ("", ".pub"):
-        shutil.copy2(f"{host_key}{suffix}", tmp / f"etc/ssh/ssh_host_ed25519_key{suffix}")
-    (tmp / "etc/ssh/ssh_host_ed25519_key").chmod(0o600)
+        shutil.copy2(f"{host_key}{suffix}", root / f"etc/ssh/ssh_host_ed25519_key{suffix}")
+    (root / "etc/ssh/ssh_host_ed25519_key").chmod(0o600)
     # shutdown kills what ignores SIGTERM after this long: slurmstepd does, and with systemd's 90 s default a SLURM
     # node's power-off ran into stop()'s 30 s timeout and its SIGKILL (a real node would wait the 90 s)
-    conf = tmp / "etc/systemd/system.conf.d"
+    conf = root / "etc/systemd/system.conf.d"
     conf.mkdir(parents=True, exist_ok=True)
     (conf / "10-clusterbook-lab.conf").write_text("[Manager]\nDefaultTimeoutStopSec=10s\n")
-    (tmp / ".clusterbook-base").write_text(base.name)
-    tmp.rename(machine.root)
+    (root / ".clusterbook-base").write_text(base.name)  # last: a layer without it is made again
 
 
 def interfaces(c: Cluster, machine: Machine) -> list[tuple[str, str, str]]:
