@@ -92,7 +92,7 @@ def demo(cluster_file: str = LAB_CLUSTER, only: str | None = None) -> None:
     os.environ.update(settings.as_environment(cluster=cluster_file))  # the scenarios' own invoke commands
     settings.configure({**vars(settings.current()), "cluster": cluster_file})
     cluster = load_cluster(cluster_file)
-    lab_up(cluster_file, slurm=any(t.manager == "slurm" for t in cluster.tiers))  # SLURM's tiers need SLURM
+    lab_up(cluster_file, slurm=bool(cluster.slurm_tiers))  # SLURM's tiers need SLURM
     preflight(cluster_file)  # every node, before anything starts
     for runbook in ("install", "models", "router", "gateway"):
         run_runbook(runbook, cluster_file)

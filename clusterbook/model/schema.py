@@ -953,10 +953,15 @@ class Cluster(Strict):
         return self.planner.site_requeue_hold_s or SLURM_REQUEUE_HOLD_S
 
     @property
+    def slurm_tiers(self) -> list[RouterTier | RpcTier]:
+        """The tiers that run as SLURM jobs."""
+        return [t for t in self.tiers if t.manager == "slurm"]
+
+    @property
     def keeper_node(self) -> str | None:
         """Where the keeper runs (it submits the SLURM tiers' jobs and releases idle ones): the controller, else
         the first SLURM tier's first node."""
-        tiers = [t for t in self.tiers if t.manager == "slurm"]
+        tiers = self.slurm_tiers
         return (self.slurm_controller or tiers[0].nodes[0]) if tiers else None
 
     @property

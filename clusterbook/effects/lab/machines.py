@@ -99,7 +99,8 @@ def mount(machine: Machine, base: Path) -> None:
 
 def unmount(machine: Machine) -> None:
     """Unmount the node's root (lazily when something still holds it open: the container is already gone)."""
-    if os.path.ismount(machine.root) and subprocess.run(["umount", str(machine.root)]).returncode != 0:
+    if os.path.ismount(machine.root) and subprocess.run(["umount", str(machine.root)],
+                                                        capture_output=True).returncode != 0:
         subprocess.run(["umount", "--lazy", str(machine.root)], capture_output=True)
 
 

@@ -181,7 +181,7 @@ def _monitoring(c: Cluster) -> list[Artifact]:
                            "monitoring: nvidia-smi -> node exporter textfile", "monitoring: GPU collector")
     # model ids are Names (letters, digits, . _ -): their JSON array is safe inside the script's single quotes
     slurm = [{"name": t.name, "models": Quoted(json.dumps(t.models)) if isinstance(t, RouterTier) else None}
-             for t in c.tiers if t.manager == "slurm"]
+             for t in c.slurm_tiers]
     if slurm:
         files += _periodic(c, m.node, "scrape_targets",
                            template("scrape-targets.sh.j2", header=h, sd_dir=layout.SD_DIR,
@@ -212,7 +212,7 @@ def _monitoring(c: Cluster) -> list[Artifact]:
 
 def _keeper(c: Cluster) -> list[Artifact]:
     """On the controller: a script and timer that resubmit a wanted SLURM tier that has no job."""
-    tiers = [t for t in c.tiers if t.manager == "slurm"]
+    tiers = c.slurm_tiers
     if not tiers:
         return []
     node = c.keeper_node
@@ -446,9 +446,9 @@ def _gateway_files(c: Cluster) -> list[Artifact]:
                                        server=f"{topo.http_address(c, tier)}:{tier.port}"),
                               "nginx", about=f"gateway: initial upstream of {tier.name}", id="upstream",
                               tier=tier.name))
-    if any(t.manager == "slurm" for t in c.tiers):
+    if c.slurm_tiers:
         # only SLURM tiers move; a systemd tier keeps its rendered upstream
-        tiers = [{"name": t.name, "upstream": upstream_name(t.name)} for t in c.tiers if t.manager == "slurm"]
+        tiers = [{"name": t.name, "upstream": upstream_name(t.name)} for t in c.slurm_tiers]
         files += _periodic(c, node, "updater", template("upstream-updater.sh.j2", header=header(c), gateway=gw,
                                                         endpoint_dir=c.storage.endpoint_dir, tiers=tiers),
                            at(c, "updater"), "point nginx at the tiers' current endpoints", gw.update_interval_s,

@@ -271,7 +271,7 @@ def rule_tests(c: Cluster, header: str) -> str:
     ones; every other target is up meanwhile, so only the alert under test can fire."""
     healthy = ([f'up{{job="{job(t)}"}}' for t in c.tiers if not isinstance(t, RouterTier)]
                + [f'clusterbook_tier_healthy{{tier="{t.name}"}}' for t in c.tiers]
-               + [f'clusterbook_tier_registered{{tier="{t.name}"}}' for t in c.tiers if t.manager == "slurm"]
+               + [f'clusterbook_tier_registered{{tier="{t.name}"}}' for t in c.slurm_tiers]
                + [f'up{{job="node", node="{n.name}"}}' for n in c.nodes])
     tests, n = [], samples(c)
     for case in alert_cases(c):
