@@ -101,9 +101,9 @@ def _single(roots: Path, a: Artifact) -> list[Verdict]:
     if a.kind == "alertmanager":
         ok, text = _run(["amtool", "check-config", str(path)])
         return [Verdict(a.node, a.path, "amtool check-config", ok, text)]
-    if a.kind == "env":
-        bad = [line for line in a.text.splitlines()
-               if line and not line.startswith("#") and not re.match(r"^[A-Za-z_][A-Za-z0-9_]*=\S*$", line)]
+    if a.kind == "env":  # systemd's EnvironmentFile (and a shell) read a double-quoted value with spaces alike
+        bad = [line for line in a.text.splitlines() if line and not line.startswith("#")
+               and not re.match(r"^[A-Za-z_][A-Za-z0-9_]*=([^\s\"'\\$`]*|\"[^\"\\$`]*\")$", line)]
         return [Verdict(a.node, a.path, "env syntax", not bad, "\n".join(f"not KEY=VALUE: {b}" for b in bad))]
     if a.kind == "ini":
         parser = configparser.ConfigParser(comment_prefixes=(";", "#"))

@@ -31,7 +31,7 @@ def check_cluster(c: Cluster) -> list[Finding]:
     findings: list[Finding] = []
     for rule in (_networks, _nodes, _hostnames, _jumps, _engine, _models, _tiers, _contexts, _ports, _router, _gateway,
                  _on_demand, _co_reside, _targets, _unique_ids, _slurm, folder_findings, legacy_findings, _memory_max,
-                 _compilers, _alert_receivers):
+                 _compilers, _alert_receivers, _monitoring_releases):
         findings.extend(rule(c))
     return findings
 
@@ -363,6 +363,24 @@ def _on_demand(c: Cluster) -> list[Finding]:
                                "gateway's wake service marks a released tier wanted for the keeper, so both must "
                                "share a node"))
     return out
+
+
+def _monitoring_releases(c: Cluster) -> list[Finding]:
+    """An EL monitoring node names the release tarballs of Prometheus and Alertmanager; a Debian one uses its
+    packages and names none."""
+    m = c.monitoring
+    if not m or m.node not in {n.name for n in c.nodes}:
+        return []
+    os_ = c.node(m.node).os
+    if os_.family == "el" and not m.el_releases:
+        return [(("monitoring",), f"the monitoring node {m.node} runs {os_.id} {os_.version}, where no package has "
+                 "Prometheus or Alertmanager (EPEL 8 has only the node exporter): give el_releases.prometheus and "
+                 "el_releases.alertmanager, each a url and sha256 of a linux-amd64 tarball from "
+                 "prometheus.io/download")]
+    if os_.family != "el" and m.el_releases:
+        return [(("monitoring", "el_releases"), f"the monitoring node {m.node} runs {os_.id} {os_.version}: it "
+                 "installs Prometheus and Alertmanager from its packages; el_releases is for an EL monitoring node")]
+    return []
 
 
 def _alert_receivers(c: Cluster) -> list[Finding]:

@@ -803,9 +803,24 @@ class AlertEmail(Strict):
     require_tls: bool = Field(True, description="refuse to send without STARTTLS")
 
 
+class Release(Strict):
+    """A release tarball, pinned by its sha256."""
+
+    url: Url = Field(description="where the tarball is downloaded from")
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$", description="its sha256 (the download is refused when it differs)")
+
+
+class MonitoringReleases(Strict):
+    """Where an EL monitoring node gets Prometheus and Alertmanager: neither EL nor EPEL 8 packages them (EPEL has
+    only the node exporter). The linux-amd64 tarballs of prometheus.io/download, with the sums it lists."""
+
+    prometheus: Release = Field(description="prometheus-<version>.linux-amd64.tar.gz (prometheus and promtool)")
+    alertmanager: Release = Field(description="alertmanager-<version>.linux-amd64.tar.gz (alertmanager and amtool)")
+
+
 class Monitoring(Strict):
-    """Prometheus, Alertmanager and the node exporters (Debian's packages; EPEL's node exporter on EL nodes), rendered
-    from the cluster."""
+    """Prometheus, Alertmanager and the node exporters (Debian's packages; EPEL's node exporter on EL nodes, and
+    Prometheus and Alertmanager from their release tarballs on an EL monitoring node), rendered from the cluster."""
 
     node: Name = Field(description="node running Prometheus and Alertmanager")
     port: Port = Field(9090, description="Prometheus's port")
@@ -825,6 +840,9 @@ class Monitoring(Strict):
                                                            "alerts with no receiver for now; without it, a "
                                                            "monitoring section with neither alert_webhook nor "
                                                            "alert_email is refused")
+    el_releases: MonitoringReleases | None = Field(None, description="the release tarballs an EL monitoring node "
+                                                                     "installs (required there; refused on Debian, "
+                                                                     "whose packages are used)")
     journald_max_use: str = Field("1G", pattern=r"^[1-9][0-9]{0,6}[KMG]$",
                                   description="journald's SystemMaxUse= on every node "
                                                                          "(the services log to the journal)")

@@ -252,7 +252,10 @@ def hardware(c: Cluster) -> str:
               "gcc-toolset named here (and nvcc uses its g++ as host compiler). Where firewalld runs (EL), each port "
               "clusterbook serves on is opened in the zone of its network's interface, to its peers only: an RPC "
               "worker's port to its tier's nodes, a tier's API to its listen network, the node exporter to the "
-              "monitoring node. EL nodes run EPEL's node exporter under clusterbook's own unit. The EL path is "
+              "monitoring node. EL nodes run EPEL's node exporter under clusterbook's own unit. An EL monitoring "
+              "node runs Prometheus and Alertmanager from the release tarballs `monitoring.el_releases` pins by "
+              "sha256 (no EL package has them); an EL gateway's nginx reads its site from `conf.d`, and SELinux is "
+              "told to let it listen on the gateway's ports and proxy to the tiers. The EL path is "
               "rehearsed statically "
               "(shellcheck of every command, fixtures with a Rocky 8.10 node's facts, `--dry`), not run: no Rocky "
               "packages are reachable from where clusterbook is developed.\n")
@@ -944,6 +947,17 @@ def where_alerts_go(c: Cluster) -> str:
             "`monitoring.alert_email` (the on-call's address and the mail relay) in the cluster file.\n")
 
 
+def _monitoring_source(c: Cluster) -> str:
+    """Where the monitoring node's Prometheus and Alertmanager come from, by its OS family."""
+    m = c.monitoring
+    r = m.el_releases
+    if c.node(m.node).os.family != "el" or not r:
+        return f"They are {text(c.node(m.node).os.id)}'s packages. "
+    return ("No EL package has them: they come from the release tarballs "
+            f"{code_span(r.prometheus.url)} (sha256 `{r.prometheus.sha256}`) and {code_span(r.alertmanager.url)} "
+            f"(sha256 `{r.alertmanager.sha256}`), refused if a sum differs. ")
+
+
 def monitoring(c: Cluster) -> str:
     """What Prometheus scrapes, every alert with its threshold and troubleshooting entry, and the targets' PromQL."""
 
@@ -952,7 +966,8 @@ def monitoring(c: Cluster) -> str:
         return "This cluster file has no `monitoring` section: nothing is scraped and no alert is rendered.\n"
     out = [f"Prometheus and Alertmanager run on {m.node} (port {m.port}, alerts on {m.alertmanager_port}), scraping "
            f"every {m.scrape_interval_s} s and keeping {m.retention_days} days; journald keeps at most "
-           f"{m.journald_max_use} on every node. The files are on the [service files](files.md) page; "
+           f"{m.journald_max_use} on every node. " + _monitoring_source(c) + "The files are on the [service "
+           "files](files.md) page; "
            "`invoke check` runs `promtool check config`, `promtool check rules` and the generated "
            "`promtool test rules` on them.\n", where_alerts_go(c), "## What is scraped\n"]
     rows = [["`node`", ", ".join(n.name for n in c.nodes), f"the node exporter, port {m.node_exporter_port}"

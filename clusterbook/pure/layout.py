@@ -18,6 +18,11 @@ TEXTFILE_DIR = "/var/lib/prometheus/node-exporter"  # the node exporter's textfi
 NODE_EXPORTER_EL = "/usr/bin/node_exporter"  # EPEL's golang-github-prometheus-node-exporter installs it here
 NGINX_SITE = "/etc/nginx/sites-available/clusterbook.conf"
 NGINX_SITE_ENABLED = "/etc/nginx/sites-enabled/clusterbook.conf"
+NGINX_SITE_EL = "/etc/nginx/conf.d/clusterbook.conf"  # EL's nginx reads conf.d only (no sites-enabled)
+RELEASES_DIR = "/opt/clusterbook/monitoring"  # EL monitoring node: Prometheus and Alertmanager, one folder per sum
+RELEASES_CACHE = "/var/cache/clusterbook/monitoring"  # their downloaded tarballs
+PROMETHEUS_DATA = "/var/lib/prometheus/metrics2"  # Debian's storage paths, kept on EL so both read alike
+ALERTMANAGER_DATA = "/var/lib/prometheus/alertmanager"
 
 
 def unit_file(name: str, suffix: str = "service") -> str:
@@ -40,13 +45,20 @@ def cluster_paths(c: Cluster) -> dict[str, str]:
         "slurmd_spool_dir": "/var/lib/slurm/slurmd",
         "slurm_log_dir": "/var/log/slurm",
         "prometheus_defaults": "/etc/default/prometheus",
+        "alertmanager_defaults": "/etc/default/prometheus-alertmanager",
+        "node_exporter_defaults": "/etc/default/prometheus-node-exporter",  # Debian: the package's unit reads it
+        # EL monitoring node: the release tarballs' installer, and units named as Debian's packages name theirs
+        "monitoring_releases": f"{SBIN}/clusterbook-monitoring-releases",
+        "prometheus_unit": unit_file("prometheus"),
+        "alertmanager_unit": unit_file("prometheus-alertmanager"),
         "prometheus_config": f"{PROMETHEUS_DIR}/prometheus.yml",
         "rules": f"{PROMETHEUS_DIR}/{RULES}",
         "rule_tests": f"{PROMETHEUS_DIR}/{RULE_TESTS}",
         "alertmanager": f"{PROMETHEUS_DIR}/alertmanager.yml",
         "probe_config": f"{PROMETHEUS_DIR}/clusterbook-tier-probe.json",
-        "nginx_site": NGINX_SITE,
+        "nginx_site": NGINX_SITE_EL if c.gateway and _family(c, c.gateway.node) == "el" else NGINX_SITE,
         "nginx_site_enabled": NGINX_SITE_ENABLED,
+        "nginx_selinux": f"{SBIN}/clusterbook-nginx-selinux",  # EL gateway: SELinux lets nginx listen and proxy
         "tailscale_serve": f"{SBIN}/clusterbook-tailscale-serve",
         "keeper_dir": keeper_marker_dir(c),
         **_timer("probe", "clusterbook-tier-probe"),
@@ -67,6 +79,11 @@ def cluster_paths(c: Cluster) -> dict[str, str]:
     if c.engine.patches:  # beside the source it patches
         paths["engine_patches"] = posixpath.join(plan_build(c).root, "patches.diff")
     return paths
+
+
+def _family(c: Cluster, node: str) -> str:
+    """A node's OS family (debian where the file names no such node: its checks report that)."""
+    return next((n.os.family for n in c.nodes if n.name == node), "debian")
 
 
 def tier_paths(c: Cluster, tier: RouterTier | RpcTier) -> dict[str, str]:

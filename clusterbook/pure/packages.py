@@ -20,7 +20,10 @@ PACKAGES: dict[str, dict[str, list[str]]] = {
     # EPEL 8's package (1.3.1 on packages.fedoraproject.org) installs /usr/bin/node_exporter; its unit's name differs
     # between EPEL releases, so EL nodes run clusterbook's own unit (layout: node_exporter_unit)
     "node-exporter": {"debian": ["prometheus-node-exporter"], "el": ["golang-github-prometheus-node-exporter"]},
+    # EL packages neither (EPEL 8 has only the node exporter): an EL monitoring node installs their release tarballs
+    # (monitoring.el_releases; the monitoring runbook's releases step), which this need's check then finds
     "prometheus": {"debian": ["prometheus", "prometheus-alertmanager"]},
+    "nginx": {"debian": ["nginx"], "el": ["nginx", "policycoreutils-python-utils"]},  # EL: semanage, for SELinux
 }
 
 

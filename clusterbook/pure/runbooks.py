@@ -187,7 +187,8 @@ def template_context(c: Cluster, tier: RouterTier | RpcTier | None, host: str | 
                  "endpoint_of": lambda t: topo.endpoint_url(c, t)}
     if c.monitoring:  # what deploy.monitoring checks: the scrape jobs that must be up, the key files it reads
         routers = [mon.job(t) for t in c.tiers if isinstance(t, RouterTier)]
-        ctx.update(textfile_dir=layout.TEXTFILE_DIR, node_exporter_el=layout.NODE_EXPORTER_EL)
+        ctx.update(textfile_dir=layout.TEXTFILE_DIR, node_exporter_el=layout.NODE_EXPORTER_EL,
+                   releases_dir=layout.RELEASES_DIR)
         ctx["monitoring"] = {"router_jobs": "|".join(routers), "jobs": 1 + len(c.tiers) - len(routers),
                              "key_files": [t.api_key.file for t in c.tiers if t.api_key and t.api_key.file
                                       and c.monitoring.node in t.nodes]}

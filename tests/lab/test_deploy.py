@@ -247,3 +247,72 @@ def test_stop_legacy_retires_the_earlier_setup_and_a_second_run_changes_nothing(
                            f"test -e {kept}/usr/local/bin/ai-inference-upstream.sh").ok
     again = invoke("stop.legacy", cluster=legacy)
     assert again.returncode == 0 and set(statuses(again.stdout)) == {"ok"}, again.stdout
+
+
+def test_the_el_release_installer_checks_sums_links_and_keeps_others_files(ssh, tmp_path):
+    """The script an EL monitoring node runs to get Prometheus and Alertmanager (no EL package has them), run for
+    real on a lab node: it is plain bash, curl, sha256sum and tar, the same on both families. Tarballs with the
+    upstream layout, given by file:// here: a wrong sum is refused and installs nothing; the right ones install,
+    link under Debian's names and pass --check; a second run downloads nothing; a command in /usr/local/bin that
+    is not clusterbook's link is left alone and named."""
+    import hashlib
+    import io
+    import shlex
+    import tarfile
+
+    from clusterbook.pure import layout
+    from clusterbook.pure.render.artifacts import template
+    from clusterbook.pure.render.escaping import Quoted
+
+    def tarball(name, commands):
+        data = io.BytesIO()
+        with tarfile.open(fileobj=data, mode="w:gz") as tar:
+            for command in commands:
+                body = f"#!/bin/sh\necho {command} 1.0\n".encode()
+                info = tarfile.TarInfo(f"{name}-1.0.linux-amd64/{command}")
+                info.size, info.mode = len(body), 0o755
+                tar.addfile(info, io.BytesIO(body))
+        return data.getvalue()
+
+    node, folder = "lab3", "/tmp/clusterbook-release-test"
+    tarballs = {"prometheus": tarball("prometheus", ["prometheus", "promtool"]),
+                "alertmanager": tarball("alertmanager", ["alertmanager", "amtool"])}
+    sums = {name: hashlib.sha256(data).hexdigest() for name, data in tarballs.items()}
+
+    def script(wrong=""):
+        releases = {name: {"url": Quoted(shlex.quote(f"file://{folder}/{name}.tar.gz")),
+                           "sha256": sums[name] if name != wrong else "0" * 64} for name in tarballs}
+        return template("monitoring-releases.sh.j2", header=Quoted("test"), opt=layout.RELEASES_DIR,
+                        cache=layout.RELEASES_CACHE, data=[layout.PROMETHEUS_DATA, layout.ALERTMANAGER_DATA],
+                        **releases).encode()
+
+    links = "/usr/local/bin/prometheus /usr/local/bin/promtool /usr/local/bin/prometheus-alertmanager " \
+            "/usr/local/bin/amtool"
+    clean = f"rm -rf {folder} {layout.RELEASES_DIR} {layout.RELEASES_CACHE} {links}"
+    assert ssh.run(node, f"{clean} && mkdir -p {folder}").ok
+    try:
+        for name, data in tarballs.items():
+            assert ssh.put(node, f"{folder}/{name}.tar.gz", data, 0o644).ok
+        assert ssh.put(node, f"{folder}/wrong", script(wrong="alertmanager"), 0o755).ok
+        assert ssh.put(node, f"{folder}/right", script(), 0o755).ok
+        assert ssh.run(node, f"{folder}/right --check").returncode == 1  # nothing there yet
+        refused = ssh.run(node, f"{folder}/wrong")
+        assert refused.returncode == 1 and "does not have the sha256" in refused.stderr, refused.stderr
+        assert ssh.run(node, f"test ! -e {layout.RELEASES_DIR}/alertmanager-{'0' * 12} && "
+                             f"test ! -e {layout.RELEASES_CACHE}/alertmanager-{'0' * 64}.tar.gz").ok
+        installed = ssh.run(node, f"{folder}/right")
+        assert installed.ok, installed.stderr
+        assert ssh.run(node, "prometheus-alertmanager").stdout.strip() == "alertmanager 1.0"
+        assert ssh.run(node, "readlink /usr/local/bin/promtool").stdout.strip() == \
+            f"{layout.RELEASES_DIR}/prometheus-{sums['prometheus'][:12]}/promtool"
+        assert ssh.run(node, f"stat -c %U {layout.ALERTMANAGER_DATA}").stdout.strip() == "prometheus"
+        assert ssh.run(node, f"{folder}/right --check").ok
+        assert ssh.run(node, f"rm {folder}/prometheus.tar.gz {folder}/alertmanager.tar.gz && {folder}/right").ok
+        # someone else's amtool: left as it is, and named
+        assert ssh.run(node, "rm /usr/local/bin/amtool && printf '#!/bin/sh\\n' > /usr/local/bin/amtool").ok
+        foreign = ssh.run(node, f"{folder}/right")
+        assert foreign.returncode == 1 and "/usr/local/bin/amtool exists and is not clusterbook's link" in \
+            foreign.stderr, foreign.stderr
+        assert ssh.run(node, "test ! -L /usr/local/bin/amtool && test -f /usr/local/bin/amtool").ok
+    finally:
+        ssh.run(node, clean)

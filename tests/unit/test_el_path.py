@@ -2,6 +2,7 @@
 so the build installs with dnf and gcc-toolset-12 and builds with that toolset's compilers (nvcc's host compiler
 too); every command the install, gateway and SLURM runbooks give its nodes passes shellcheck."""
 
+import shlex
 import shutil
 import subprocess
 from pathlib import Path
@@ -10,7 +11,10 @@ import pytest
 
 from clusterbook.model.loader import load_cluster
 from clusterbook.pure.engine_build import cmake_options
+from clusterbook.pure.render.artifacts import render_artifacts
 from clusterbook.pure.runbooks import Command, available, expand
+
+from .edits import SLURM_CTL_ON_ROCKY, edited_cluster
 
 ROOT = Path(__file__).resolve().parents[2]
 TOOLSET = "/opt/rh/gcc-toolset-12/root/usr/bin"
@@ -60,7 +64,8 @@ def test_the_lab_keeps_debian_and_its_own_compilers():
 
 @pytest.mark.tools
 @pytest.mark.skipif(not shutil.which("shellcheck"), reason="needs shellcheck (./setup installs it)")
-@pytest.mark.parametrize("runbook, tier", [("install", None), ("gateway", None), ("deploy-slurm", "reasoning"),
+@pytest.mark.parametrize("runbook, tier", [("install", None), ("gateway", None), ("monitoring", None),
+                                          ("deploy-slurm", "reasoning"),
                                           ("deploy-slurm", "fast"), ("models", None), ("restart-slurm", "reasoning"),
                                           ("retire-legacy", None)])
 def test_every_command_for_beefcake2s_nodes_passes_shellcheck(beefcake2, tmp_path, runbook, tier):
@@ -72,3 +77,58 @@ def test_every_command_for_beefcake2s_nodes_passes_shellcheck(beefcake2, tmp_pat
             script.write_text("#!/bin/bash\n" + part + "\n")
             check = subprocess.run(["shellcheck", "-S", "warning", str(script)], capture_output=True, text=True)
             assert check.returncode == 0, f"{runbook} {step} on {host}:\n{part}\n{check.stdout}"
+
+
+@pytest.fixture
+def slurm_ctl_on_rocky(tmp_path):
+    return edited_cluster("cluster.yaml", SLURM_CTL_ON_ROCKY, tmp_path)
+
+
+def test_an_el_monitoring_node_runs_prometheus_from_the_pinned_release_tarballs(beefcake2, slurm_ctl_on_rocky):
+    """No EL package has Prometheus or Alertmanager: the releases step fetches the tarballs the cluster file pins,
+    refuses a sum that differs, and runs them under units named as Debian's, on the ports the file gives."""
+    releases = slurm_ctl_on_rocky.monitoring.el_releases
+    files = {a.id: a for a in render_artifacts(slurm_ctl_on_rocky) if a.node == "slurm-ctl"}
+    script = files["monitoring_releases"].text
+    for release in (releases.prometheus, releases.alertmanager):
+        assert f"{shlex.quote(release.url)} {release.sha256}" in script
+    assert 'sha256sum -c --quiet -' in script and "refused" in script
+    unit = files["prometheus_unit"].text
+    assert f"ExecStart=/opt/clusterbook/monitoring/prometheus-{releases.prometheus.sha256[:12]}/prometheus " in unit
+    assert "User=prometheus" in unit and "EnvironmentFile=/etc/default/prometheus\n" in unit and "$ARGS" in unit
+    assert "--web.listen-address=:9090" in files["prometheus_defaults"].text
+    assert files["alertmanager_unit"].path == "/etc/systemd/system/prometheus-alertmanager.service"
+    steps = {s.id: s for s in expand(available()["monitoring"], slurm_ctl_on_rocky).steps}
+    assert list(steps["releases"].hosts) == ["slurm-ctl"]
+    # on beefcake2 as declared (slurm-ctl on Debian) there is no such step, and no such file
+    assert not next(s for s in expand(available()["monitoring"], beefcake2).steps if s.id == "releases").hosts
+    assert not any(a.id == "monitoring_releases" for a in render_artifacts(beefcake2))
+
+
+def test_an_el_gateway_puts_its_site_in_conf_d_and_gets_selinux_leave(beefcake2, slurm_ctl_on_rocky):
+    steps = {s.id: s for s in expand(available()["gateway"], slurm_ctl_on_rocky).steps}
+    assert not steps["site"].hosts and list(steps["site-el"].hosts) == ["slurm-ctl"]
+    files = {a.id: a for a in render_artifacts(slurm_ctl_on_rocky) if a.node == "slurm-ctl"}
+    assert files["nginx_site"].path == "/etc/nginx/conf.d/clusterbook.conf"
+    selinux = files["nginx_selinux"].text
+    ports = sorted({r.port for r in slurm_ctl_on_rocky.gateway.routes})
+    assert all(str(p) in selinux for p in ports) and "setsebool -P httpd_can_network_connect 1" in selinux
+    install = next(a for a in steps["site-el"].hosts["slurm-ctl"] if isinstance(a, Command))
+    assert install.command.startswith("dnf install") and "policycoreutils-python-utils" in install.command
+    debian = {s.id: s for s in expand(available()["gateway"], beefcake2).steps}
+    assert not debian["site-el"].hosts and "apt-get install" in debian["site"].hosts["slurm-ctl"][0].command
+
+
+@pytest.mark.tools
+@pytest.mark.skipif(not shutil.which("shellcheck"), reason="needs shellcheck (./setup installs it)")
+@pytest.mark.parametrize("runbook", ["monitoring", "gateway"])
+def test_an_el_gateway_and_monitoring_node_pass_shellcheck(slurm_ctl_on_rocky, tmp_path, runbook):
+    """Every command the runbook gives slurm-ctl on Rocky, and every script it uploads there."""
+    parts = [part for step, host, action in commands(slurm_ctl_on_rocky, runbook) if host == "slurm-ctl"
+             for part in (action.command, action.unless, action.until) if part]
+    parts += [a.text for a in render_artifacts(slurm_ctl_on_rocky) if a.node == "slurm-ctl" and a.kind == "script"]
+    for part in parts:
+        script = tmp_path / "step.sh"
+        script.write_text(part if part.startswith("#!") else "#!/bin/bash\n" + part + "\n")
+        check = subprocess.run(["shellcheck", "-S", "warning", str(script)], capture_output=True, text=True)
+        assert check.returncode == 0, f"{runbook} on slurm-ctl:\n{part}\n{check.stdout}"

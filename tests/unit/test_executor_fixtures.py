@@ -17,6 +17,7 @@ from clusterbook.pure import layout
 from clusterbook.pure.render.artifacts import Artifact, render_artifacts
 from clusterbook.pure.runbooks import Command, PutFile, available, expand
 
+from .edits import edited_cluster
 from .fakehosts import FakeHosts, Rule
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -47,9 +48,17 @@ def facts(expansion, case: dict) -> FakeHosts:
     return hosts
 
 
+def case_cluster(case: dict, folder: Path):
+    """The case's cluster file, with its `cluster_edits` made first (edits.py): e.g. the beefcake2 file with
+    slurm-ctl declared Rocky, one field changed rather than a second copy of the file."""
+    if not case.get("cluster_edits"):
+        return load_cluster(ROOT / case["cluster"])
+    return edited_cluster(case["cluster"], case["cluster_edits"], folder)
+
+
 def run_case(path: Path, state_dir: Path) -> tuple[dict, list[str], str | None, list]:
     case = yaml.safe_load(path.read_text())
-    cluster = load_cluster(ROOT / case["cluster"])
+    cluster = case_cluster(case, state_dir)
     extra = [Artifact(node, layout.path(cluster, ids), content, "archive", id=ids)
              for node, files in case.get("extra_artifacts", {}).items()
              for ids, content in files.items()]  # what a command adds to the rendered files (docs.publish)

@@ -43,8 +43,12 @@ def test_every_artifact_is_checked_and_passes(name, request):
     (Artifact("n", "/etc/nginx/sites-available/x.conf", "server { listen 127.0.0.1:8080; proxy_pass; }\n", "nginx"),
      "nginx -t"),
     (Artifact("n", "/etc/x.env", "NOT A VAR\n", "env"), "env syntax"),
+    (Artifact("n", "/etc/x.env", 'ARGS="--a $(id)"\n', "env"), "env syntax"),  # quoted, but it would expand
+    (Artifact("n", "/etc/x.env", 'ARGS="--a\n', "env"), "env syntax"),
 ])
 def test_broken_files_fail(artifact, validator):
+    """Each broken file fails its validator (and a double-quoted value with spaces alone passes the env check)."""
+    assert all(v.ok for v in validate([Artifact("n", "/etc/x.env", 'ARGS="--a=1 --b=:2"\n', "env")]))
     verdicts = [v for v in validate([artifact]) if v.validator == validator]
     assert verdicts and not verdicts[0].ok
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import posixpath
+import shlex
 from dataclasses import dataclass, replace
 from functools import cache
 from typing import Literal
@@ -162,8 +163,10 @@ def _monitoring(c: Cluster) -> list[Artifact]:
         Artifact(m.node, at(c, "alertmanager"), mon.alertmanager_config(c, h), "alertmanager",
                  about="monitoring: where alerts go", id="alertmanager"),
         Artifact(m.node, at(c, "prometheus_defaults"),
-                 f"# {h}\nARGS=--storage.tsdb.retention.time={m.retention_days}d\n", "env",
-                 about="monitoring: Prometheus's retention", id="prometheus_defaults"),
+                 f'# {h}\nARGS="--storage.tsdb.retention.time={m.retention_days}d --web.listen-address=:{m.port}"\n',
+                 "env", about="monitoring: Prometheus's retention and port", id="prometheus_defaults"),
+        Artifact(m.node, at(c, "alertmanager_defaults"), f'# {h}\nARGS="--web.listen-address=:{m.alertmanager_port}"\n',
+                 "env", about="monitoring: Alertmanager's port", id="alertmanager_defaults"),
         Artifact(m.node, at(c, "probe_config"), mon.probe_config(c), "json",
                  about="monitoring: which tiers the probe asks, and where", id="probe_config"),
     ]
@@ -189,6 +192,13 @@ def _monitoring(c: Cluster) -> list[Artifact]:
                            "Prometheus targets of the SLURM tiers", m.scrape_interval_s,
                            f"targets of the SLURM tiers every {m.scrape_interval_s} s",
                            "monitoring: endpoint registry -> Prometheus targets", "monitoring: scrape targets")
+    if c.node(m.node).os.family == "el":
+        files += _monitoring_releases(c, h)
+    for node in (n for n in c.nodes if n.os.family == "debian"):  # the package's unit reads its ARGS here
+        files.append(Artifact(node.name, at(c, "node_exporter_defaults"),
+                              f'# {h}\nARGS="--web.listen-address=:{m.node_exporter_port} '
+                              f'--collector.textfile.directory={layout.TEXTFILE_DIR}"\n', "env",
+                              about="monitoring: the node exporter's port (Debian)", id="node_exporter_defaults"))
     for node in (n for n in c.nodes if n.os.family == "el"):  # EPEL's exporter, clusterbook's unit and firewall rule
         command = Quoted(f"{layout.NODE_EXPORTER_EL} --web.listen-address=:{m.node_exporter_port} "
                          f"--collector.textfile.directory={layout.TEXTFILE_DIR}")
@@ -208,6 +218,35 @@ def _monitoring(c: Cluster) -> list[Artifact]:
                               f"# {h}\n[Journal]\nSystemMaxUse={m.journald_max_use}\n", "ini",
                               about="monitoring: journald's size limit for the services' logs", id="journald"))
     return files
+
+
+def _monitoring_releases(c: Cluster, h: Quoted) -> list[Artifact]:
+    """An EL monitoring node's Prometheus and Alertmanager: the release tarballs' installer and their units, named as
+    Debian's packages name theirs and reading the same /etc/default files."""
+    m, r = c.monitoring, c.monitoring.el_releases
+    releases = {name: {"url": Quoted(shlex.quote(rel.url)), "sha256": rel.sha256}
+                for name, rel in (("prometheus", r.prometheus), ("alertmanager", r.alertmanager))}
+    script = template("monitoring-releases.sh.j2", header=h, opt=layout.RELEASES_DIR, cache=layout.RELEASES_CACHE,
+                      data=[layout.PROMETHEUS_DATA, layout.ALERTMANAGER_DATA], **releases)
+    home = {name: f"{layout.RELEASES_DIR}/{name}-{rel['sha256'][:12]}" for name, rel in releases.items()}
+    prometheus = Quoted(f"{home['prometheus']}/prometheus --config.file={at(c, 'prometheus_config')} "
+                        f"--storage.tsdb.path={layout.PROMETHEUS_DATA}/ $ARGS")
+    alertmanager = Quoted(f"{home['alertmanager']}/alertmanager --config.file={at(c, 'alertmanager')} "
+                          f"--storage.path={layout.ALERTMANAGER_DATA}/ $ARGS")
+    return [
+        Artifact(m.node, at(c, "monitoring_releases"), script, "script", 0o755, id="monitoring_releases",
+                 about="monitoring: Prometheus and Alertmanager from their release tarballs (EL)"),
+        Artifact(m.node, at(c, "prometheus_unit"),
+                 template("daemon.service.j2", header=h, command=prometheus, user="prometheus",
+                          env_file=at(c, "prometheus_defaults"),
+                          description=Quoted("clusterbook: Prometheus (release tarball)")),
+                 "unit", about="monitoring: Prometheus's unit (EL)", id="prometheus_unit"),
+        Artifact(m.node, at(c, "alertmanager_unit"),
+                 template("daemon.service.j2", header=h, command=alertmanager, user="prometheus",
+                          env_file=at(c, "alertmanager_defaults"),
+                          description=Quoted("clusterbook: Alertmanager (release tarball)")),
+                 "unit", about="monitoring: Alertmanager's unit (EL)", id="alertmanager_unit"),
+    ]
 
 
 def _keeper(c: Cluster) -> list[Artifact]:
@@ -440,6 +479,12 @@ def _gateway_files(c: Cluster) -> list[Artifact]:
     files = [Artifact(node, at(c, "nginx_site"),
                       template("nginx-site.conf.j2", header=header(c), gateway=gw, routes=routes), "nginx",
                       about="gateway: nginx site", id="nginx_site")]
+    if c.node(node).os.family == "el":
+        ports = sorted({r.port for r in gw.routes} | {p for p in (gw.path_port, gw.docs_port) if p})
+        files.append(Artifact(node, at(c, "nginx_selinux"),
+                              template("nginx-selinux.sh.j2", header=header(c), ports=[str(p) for p in ports]),
+                              "script", 0o755, about="gateway: SELinux lets nginx listen and proxy (EL)",
+                              id="nginx_selinux"))
     for tier in c.tiers:
         files.append(Artifact(node, at(c, "upstream", tier),
                               template("upstream.conf.j2", header=header(c), upstream=upstream_name(tier.name),
