@@ -1004,6 +1004,11 @@ def monitoring(c: Cluster) -> str:
         rows.append([f"**{rule['alert']}**", rule["labels"].get("tier", "–"), rule["annotations"]["summary"],
                      rule["for"], link])
     out.append(table(["alert", "tier", "when", "for", "troubleshooting"], rows))
+    for tier, partners in mon.waits_beside(c).items():
+        which = "one of them serves" if len(partners) > 1 else "that tier serves"
+        out.append(f"\nThe plan says {text(tier)} cannot run at the same time as {', '.join(map(text, partners))}: "
+                   f"it waits in SLURM's queue while {which}, so its TierDown, EndpointMissing and TierPending stay "
+                   "quiet then, and fire when neither answers.\n")
     out.append("\nTheir expressions:\n")
     out.append(code("\n".join(f"# {r['alert']}{' (' + r['labels']['tier'] + ')' if 'tier' in r['labels'] else ''}"
                                f"\n{r['expr']}" for r in mon.alerts(c)), "text"))

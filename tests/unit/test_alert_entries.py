@@ -1,6 +1,7 @@
 """Every alert points to a troubleshooting entry the cluster file has (issue 32): a file with entries but not the
 one an alert needs is refused with its line; a file with no troubleshooting at all gets alerts without links."""
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -9,6 +10,8 @@ from clusterbook.commands.cluster import checked_cluster
 from clusterbook.model.loader import load_cluster
 from clusterbook.model.problems import InputError
 from clusterbook.pure.render.monitoring import alert_findings, alerts
+
+from .edits import edited_cluster
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -31,3 +34,29 @@ def test_every_alert_of_beefcake2_and_the_lab_lands():
         assert alert_findings(load_cluster(ROOT / name)) == [], name
     lab = load_cluster(ROOT / "lab/cluster.yaml")  # no troubleshooting section: no links to nowhere
     assert all("troubleshooting" not in rule["annotations"] for rule in alerts(lab))
+
+
+@pytest.mark.tools
+@pytest.mark.skipif(not shutil.which("promtool"), reason="needs promtool (./setup installs it)")
+def test_a_tier_the_plan_says_waits_does_not_alert_while_the_other_serves(tmp_path):
+    """beefcake2 as the seeds had it: fast on a node of the reasoning tier, both SLURM jobs asking for its only GPU,
+    so one waits in the queue by design. The waiting tier's down, unregistered and pending alerts are quiet while
+    the other tier answers, and fire when neither does: promtool runs the generated tests of both cases."""
+    from clusterbook.effects.validators import validate
+    from clusterbook.pure.render.artifacts import render_artifacts
+    from clusterbook.pure.render.monitoring import waits_beside
+
+    c = edited_cluster("cluster.yaml", {"tiers.0.node": "vasp-01", "planner.co_reside": []}, tmp_path)
+    assert waits_beside(c) == {"fast": ["reasoning"], "reasoning": ["fast"]}
+    rules = {(r["alert"], r["labels"].get("tier")): r["expr"] for r in alerts(c)}
+    for alert in ("TierDown", "EndpointMissing", "TierPending"):
+        assert 'unless on() clusterbook_tier_healthy{tier="reasoning"} == 1' in rules[(alert, "fast")]
+        assert 'unless on() clusterbook_tier_healthy{tier="fast"} == 1' in rules[(alert, "reasoning")]
+    files = [a for a in render_artifacts(c) if a.kind in ("rules", "rule-tests")]
+    verdicts = validate(files)
+    assert all(v.ok for v in verdicts), [v.output for v in verdicts if not v.ok]
+    tests = next(a.text for a in files if a.kind == "rule-tests")
+    assert tests.count('clusterbook_tier_healthy{tier="reasoning"}') >= 3  # the quiet cases are tested
+    # as beefcake2 is declared (both serve at once), nothing is quieted so
+    declared = alerts(load_cluster(ROOT / "cluster.yaml"))
+    assert not any("unless on() clusterbook_tier_healthy" in r["expr"] for r in declared)

@@ -14,6 +14,8 @@ import yaml
 from clusterbook.model.schema import Cluster, RouterTier, RpcTier
 from clusterbook.pure import topology as topo
 from clusterbook.pure.layout import RULES, SD_DIR, TEXTFILE_DIR
+from clusterbook.pure.planner.capacity import plan_cluster
+from clusterbook.pure.planner.residency import plan_residency
 
 GPU_METRICS = "clusterbook_gpu"
 
@@ -141,7 +143,8 @@ class Alert:
     good: list[dict]
     labels: dict = field(default_factory=dict)
     wait_m: int = 0  # minutes beyond `for:` before it fires (a stale sample must first leave the window)
-    quiet: tuple = ()  # more series sets on which it must not fire (a tier down because it is released on demand)
+    quiet: tuple = ()  # more series sets on which it must not fire (a tier down by design: released on demand, or
+    # waiting while a tier it cannot run beside serves)
 
 
 def _series(name: str, values: str) -> dict:
@@ -162,8 +165,9 @@ def alert_cases(c: Cluster) -> list[Alert]:
     cases = [Alert(_rule("NodeExporterDown", 'up{job="node"} == 0', "2m", "warning", {},
                          "a node exporter does not answer (its node label names the node)", {}),
                    [_series(up, f"0x{n}")], [_series(up, f"1x{n}")], {"node": node, "job": "node"})]
+    partners = waits_beside(c)
     for tier in c.tiers:
-        cases += _tier_alerts(c, tier, c.targets_for(tier.name), n)
+        cases += _tier_alerts(c, tier, c.targets_for(tier.name), n, partners.get(tier.name, []))
     gpu_nodes = [g.name for g in c.nodes if g.gpus]
     if gpu_nodes:
         xid = f'{GPU_METRICS}_xid_errors_total{{node="{gpu_nodes[0]}"}}'
@@ -180,30 +184,46 @@ def samples(c: Cluster) -> int:
     return _minutes(f"{max(windows):g}s") + _minutes(f"{3 * c.monitoring.scrape_interval_s}s") + 10
 
 
-def _tier_alerts(c: Cluster, tier: RouterTier | RpcTier, targets, n: int) -> list[Alert]:
+def waits_beside(c: Cluster) -> dict[str, list[str]]:
+    """Per tier, the tiers the plan says cannot run at the same time as it (planner/residency.py): while one of
+    them serves, this one waits in SLURM's queue by design."""
+    partners: dict[str, list[str]] = {}
+    for e in plan_residency(c, plan_cluster(c)).exclusions:
+        partners.setdefault(e.first, []).append(e.second)
+        partners.setdefault(e.second, []).append(e.first)
+    return partners
+
+
+def _tier_alerts(c: Cluster, tier: RouterTier | RpcTier, targets, n: int, partners: list[str]) -> list[Alert]:
     name, label = tier.name, {"tier": tier.name}
     recovery = c.recovery_level(name).critical
     down = f"tier {name} has not answered for {recovery:g} s (its recovery target's critical level)"
     trouble = _entry(c, "rpc-worker-down" if isinstance(tier, RpcTier) else "gateway-connection-refused")
     probe = f'clusterbook_tier_healthy{{tier="{name}"}}'
-    # a tier on demand that the keeper released is down on purpose: neither down nor unregistered alerts fire
+    # down on purpose, so neither down, unregistered nor pending alerts fire: a tier on demand that the keeper
+    # released, and a tier that waits while a tier it cannot run beside serves
     released = f'clusterbook_tier_released{{tier="{name}"}}'
-    unless = f" unless on() {released} == 1" if tier.on_demand else ""
+    serving = [f'clusterbook_tier_healthy{{tier="{p}"}}' for p in partners]
+    waiting = "".join(f" unless on() {s} == 1" for s in serving)
+    unless = (f" unless on() {released} == 1" if tier.on_demand else "") + waiting
+    alone = [_series(s, f"0x{n}") for s in serving]  # it fires when the tiers it waits for do not serve either
 
-    def quiet(bad: list[dict]) -> tuple:
-        return ((*bad, _series(released, f"1x{n}")),) if tier.on_demand else ()
+    def quiet(bad: list[dict], on_demand: bool = True) -> tuple:
+        sets = [(*bad, _series(released, f"1x{n}"))] if tier.on_demand and on_demand else []
+        return tuple(sets + [(*bad, _series(s, f"1x{n}")) for s in serving])
 
     if isinstance(tier, RouterTier):  # metrics come per loaded model: the probe's /health tells whether it is down
         bad = [_series(probe, f"0x{n}")]
         cases = [Alert(_rule("TierDown", f"{probe} == 0{unless}", f"{recovery:g}s", "critical", label, down, trouble),
-                       bad, [_series(probe, f"1x{n}")], quiet=quiet(bad))]
+                       bad + alone, [_series(probe, f"1x{n}")], quiet=quiet(bad))]
     else:
         scrape = f'up{{job="{job(tier)}"}}'
         # down, beside an up target of an earlier configuration whose last sample is still in the lookback
         bad = [_series(scrape, f"0x{n}"), _series(f'up{{job="{job(tier)}", instance="left"}}', f"1 _x{n}")]
         cases = [Alert(_rule("TierDown", f"absent({fresh_up(c, job(tier))}){unless}", f"{recovery:g}s", "critical",
                              label, down, trouble),
-                       bad, [_series(scrape, f"1x{n}")], wait_m=_minutes(f"{3 * c.monitoring.scrape_interval_s}s"),
+                       bad + alone, [_series(scrape, f"1x{n}")],
+                       wait_m=_minutes(f"{3 * c.monitoring.scrape_interval_s}s"),
                        quiet=quiet(bad))]
     if tier.manager == "slurm":
         registered, pending = (f'clusterbook_tier_{what}{{tier="{name}"}}' for what in ("registered", "pending"))
@@ -212,12 +232,13 @@ def _tier_alerts(c: Cluster, tier: RouterTier | RpcTier, targets, n: int) -> lis
             Alert(_rule("EndpointMissing", f"{registered} == 0{unless}", f"{recovery:g}s", "critical", label,
                         f"tier {name} has had no record in the endpoint registry for {recovery:g} s: its job "
                         "does not run, or has not registered", _entry(c, "job-not-starting")),
-                  [_series(registered, f"0x{n}")], [_series(registered, f"1x{n}")],
+                  [_series(registered, f"0x{n}"), *alone], [_series(registered, f"1x{n}")],
                   quiet=quiet([_series(registered, f"0x{n}")])),
-            Alert(_rule("TierPending", f"{pending} == 1", f"{recovery:g}s", "warning", label,
+            Alert(_rule("TierPending", f"{pending} == 1{waiting}", f"{recovery:g}s", "warning", label,
                         f"SLURM has held tier {name}'s job ({job_name}) pending for {recovery:g} s",
                         _entry(c, "job-not-starting")),
-                  [_series(pending, f"1x{n}")], [_series(pending, f"0x{n}")]),
+                  [_series(pending, f"1x{n}"), *alone], [_series(pending, f"0x{n}")],
+                  quiet=quiet([_series(pending, f"1x{n}")], on_demand=False)),
         ]
     if targets and targets.decode_tps:
         critical = targets.decode_tps.critical
