@@ -1,8 +1,6 @@
 """invoke tasks: parse arguments, call clusterbook.commands. No logic lives here."""
 
 import functools
-import inspect
-import sys
 
 from invoke import Collection, task
 
@@ -12,39 +10,26 @@ from clusterbook.effects.console import exits_cleanly
 CLUSTER_HELP = "cluster file (default: the configuration's clusterbook.cluster, i.e. cluster.yaml)"
 
 
-# `invoke a b --cluster F`: F counts for a and b alike (invoke alone would give it to b only; a would run
-# against the configured cluster, by default the production file)
-try:
-    _given = commands.cluster_on_command_line(sys.argv)
-    _cluster = commands.cluster_for_tasks(sys.argv)
-except commands.Failed as _exc:
-    print(f"invoke: {_exc}", file=sys.stderr)
-    sys.exit(2)
-COMMAND_LINE = {"cluster": _given} if _given else {}
-DRY = "--dry" in sys.argv  # likewise: one --dry makes every task of the line a dry run
-# tasks that contact nothing, dry or not; any other task without a dry mode refuses --dry (invoke would take it for
-# its own --dry, which does not stop a task from connecting)
-OFFLINE = {"render", "check", "plan", "reference", "docs_build"}
-
-
 def command(fn):
     """A task body: first the `clusterbook` settings from invoke's configuration, then bad input exits 2 and
-    failures exit 1 with a message and no traceback."""
+    failures exit 1 with a message and no traceback. (One --cluster and one --dry for the whole command line:
+    clusterbook/adapters/command_line.py, which invoke.yaml names.)"""
     @functools.wraps(fn)
     def wrapper(c, *args, **kwargs):
-        commands.configure({**c.config.get("clusterbook", {}), **COMMAND_LINE})
-        if DRY and "dry" in inspect.signature(fn).parameters:
-            kwargs["dry"] = True
-        elif DRY and fn.__name__ not in OFFLINE:
-            name = fn.__name__.removesuffix("_task").replace("_", ".")
-            raise commands.Refused(f"invoke {name} has no dry run (it would contact the cluster or the lab); run "
-                                   "it without --dry")
+        commands.configure(c.config.get("clusterbook", {}))
         return fn(c, *args, **kwargs)
     return exits_cleanly(wrapper)
 
 
+def offline(fn):
+    """A task that contacts nothing, so it may stay on a command line that says --dry."""
+    fn.contacts_nothing = True
+    return fn
+
+
 @task(help={"cluster": CLUSTER_HELP, "out": "output directory (default: build)"})
 @command
+@offline
 def render(c, cluster=None, out="build"):
     """Render systemd units, scripts, SLURM jobs, nginx and nftables files into OUT/<node>/<path>."""
     commands.render(cluster or commands.default_cluster(), out)
@@ -52,6 +37,7 @@ def render(c, cluster=None, out="build"):
 
 @task(help={"cluster": CLUSTER_HELP})
 @command
+@offline
 def check(c, cluster=None):
     """Validate the cluster file and check every rendered file with systemd-analyze, shellcheck, nginx -t, nft."""
     commands.check(cluster or commands.default_cluster())
@@ -71,6 +57,7 @@ ns.configure({"clusterbook": commands.SETTINGS_DEFAULTS})  # overridable: invoke
                            "a quantized V cache only where every GPU has flash attention); default: each keeps its "
                            "own"})
 @command
+@offline
 def plan(c, cluster=None, tier=None, json=False, models_dir=None, solve=False, min_ctx=None, cache_types=None):
     """Capacity plan: memory per device, largest context, decode bound and prompt estimate per tier."""
     commands.plan(cluster or commands.default_cluster(), tier, json, models_dir, solve,
@@ -79,6 +66,7 @@ def plan(c, cluster=None, tier=None, json=False, models_dir=None, solve=False, m
 
 @task
 @command
+@offline
 def reference(c):
     """Rewrite the cluster file reference in README.md from the schema."""
     commands.write_reference("README.md")
@@ -141,19 +129,18 @@ DEPLOY_HELP = {**RUN_HELP, "preflight": "check the nodes this deploy touches fir
 
 
 def _operation_task(op):
-    """An invoke task for one operation of the cluster file (clusterbook/pure/operations.py); a deploy runs the
-    preflight checks of the nodes it touches first."""
+    """An invoke task for one operation of the configured cluster file (clusterbook/pure/operations.py); it runs
+    the operation of that name in the file the command line uses, and a deploy checks its nodes first."""
     if op.collection == "deploy":
         @task(name=op.name, help=DEPLOY_HELP)
         @command
         def run(c, cluster=None, dry=False, only=None, preflight=True):
-            commands.run_runbook(op.runbook, cluster or commands.default_cluster(), op.tier, dry, only, op.part,
-                                 preflight=preflight)
+            commands.run_named(cluster or commands.default_cluster(), op.collection, op.name, dry, only, preflight)
     else:
         @task(name=op.name, help=RUN_HELP)
         @command
         def run(c, cluster=None, dry=False, only=None):
-            commands.run_runbook(op.runbook, cluster or commands.default_cluster(), op.tier, dry, only, op.part)
+            commands.run_named(cluster or commands.default_cluster(), op.collection, op.name, dry, only)
     run.__doc__ = op.doc
     return run
 
@@ -168,10 +155,11 @@ def _any_tier_task(action, doc):
     return run
 
 
-# deploy.<tier>, stop.<tier>, restart.<tier>, … for the tiers of the cluster file this invocation uses
-# (--cluster on the command line, else the configuration's clusterbook.cluster: clusterbook/commands/settings.py)
+# deploy.<tier>, stop.<tier>, restart.<tier>, … for the tiers of the configured cluster file (clusterbook.cluster:
+# invoke's configuration files and INVOKE_CLUSTERBOOK_CLUSTER, as clusterbook/commands/settings.py reads them; invoke
+# makes its task list before it parses the command line); `deploy.tier --tier NAME` reaches any tier of any file
 collections = {name: Collection(name) for name in ("deploy", "models", "stop", "restart")}
-for _op in commands.task_operations(_cluster):
+for _op in commands.task_operations(commands.default_cluster()):
     collections[_op.collection].add_task(_operation_task(_op))
 collections["deploy"].add_task(_any_tier_task("deploy", "Deploy any tier of the cluster file by name (--tier NAME)."))
 
@@ -213,6 +201,7 @@ ns.add_task(logs_task)
 
 @task(name="build", default=True, help={"cluster": RUN_HELP["cluster"], "out": "output directory (default: site)"})
 @command
+@offline
 def docs_build(c, cluster=None, out="site"):
     """Build the docs site strictly into OUT from the cluster file (works offline)."""
     commands.docs(cluster or commands.default_cluster(), out)

@@ -1,1 +1,2 @@
-"""Layer 5, adapters: the MkDocs plugin (tasks.py and the pytest-bdd steps live at their tools' places)."""
+"""Layer 5, adapters: the MkDocs plugin and invoke's executor (tasks.py and the pytest-bdd steps live at their
+tools' places)."""

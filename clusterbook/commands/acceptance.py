@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from clusterbook.commands import settings
-from clusterbook.commands.cluster import preflight
 from clusterbook.commands.lab import lab_up
+from clusterbook.commands.preflight import preflight
 from clusterbook.commands.runbooks import run_operation, run_runbook
 from clusterbook.commands.settings import LAB_CLUSTER
 from clusterbook.commands.site import docs

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import difflib
 import json
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import get_args
@@ -12,7 +11,7 @@ from typing import get_args
 from rich.markup import escape
 from rich.table import Table
 
-from clusterbook.commands.arguments import nodes_named, tier_named
+from clusterbook.commands.arguments import tier_named
 from clusterbook.effects.console import Failed, console
 from clusterbook.effects.files import write_tree
 from clusterbook.effects.ssh import SshTransport
@@ -26,7 +25,6 @@ from clusterbook.pure.planner.capacity import GIB, plan_cluster, plan_json
 from clusterbook.pure.planner.findings import plan_findings
 from clusterbook.pure.planner.loadtime import load_json, recovery_text
 from clusterbook.pure.planner.residency import exclusion_text, plan_residency, residency_json
-from clusterbook.pure.preflight import Check, facts_command, judge, parse_facts
 from clusterbook.pure.reference import reference_markdown, splice
 from clusterbook.pure.render.artifacts import path_collisions, render_artifacts
 from clusterbook.pure.render.monitoring import alert_destinations, alert_findings
@@ -214,49 +212,6 @@ def _print_residency(cplan) -> None:
     console.print("  run at the same time: " + "; ".join(" + ".join(g) for g in cplan.groups))
     for sentence in exclusion_text(cplan):
         console.print(f"  [yellow]{sentence}[/]")
-
-
-def preflight_checks(cluster, nodes: list[str]) -> list:
-    """Run the facts command on each node at once and judge what it printed against the cluster file."""
-
-
-    transport = SshTransport(cluster)
-
-    def one(node: str) -> list[Check]:
-        started = time.time()
-        out = transport.run(node, facts_command(cluster, node), timeout=60)
-        if not out.ok:
-            return [Check(node, "reachable", "the facts command runs over SSH",
-                          f"exit {out.returncode}: {out.tail(2) or out.stdout[-200:]}", "failed")]
-        return judge(cluster, node, parse_facts(out.stdout), (started + time.time()) / 2)
-
-    with console.status(f"preflight of {', '.join(nodes)} …"), ThreadPoolExecutor(max_workers=len(nodes)) as pool:
-        return [c for result in pool.map(one, nodes) for c in result]
-
-
-def print_preflight(cluster, nodes: list[str], checks: list, quiet: bool = False) -> None:
-    """The table (only the failures' when quiet), then a line; failures end the command naming node and figures."""
-    failed = [c for c in checks if c.verdict == "failed"]
-    if failed or not quiet:
-        table = Table("node", "check", "expected", "found", "verdict", title=f"preflight: {cluster.cluster.name}")
-        style = {"ok": "[green]ok[/]", "failed": "[red]FAILED[/]", "skipped": "[dim]skipped[/]"}
-        for c in checks:
-            if c.verdict == "failed" or not quiet:
-                table.add_row(c.node, c.check, c.expected, c.found, style[c.verdict])
-        console.print(table)
-    if failed:
-        raise Failed("preflight failed: " + "; ".join(f"{c.node}: {c.check}: expected {c.expected}, found {c.found}"
-                                                      for c in failed))
-    skipped = sum(c.verdict == "skipped" for c in checks)
-    console.print(f"[green]preflight passed[/] on {', '.join(nodes)}"
-                  + (f" ({skipped} check(s) skipped: invoke preflight shows why)" if quiet and skipped else ""))
-
-
-def preflight(cluster_file: str, only: str | None = None) -> None:
-    """Every node's GPUs, driver, free space for its models, RPC interface and clock, against the cluster file."""
-    cluster = load_cluster(cluster_file)
-    nodes = nodes_named(cluster, only) or [n.name for n in cluster.nodes]
-    print_preflight(cluster, nodes, preflight_checks(cluster, nodes))
 
 
 def models_hash(cluster_file: str) -> None:

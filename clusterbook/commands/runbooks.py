@@ -11,7 +11,7 @@ from rich.table import Table
 
 from clusterbook.commands import settings
 from clusterbook.commands.arguments import nodes_named, tier_named
-from clusterbook.commands.cluster import preflight_checks, print_preflight
+from clusterbook.commands.preflight import preflight_checks, print_preflight
 from clusterbook.commands.reportstamp import file_digest
 from clusterbook.effects.console import Failed, console
 from clusterbook.effects.executor import Executor
@@ -22,7 +22,7 @@ from clusterbook.effects.verified import state_dir
 from clusterbook.model.loader import load_cluster
 from clusterbook.pure import generations as gen
 from clusterbook.pure.changes import engine_hosts, engine_link
-from clusterbook.pure.operations import tier_operations, unavailable_reason
+from clusterbook.pure.operations import operations, tier_operations, unavailable_reason
 from clusterbook.pure.render.artifacts import render_artifacts
 from clusterbook.pure.render.monitoring import GPU_METRICS, PROBE_TEXTFILE, job
 from clusterbook.pure.runbooks import expand, runbook_named
@@ -83,6 +83,19 @@ def generation_recording(cluster, cluster_file: str, expansion):
             "cluster": cluster.cluster.name, "cluster_sha": file_digest(cluster_file),
             "time": now.strftime("%Y-%m-%dT%H:%M:%SZ")}
     return gen.Recording(cluster.storage.generations_dir, gid, cluster.engine.install_dir, meta)
+
+
+def run_named(cluster_file: str, collection: str, name: str, dry: bool = False, only: str | None = None,
+              preflight: bool = False) -> None:
+    """Run the operation `invoke <collection>.<name>` of the cluster file: its tiers and their managers say which
+    runbook (the task list comes from the configured file; the command line may name another)."""
+    cluster = load_cluster(cluster_file)
+    ops = [o for o in operations(cluster) if o.collection == collection]
+    op = next((o for o in ops if o.name == name), None)
+    if op is None:
+        raise Failed(f"{cluster_file} has no {collection}.{name} (it has {', '.join(o.task for o in ops) or 'none'}); "
+                     f"invoke {collection}.tier --tier NAME reaches any tier of a file")
+    run_runbook(op.runbook, cluster_file, op.tier, dry, only, op.part, preflight=preflight)
 
 
 def run_operation(cluster_file: str, action: str, tier: str, dry: bool = False, only: str | None = None,

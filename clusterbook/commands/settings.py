@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,7 +39,7 @@ def configure(values: Mapping) -> Settings:
 def current() -> Settings:
     """The settings of this process: those a task configured, else read as invoke reads them (for the task list,
     which is made before any task runs, and for processes invoke did not start, such as docs.serve's MkDocs)."""
-    return _current if _current is not None else configure(read_invoke_config())
+    return _current if _current is not None else configure(read_invoke_config(os.environ.get("INVOKE_RUNTIME_CONFIG")))
 
 
 def read_invoke_config(runtime_file: str | None = None) -> Mapping:

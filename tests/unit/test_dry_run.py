@@ -110,11 +110,7 @@ def tasks_with_dry() -> list[str]:
 
     spec = importlib.util.spec_from_file_location("cb_tasks_dry", ROOT / "tasks.py")
     module = importlib.util.module_from_spec(spec)
-    saved, sys.argv = sys.argv, ["invoke", "--list"]
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.argv = saved
+    spec.loader.exec_module(module)
     found = []
 
     def walk(collection, prefix=""):

@@ -1,5 +1,6 @@
 """The cluster file and the reports/runs folders come from invoke's configuration: defaults, a runtime file
-(`invoke -f`), the environment (INVOKE_CLUSTERBOOK_*), and the task list follows the configured cluster."""
+(`invoke -f`, INVOKE_RUNTIME_CONFIG), the environment (INVOKE_CLUSTERBOOK_*), and the task list follows the
+configured cluster; the command line's --cluster and --dry reach every task of the line."""
 
 import os
 import subprocess
@@ -7,7 +8,6 @@ import sys
 from pathlib import Path
 
 from clusterbook.commands import settings
-from clusterbook.commands.tasklist import cluster_for_tasks
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -26,7 +26,7 @@ def test_the_task_list_follows_the_configured_cluster(tmp_path):
     assert "deploy.chat" in by_env and "deploy.deep" in by_env and "deploy.reasoning" not in by_env
     runtime = tmp_path / "invoke.yaml"
     runtime.write_text("clusterbook:\n  cluster: tests/clusters/ridge.yaml\n")
-    by_file = invoke_list("-f", str(runtime))
+    by_file = invoke_list(INVOKE_RUNTIME_CONFIG=str(runtime))  # invoke's name for a runtime file (as -f FILE)
     assert "deploy.chat" in by_file and "deploy.reasoning" not in by_file
 
 
@@ -39,8 +39,6 @@ def test_runtime_file_and_environment_override_the_defaults(tmp_path, monkeypatc
         ("cluster.yaml", str(tmp_path / "r"), str(tmp_path / "runs"))
     monkeypatch.setenv("INVOKE_CLUSTERBOOK_CLUSTER", "lab/cluster.yaml")
     assert settings.read_invoke_config(str(runtime))["cluster"] == "lab/cluster.yaml"
-    assert cluster_for_tasks(["invoke", "-f", str(runtime), "status"]) == "lab/cluster.yaml"
-    assert cluster_for_tasks(["invoke", "status", "--cluster", "x.yaml"]) == "x.yaml"
 
 
 def test_one_cluster_and_one_dry_count_for_every_task_of_the_command_line():
@@ -56,3 +54,21 @@ def test_one_cluster_and_one_dry_count_for_every_task_of_the_command_line():
     twice = subprocess.run([sys.executable, "-m", "invoke", "status", "--cluster", "a.yaml", "logs", "--cluster",
                             "b.yaml"], cwd=ROOT, capture_output=True, text=True, env=clean, timeout=60)
     assert twice.returncode == 2 and "--cluster given twice" in twice.stderr, twice.stderr
+
+
+def test_a_tier_task_runs_the_operation_of_the_file_the_line_names():
+    """The task list comes from the configured file (invoke lists tasks before it parses the line); a task runs
+    what the file on its line says: beefcake2's fast tier is a SLURM job, the lab's a systemd unit. A tier the
+    configured file lacks is reached with deploy.tier --tier NAME; a task the named file lacks says so."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("INVOKE_CLUSTERBOOK_")}
+
+    def dry(*argv):
+        return subprocess.run(["unshare", "--net", sys.executable, "-m", "invoke", *argv, "--dry"], cwd=ROOT,
+                              capture_output=True, text=True, env={**clean, "COLUMNS": "200"}, timeout=60)
+
+    ridge = dry("deploy.tier", "--tier", "chat", "--cluster", "tests/clusters/ridge.yaml")
+    assert ridge.returncode == 0 and "systemctl" in ridge.stdout, ridge.stdout + ridge.stderr
+    missing = dry("deploy.gateway", "--cluster", "lab/cluster.yaml")  # the lab's systemd file has no gateway
+    assert missing.returncode == 1 and "lab/cluster.yaml has no deploy.gateway" in missing.stderr, missing.stderr
+    assert "Traceback" not in missing.stderr
+

@@ -1,0 +1,36 @@
+"""invoke's executor for clusterbook (tasks.py names it in `tasks.executor_class`): one --cluster and one --dry
+count for every task of a command line, read from what invoke parsed, never from sys.argv."""
+
+from __future__ import annotations
+
+from invoke import Executor
+from invoke.parser import ParserContext
+
+from clusterbook.effects.console import exits_cleanly
+from clusterbook.model.problems import Refused
+
+
+class CommandLine(Executor):
+    """invoke gives a flag to the one task it follows: `invoke stop.fast stop.reasoning --cluster lab/cluster.yaml`
+    would stop the configured file's fast tier. Here the line's --cluster (two different ones are refused) and its
+    --dry (the task's or invoke's own) go to every task that takes them, before any task runs; a task with no dry
+    run refuses --dry (invoke's own --dry does not stop a task from connecting), unless it contacts nothing."""
+
+    @exits_cleanly
+    def execute(self, *tasks):
+        contexts = [t for t in tasks if isinstance(t, ParserContext)]
+        given = {ctx.args["cluster"].value for ctx in contexts
+                 if "cluster" in ctx.args and ctx.args["cluster"].got_value}
+        if len(given) > 1:
+            raise Refused(f"--cluster given twice with different files ({', '.join(sorted(given))}): one command line "
+                          "runs against one cluster")
+        dry = bool(self.config.run.dry) or any(ctx.args["dry"].value for ctx in contexts if "dry" in ctx.args)
+        for ctx in contexts:
+            if given and "cluster" in ctx.args:
+                ctx.args["cluster"].set_value(next(iter(given)))
+            if dry and "dry" in ctx.args:
+                ctx.args["dry"].set_value(True)
+            elif dry and not getattr(self.collection[ctx.name].body, "contacts_nothing", False):
+                raise Refused(f"invoke {ctx.name} has no dry run (it would contact the cluster or the lab); run it "
+                              "without --dry")
+        return super().execute(*tasks)
