@@ -1,16 +1,18 @@
 """The MkDocs plugin `clusterbook`: mkdocs-macros with one macro per page section, the cluster's name, and the
 runbook pages, pictures and file downloads added as generated files, all from one already-computed Site."""
 
+from mkdocs.config.config_options import Type
 from mkdocs.exceptions import PluginError
 from mkdocs.structure.files import File
 from mkdocs_macros.plugin import MacrosPlugin
 
+from clusterbook.commands import settings
 from clusterbook.commands.docsite import (
     Site,
+    build_site,
     build_stamp,
     built_at,
     change_records,
-    current_site,
     latest_report,
     result_picture,
 )
@@ -21,15 +23,21 @@ from clusterbook.pure.operations import cluster_command, tier_command
 
 
 class ClusterbookPlugin(MacrosPlugin):
-    """Registered as `clusterbook` (pyproject's mkdocs.plugins entry point); takes mkdocs-macros' options."""
+    """Registered as `clusterbook` (pyproject's mkdocs.plugins entry point); takes mkdocs-macros' options and two
+    of its own, which `invoke docs` sets on the configuration it builds with: the cluster file and the build time
+    the footer shows (empty: the configured cluster file, settings.py, and the time of the build)."""
 
+    config_scheme = (*MacrosPlugin.config_scheme, ("cluster_file", Type(str, default="")),
+                     ("built_at", Type(str, default="")))
     site: Site
 
     def on_config(self, config):
-        self.site = current_site()  # `invoke docs` hands the site it loaded; docs.serve computes it per rebuild
+        # computed once per file and runbooks' state (docsite.build_site): `invoke docs` loaded it already, and
+        # docs.serve computes it again when the file or a runbook changed
+        self.site = build_site(self.config["cluster_file"] or settings.current().cluster)
         cluster = self.site.cluster
         config["site_name"] = f"{cluster.cluster.name} · clusterbook"
-        config["copyright"] = build_stamp(self.site, built_at())  # the footer: which file, when
+        config["copyright"] = build_stamp(self.site, self.config["built_at"] or built_at())  # which file, when
         if cluster.cluster.docs_url:
             config["site_url"] = cluster.cluster.docs_url
         fill_runbook_groups(config["nav"], self.site)

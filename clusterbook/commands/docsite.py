@@ -47,15 +47,6 @@ class Site:
     history: dict[str, tuple[int, str]] = field(default_factory=dict)  # source file -> its last change
 
 
-_current: Site | None = None  # the site an in-process build was handed (invoke docs); None under docs.serve
-
-
-def current_site() -> Site:
-    """The site the MkDocs hooks and macros render: the one `invoke docs` computed once in this process, or, under
-    `mkdocs serve`, the configured cluster file (settings.py) (recomputed when it or a runbook changes)."""
-    return _current if _current is not None else build_site(settings.current().cluster)
-
-
 def build_stamp(site: Site, built_at: str) -> str:
     """The page footer: which cluster file (by the path given, and its digest) and when; docs.publish checks for it."""
 
@@ -67,19 +58,9 @@ def build_stamp(site: Site, built_at: str) -> str:
     return f"Built by clusterbook from {shown} (sha256 {file_digest(path)[:12]}) at {built_at}"
 
 
-_built_at: str | None = None  # the build time the next in-process build shows (None: when it runs)
-
-
-def handing(site: Site | None, built_at: str | None = None) -> None:
-    """Give the hooks and macros of the next in-process build this site (None: back to the configured cluster file)
-    and, when given, the build time its footer shows."""
-    global _current, _built_at
-    _current, _built_at = site, built_at
-
-
 def built_at() -> str:
-
-    return _built_at or time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    """Now, as the footer of a site built now shows it."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
 def build_site(path: str) -> Site:

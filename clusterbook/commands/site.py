@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from clusterbook.commands import settings
-from clusterbook.commands.docsite import build_site, build_stamp, handing, packed_site
+from clusterbook.commands.docsite import build_site, build_stamp, packed_site
 from clusterbook.commands.runbooks import run_runbook
 from clusterbook.effects.console import Failed, console
 from clusterbook.model.loader import load_cluster
@@ -39,15 +39,15 @@ def docs(cluster_file: str, out: str, serve: bool = False, address: str = "127.0
     started = time.monotonic()
     warnings = _Collect()
     logging.getLogger("mkdocs").addHandler(warnings)
-    handing(site, built)
+    config = load_config("mkdocs.yml", site_dir=str(Path(out).resolve()), strict=True)
+    config.plugins["clusterbook"].config.update(cluster_file=site.cluster_file, built_at=built or "")
     try:
-        build(load_config("mkdocs.yml", site_dir=str(Path(out).resolve()), strict=True))
+        build(config)
     except MkDocsException as exc:
         raise Failed(f"mkdocs build failed: {exc}\n" + "\n".join(warnings.lines[-20:])) from None
     except SystemExit:  # mkdocs-macros exits on a macro error (on_error_fail); its message is in the warnings
         raise Failed("mkdocs build failed in a macro:\n" + "\n".join(warnings.lines[-5:])) from None
     finally:
-        handing(None)
         logging.getLogger("mkdocs").removeHandler(warnings)
     console.print(f"[green]built[/] {out}/ from {cluster_file} in {time.monotonic() - started:.1f} s; "
                   f"browse it with: invoke docs.serve (or python3 -m http.server -d {out})")

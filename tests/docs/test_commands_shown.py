@@ -46,5 +46,6 @@ def test_every_command_on_the_site_exists_and_its_dry_run_passes(cluster, tmp_pa
         if task in ops or task.endswith(".tier") or task in DRY_TOO:
             argv = [task, "--dry", "--cluster", cluster] + (["--tier", tier] if tier else [])
             run = subprocess.run([sys.executable, "-m", "invoke", *argv], cwd=ROOT, capture_output=True, text=True,
-                                 env={**os.environ, "COLUMNS": "200"}, timeout=120)
+                                 env={**os.environ, "COLUMNS": "200", "INVOKE_CLUSTERBOOK_CLUSTER": cluster},
+                                 timeout=120)  # as its operators run them: with their file configured
             assert run.returncode == 0, f"invoke {' '.join(argv)}:\n{run.stdout[-1500:]}{run.stderr[-1500:]}"
