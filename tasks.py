@@ -1,7 +1,5 @@
 """invoke tasks: parse arguments, call clusterbook.commands. No logic lives here."""
 
-import functools
-
 from invoke import Collection, task
 
 from clusterbook import commands
@@ -11,14 +9,14 @@ CLUSTER_HELP = "cluster file (default: the configuration's clusterbook.cluster, 
 
 
 def command(fn):
-    """A task body: first the `clusterbook` settings from invoke's configuration, then bad input exits 2 and
-    failures exit 1 with a message and no traceback. (One --cluster and one --dry for the whole command line:
-    clusterbook/adapters/command_line.py, which invoke.yaml names.)"""
-    @functools.wraps(fn)
-    def wrapper(c, *args, **kwargs):
-        commands.configure(c.config.get("clusterbook", {}))
-        return fn(c, *args, **kwargs)
-    return exits_cleanly(wrapper)
+    """A task body: bad input exits 2 and failures exit 1, with a message and no traceback. (One --cluster and one
+    --dry for the whole command line: clusterbook/adapters/command_line.py, which invoke.yaml names.)"""
+    return exits_cleanly(fn)
+
+
+def cfg(c):
+    """This command line's settings: invoke's configuration key `clusterbook` (clusterbook/commands/settings.py)."""
+    return commands.settings_of(c.config.get("clusterbook", {}))
 
 
 def offline(fn):
@@ -32,7 +30,7 @@ def offline(fn):
 @offline
 def render(c, cluster=None, out="build"):
     """Render systemd units, scripts, SLURM jobs, nginx and nftables files into OUT/<node>/<path>."""
-    commands.render(cluster or commands.default_cluster(), out)
+    commands.render(cluster or cfg(c).cluster, out)
 
 
 @task(help={"cluster": CLUSTER_HELP})
@@ -40,7 +38,7 @@ def render(c, cluster=None, out="build"):
 @offline
 def check(c, cluster=None):
     """Validate the cluster file and check every rendered file with systemd-analyze, shellcheck, nginx -t, nft."""
-    commands.check(cluster or commands.default_cluster())
+    commands.check(cluster or cfg(c).cluster)
 
 
 ns = Collection(render, check)
@@ -60,7 +58,7 @@ ns.configure({"clusterbook": commands.SETTINGS_DEFAULTS})  # overridable: invoke
 @offline
 def plan(c, cluster=None, tier=None, json=False, models_dir=None, solve=False, min_ctx=None, cache_types=None):
     """Capacity plan: memory per device, largest context, decode bound and prompt estimate per tier."""
-    commands.plan(cluster or commands.default_cluster(), tier, json, models_dir, solve,
+    commands.plan(cluster or cfg(c).cluster, tier, json, models_dir, solve,
                   int(min_ctx) if min_ctx else None, cache_types.split(",") if cache_types else None)
 
 
@@ -84,7 +82,7 @@ LAB_HELP = "lab cluster file (default: lab/cluster.yaml)"
 @command
 def lab_up(c, cluster=None, slurm=False):
     """Boot the lab: containers with systemd and sshd on bridges, llama.cpp build and models served (cached)."""
-    commands.lab_up(cluster or (commands.LAB_SLURM_CLUSTER if slurm else commands.LAB_CLUSTER), slurm)
+    commands.lab_up(cfg(c), cluster or (commands.LAB_SLURM_CLUSTER if slurm else commands.LAB_CLUSTER), slurm)
 
 
 @task(name="down", help={"cluster": LAB_HELP})
@@ -135,12 +133,12 @@ def _operation_task(op):
         @task(name=op.name, help=DEPLOY_HELP)
         @command
         def run(c, cluster=None, dry=False, only=None, preflight=True):
-            commands.run_named(cluster or commands.default_cluster(), op.collection, op.name, dry, only, preflight)
+            commands.run_named(cfg(c), cluster or cfg(c).cluster, op.collection, op.name, dry, only, preflight)
     else:
         @task(name=op.name, help=RUN_HELP)
         @command
         def run(c, cluster=None, dry=False, only=None):
-            commands.run_named(cluster or commands.default_cluster(), op.collection, op.name, dry, only)
+            commands.run_named(cfg(c), cluster or cfg(c).cluster, op.collection, op.name, dry, only)
     run.__doc__ = op.doc
     return run
 
@@ -149,7 +147,7 @@ def _any_tier_task(action, doc):
     @task(name="tier", help={**DEPLOY_HELP, "tier": "tier name from the cluster file"})
     @command
     def run(c, tier, cluster=None, dry=False, only=None, preflight=True):
-        commands.run_operation(cluster or commands.default_cluster(), action, tier, dry, only,
+        commands.run_operation(cfg(c), cluster or cfg(c).cluster, action, tier, dry, only,
                                preflight=preflight and action == "deploy")
     run.__doc__ = doc
     return run
@@ -169,7 +167,7 @@ collections["deploy"].add_task(_any_tier_task("deploy", "Deploy any tier of the 
 def models_hash(c, cluster=None):
     """sha256 of every model file, computed on a node that holds it; prints the lines to paste into the cluster
     file, and fails where a declared sha256 differs."""
-    commands.models_hash(cluster or commands.default_cluster())
+    commands.models_hash(cluster or cfg(c).cluster)
 
 
 collections["models"].add_task(models_hash)
@@ -183,7 +181,7 @@ for _collection in collections.values():
 @command
 def status_task(c, cluster=None, only=None, dry=False):
     """Table of node, unit, active state, port listening, model loaded and GPU memory (where nvidia-smi exists)."""
-    commands.status(cluster or commands.default_cluster(), only, dry)
+    commands.status(cfg(c), cluster or cfg(c).cluster, only, dry)
 
 
 @task(name="logs", help={"cluster": RUN_HELP["cluster"], "only": RUN_HELP["only"], "tier": "only this tier",
@@ -192,7 +190,7 @@ def status_task(c, cluster=None, only=None, dry=False):
 def logs_task(c, cluster=None, only=None, tier=None, dry=False):
     """The last log lines of every tier: each unit's journal (systemd tiers); the job's state and reason, its
     steps' end state, its log file and OOM kills (SLURM tiers)."""
-    commands.logs(cluster or commands.default_cluster(), only, tier, dry)
+    commands.logs(cfg(c), cluster or cfg(c).cluster, only, tier, dry)
 
 
 ns.add_task(status_task)
@@ -204,14 +202,14 @@ ns.add_task(logs_task)
 @offline
 def docs_build(c, cluster=None, out="site"):
     """Build the docs site strictly into OUT from the cluster file (works offline)."""
-    commands.docs(cluster or commands.default_cluster(), out)
+    commands.docs(cfg(c), cluster or cfg(c).cluster, out)
 
 
 @task(name="serve", help={"cluster": RUN_HELP["cluster"], "address": "host:port (default 127.0.0.1:8000)"})
 @command
 def docs_serve(c, cluster=None, address="127.0.0.1:8000"):
     """Serve the docs site with live reload while you edit docs/ or the cluster file."""
-    commands.docs(cluster or commands.default_cluster(), "site", serve=True, address=address)
+    commands.docs(cfg(c), cluster or cfg(c).cluster, "site", serve=True, address=address)
 
 
 @task(name="publish", help={"cluster": RUN_HELP["cluster"], "dry": RUN_HELP["dry"]})
@@ -219,7 +217,7 @@ def docs_serve(c, cluster=None, address="127.0.0.1:8000"):
 def docs_publish(c, cluster=None, dry=False):
     """Build the docs site and publish it on the gateway node's nginx (gateway.docs_port, and /docs/ through
     tailscale serve); the footer names the cluster file's digest and the build time, checked after the upload."""
-    commands.publish_docs(cluster or commands.default_cluster(), dry)
+    commands.publish_docs(cfg(c), cluster or cfg(c).cluster, dry)
 
 
 ns.add_collection(Collection("docs", docs_build, docs_serve, docs_publish))
@@ -232,7 +230,7 @@ ns.add_collection(Collection("docs", docs_build, docs_serve, docs_publish))
 @command
 def verify(c, cluster=None, disruptive=False, only=None):
     """Check the success criteria against the live cluster (pytest-bdd); reports land in reports/."""
-    commands.verify(cluster or commands.default_cluster(), disruptive, only)
+    commands.verify(cfg(c), cluster or cfg(c).cluster, disruptive, only)
 
 
 ns.add_task(verify)
@@ -245,7 +243,7 @@ def apply(c, cluster=None, tier=None, dry=False):
     """Deploy what the cluster file changed, one phase at a time (install, SLURM, each tier, router, gateway,
     monitoring), each checked by its scenarios before and after; a phase that fails them is rolled back to its last
     verified generation and checked again. With nothing changed it deploys nothing. Log: runs/changes/."""
-    commands.apply(cluster or commands.default_cluster(), tier, dry)
+    commands.apply(cfg(c), cluster or cfg(c).cluster, tier, dry)
 
 
 @task(help={"cluster": RUN_HELP["cluster"], "tier": "only this tier (default: every tier, the last first)",
@@ -254,7 +252,7 @@ def apply(c, cluster=None, tier=None, dry=False):
 def rollback(c, cluster=None, tier=None, dry=False):
     """Put back each node's files (and engine link) of the tier's last verified generation and start it again as
     its manager does: systemd restarts its units, SLURM submits the restored job script."""
-    commands.rollback(cluster or commands.default_cluster(), tier, dry)
+    commands.rollback(cfg(c), cluster or cfg(c).cluster, tier, dry)
 
 
 ns.add_task(apply)
@@ -267,7 +265,7 @@ ns.add_task(rollback)
 def demo(c, cluster=commands.LAB_CLUSTER, only=None):
     """The main job on the lab: lab.up, install, models, router, every tier, monitoring, verify --disruptive, then the
     docs (built even when a scenario fails: its Results page shows the failure; the exit status still reports it)."""
-    commands.demo(cluster, only)
+    commands.demo(cfg(c), cluster, only)
 
 
 ns.add_task(demo)
@@ -279,7 +277,7 @@ ns.add_task(demo)
 def fabric_task(c, cluster=None, tier=None, seconds=5):
     """Measure the fabric: iperf3 from each RPC tier's head to each worker over the RPC network, beside the tier's
     fabric_gbps target and the network's declared bandwidth; fails below the acceptable level."""
-    commands.fabric(cluster or commands.default_cluster(), tier, int(seconds))
+    commands.fabric(cfg(c), cluster or cfg(c).cluster, tier, int(seconds))
 
 
 ns.add_task(fabric_task)
@@ -290,7 +288,7 @@ ns.add_task(fabric_task)
 def preflight_task(c, cluster=None, only=None):
     """Check every node before anything starts: its GPUs and their memory against the cluster file, the driver's
     CUDA, free space for its models, its RPC network interface up with the declared MTU, its clock."""
-    commands.preflight(cluster or commands.default_cluster(), only)
+    commands.preflight(cluster or cfg(c).cluster, only)
 
 
 ns.add_task(preflight_task)
@@ -306,7 +304,7 @@ LOCAL_HELP = {"install_dir": "llama.cpp binaries on this machine (default: engin
 @command
 def bench_run(c, cluster=None, tier=None, quick=False):
     """Bench a live tier over HTTP: baseline prompts, concurrency 1/2/4/8, context sweep, beside the plan's bound."""
-    commands.bench(cluster or commands.default_cluster(), tier, quick)
+    commands.bench(cfg(c), cluster or cfg(c).cluster, tier, quick)
 
 
 @task(name="rehearse", help={**BENCH_HELP, **LOCAL_HELP})
@@ -314,7 +312,7 @@ def bench_run(c, cluster=None, tier=None, quick=False):
 def bench_rehearse(c, cluster=None, tier=None, install_dir=None, models_dir=None, quick=False):
     """Run a tier's rendered command lines on this machine (RPC worker per GPU, head on GPU 0), bench it, and
     compare its decode speed with the model on the head's first device alone (llama-bench and llama-server)."""
-    commands.rehearse(cluster or commands.default_cluster(), tier, install_dir, models_dir, quick)
+    commands.rehearse(cfg(c), cluster or cfg(c).cluster, tier, install_dir, models_dir, quick)
 
 
 @task(name="tune", help={"cluster": BENCH_HELP["cluster"], "tier": BENCH_HELP["tier"], **LOCAL_HELP,
@@ -322,7 +320,7 @@ def bench_rehearse(c, cluster=None, tier=None, install_dir=None, models_dir=None
 @command
 def bench_tune(c, cluster=None, tier=None, install_dir=None, models_dir=None, parallel="1,2,4"):
     """Grid of ubatch, batch, flash attention, KV types (llama-bench) and parallel slots (server); the best."""
-    commands.tune(cluster or commands.default_cluster(), tier, install_dir, models_dir,
+    commands.tune(cfg(c), cluster or cfg(c).cluster, tier, install_dir, models_dir,
                   tuple(int(p) for p in parallel.split(",")))
 
 
@@ -338,7 +336,7 @@ def bench_recovery(c, cluster=None, tier=None, case="both", runs=2, cold=False):
     cases = {"worker": ("worker killed",), "head": ("head restarted",), "both": ("worker killed", "head restarted")}
     if case not in cases:
         raise commands.Failed(f"--case: expected worker, head or both, got {case!r}")
-    commands.recovery(cluster or commands.default_cluster(), tier, cases[case], int(runs), cold)
+    commands.recovery(cfg(c), cluster or cfg(c).cluster, tier, cases[case], int(runs), cold)
 
 
 ns.add_collection(Collection("bench", bench_run, bench_rehearse, bench_tune, bench_recovery))

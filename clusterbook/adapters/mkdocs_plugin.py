@@ -1,6 +1,8 @@
 """The MkDocs plugin `clusterbook`: mkdocs-macros with one macro per page section, the cluster's name, and the
 runbook pages, pictures and file downloads added as generated files, all from one already-computed Site."""
 
+from pathlib import Path
+
 from mkdocs.config.config_options import Type
 from mkdocs.exceptions import PluginError
 from mkdocs.structure.files import File
@@ -24,17 +26,22 @@ from clusterbook.pure.operations import cluster_command, tier_command
 
 class ClusterbookPlugin(MacrosPlugin):
     """Registered as `clusterbook` (pyproject's mkdocs.plugins entry point); takes mkdocs-macros' options and two
-    of its own, which `invoke docs` sets on the configuration it builds with: the cluster file and the build time
-    the footer shows (empty: the configured cluster file, settings.py, and the time of the build)."""
+    of its own, which `invoke docs` sets on the configuration it builds with: the cluster file, the build time the
+    footer shows, and the reports and runs folders its results come from (empty: as settings.py reads them, and the
+    time of the build)."""
 
-    config_scheme = (*MacrosPlugin.config_scheme, ("cluster_file", Type(str, default="")),
-                     ("built_at", Type(str, default="")))
+    config_scheme = (*MacrosPlugin.config_scheme, *((name, Type(str, default="")) for name in
+                                                    ("cluster_file", "built_at", "reports", "runs")))
     site: Site
 
     def on_config(self, config):
         # computed once per file and runbooks' state (docsite.build_site): `invoke docs` loaded it already, and
         # docs.serve computes it again when the file or a runbook changed
-        self.site = build_site(self.config["cluster_file"] or settings.current().cluster)
+        read = settings.read()  # what a run of mkdocs itself is configured with (docs.serve passes it on)
+        chosen = settings.Settings(self.config["cluster_file"] or read.cluster,
+                                   Path(self.config["reports"]) if self.config["reports"] else read.reports,
+                                   Path(self.config["runs"]) if self.config["runs"] else read.runs)
+        self.site = build_site(chosen.cluster, chosen)
         cluster = self.site.cluster
         config["site_name"] = f"{cluster.cluster.name} · clusterbook"
         config["copyright"] = build_stamp(self.site, self.config["built_at"] or built_at())  # which file, when
@@ -166,5 +173,6 @@ def _sections(site: Site) -> dict:
         "latest_report": lambda name: latest_report(name, site),
         "result_picture": lambda name, caption: result_picture(name, site, caption),
         "apply_overview": lambda: changelog.apply_overview(c),
-        "change_log": lambda: changelog.changes_page(c.cluster.name, change_records(c.cluster.name)),
+        "change_log": lambda: changelog.changes_page(c.cluster.name, change_records(site.settings.runs,
+                                                                                    c.cluster.name)),
     }

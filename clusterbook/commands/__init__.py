@@ -19,7 +19,7 @@ WHERE = {  # name tasks.py uses -> (module under clusterbook.commands, or a full
     "LAB_CLUSTER": ("settings", "LAB_CLUSTER"),
     "LAB_SLURM_CLUSTER": ("settings", "LAB_SLURM_CLUSTER"),
     "SETTINGS_DEFAULTS": ("settings", "DEFAULTS"),
-    "configure": ("settings", "configure"),
+    "settings_of": ("settings", "of"),
     "docs": ("site", "docs"),
     "publish_docs": ("site", "publish"),
     "Failed": ("clusterbook.effects.console", "Failed"),

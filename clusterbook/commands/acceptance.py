@@ -5,14 +5,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from clusterbook.commands import settings
 from clusterbook.commands.lab import lab_up
 from clusterbook.commands.preflight import preflight
 from clusterbook.commands.runbooks import run_operation, run_runbook
-from clusterbook.commands.settings import LAB_CLUSTER
+from clusterbook.commands.settings import LAB_CLUSTER, Settings
 from clusterbook.commands.site import docs
 from clusterbook.effects.console import Failed, console
 from clusterbook.effects.verified import mark_verified, remember_verified
@@ -51,11 +51,11 @@ def matching(all_scenarios: list[Scenario], only: str) -> list[Scenario]:
             or wanted == s.feature.casefold()]
 
 
-def verify(cluster_file: str, disruptive: bool, only: str | None) -> None:
+def verify(s: Settings, cluster_file: str, disruptive: bool, only: str | None) -> None:
     """Run tests/features against the live cluster; write cucumber JSON, JUnit XML and a Markdown summary."""
 
     load_cluster(cluster_file)
-    reports = settings.current().reports
+    reports = s.reports
     reports.mkdir(parents=True, exist_ok=True)
     argv = [sys.executable, "-m", "pytest", "tests/acceptance", "--live-cluster", cluster_file,
             "-p", "no:cacheprovider",
@@ -66,12 +66,13 @@ def verify(cluster_file: str, disruptive: bool, only: str | None) -> None:
     if only:
         chosen = matching(scenarios(), only)
         if not chosen:
-            names = "\n  ".join(f"{s.name}" + (f"  (@{', @'.join(sorted(s.tags))})" if s.tags else "")
-                                for s in scenarios())
+            names = "\n  ".join(f"{sc.name}" + (f"  (@{', @'.join(sorted(sc.tags))})" if sc.tags else "")
+                                 for sc in scenarios())
             raise Failed(f"no scenario matches '{only}'; give part of a name or a tag:\n  {names}")
-        console.print(f"{len(chosen)} scenario(s) match '{only}': " + "; ".join(s.name for s in chosen))
-        argv += ["-k", " or ".join(sorted({s.test_name for s in chosen}))]
-    proc = subprocess.run(argv)
+        console.print(f"{len(chosen)} scenario(s) match '{only}': " + "; ".join(sc.name for sc in chosen))
+        argv += ["-k", " or ".join(sorted({sc.test_name for sc in chosen}))]
+    # the scenarios' own invoke commands read these settings, this file among them
+    proc = subprocess.run(argv, env={**os.environ, **settings.as_environment(s, cluster=cluster_file)})
     console.print(f"reports: {reports}/verify-summary.md, verify.cucumber.json, verify.junit.xml")
     if proc.returncode != 0:
         raise Failed(f"verify: scenarios failed (pytest exit status {proc.returncode}); "
@@ -85,33 +86,32 @@ def verify(cluster_file: str, disruptive: bool, only: str | None) -> None:
             console.print(f"[dim]could not mark the generations verified: {exc}[/]")
 
 
-def demo(cluster_file: str = LAB_CLUSTER, only: str | None = None) -> None:
+def demo(s: Settings, cluster_file: str = LAB_CLUSTER, only: str | None = None) -> None:
     """The main job on the lab: boot it, preflight every node, build and install llama.cpp, fetch models, deploy
     every tier and the monitoring, verify (every scenario, or those `only` matches), build the docs."""
 
-    os.environ.update(settings.as_environment(cluster=cluster_file))  # the scenarios' own invoke commands
-    settings.configure({**vars(settings.current()), "cluster": cluster_file})
+    s = replace(s, cluster=cluster_file)  # the lab's file for everything this command runs
     cluster = load_cluster(cluster_file)
-    lab_up(cluster_file, slurm=bool(cluster.slurm_tiers))  # SLURM's tiers need SLURM
+    lab_up(s, cluster_file, slurm=bool(cluster.slurm_tiers))  # SLURM's tiers need SLURM
     preflight(cluster_file)  # every node, before anything starts
     for runbook in ("install", "models", "router", "gateway"):
-        run_runbook(runbook, cluster_file)
+        run_runbook(s, runbook, cluster_file)
     for tier in cluster.tiers:
-        run_operation(cluster_file, "deploy", tier.name)
+        run_operation(s, cluster_file, "deploy", tier.name)
     if cluster.monitoring:  # after the tiers: it ends when Prometheus scrapes every one of them
-        run_runbook("monitoring", cluster_file)
+        run_runbook(s, "monitoring", cluster_file)
     try:  # a failed scenario still gets its docs: the results page is where the operator reads it
-        verify(cluster_file, disruptive=True, only=only)
+        verify(s, cluster_file, disruptive=True, only=only)
         failure = None
     except Failed as exc:
         failure = exc
-    docs(cluster_file, "site")
+    docs(s, cluster_file, "site")
     browse = (f"Browse the docs with [bold]invoke docs.serve --cluster {cluster_file}[/] (http://127.0.0.1:8000), "
               "or open site/index.html")
     if failure:
         console.print(f"\n[bold red]The lab is up and deployed, but verification failed.[/] {browse}: its "
                       "Results page shows each failed scenario with what was expected and measured "
-                      f"(also {settings.current().reports}/verify-summary.md).")
+                      f"(also {s.reports}/verify-summary.md).")
         raise failure
     console.print(f"\n[bold green]The lab is up, deployed and verified.[/] {browse}; the verify report is in "
-                  f"{settings.current().reports}/verify-summary.md.")
+                  f"{s.reports}/verify-summary.md.")

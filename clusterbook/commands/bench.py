@@ -10,9 +10,9 @@ from pathlib import Path
 
 from rich.table import Table
 
-from clusterbook.commands import settings
 from clusterbook.commands.arguments import tier_named
 from clusterbook.commands.reportstamp import stamped
+from clusterbook.commands.settings import Settings
 from clusterbook.effects.benchmark import (
     PARALLEL_GAIN,
     baseline_decode_samples,
@@ -40,20 +40,20 @@ from clusterbook.pure.planner.shape import shape_of
 from clusterbook.pure.recoverylog import ordered
 
 
-def write_report(name: str, data: dict, markdown: str, cluster, cluster_file: str) -> None:
+def write_report(s: Settings, name: str, data: dict, markdown: str, cluster, cluster_file: str) -> None:
     """reports/NAME.json and reports/NAME-summary.md, the summary stamped with the cluster file it measured."""
 
-    reports = settings.current().reports
+    reports = s.reports
     reports.mkdir(parents=True, exist_ok=True)
     (reports / f"{name}.json").write_text(json.dumps(data, indent=2))
     (reports / f"{name}-summary.md").write_text(stamped(markdown, cluster.cluster.name, cluster_file))
     console.print(f"[dim]written: {reports}/{name}.json, {reports}/{name}-summary.md[/]")
 
 
-def _write_bench(report, cluster, cluster_file: str, card: str, extra: dict | None = None,
+def _write_bench(s: Settings, report, cluster, cluster_file: str, card: str, extra: dict | None = None,
                  extra_markdown: str = "") -> None:
 
-    reports = settings.current().reports
+    reports = s.reports
     reports.mkdir(parents=True, exist_ok=True)
     (reports / "bench.json").write_text(json.dumps({**report.to_json(), "card": card, **(extra or {})}, indent=2))
     text = markdown(report, card) + extra_markdown
@@ -76,7 +76,7 @@ def _bench_tier(cluster, tier_name: str | None):
     return (rpc or tiers)[0]
 
 
-def bench(cluster_file: str, tier_name: str | None, quick: bool) -> None:
+def bench(s: Settings, cluster_file: str, tier_name: str | None, quick: bool) -> None:
     """Measure a live tier over its HTTP API, beside the planner's bound."""
 
     cluster = load_cluster(cluster_file)
@@ -88,10 +88,10 @@ def bench(cluster_file: str, tier_name: str | None, quick: bool) -> None:
         report = run_bench(topo.endpoint_url(cluster, tier), model, key, tier.name,
                            plan_tier(cluster, tier).decode_bound_tps, max_context=tier.ctx_size,
                            progress=status.update, **options)
-    _write_bench(report, cluster, cluster_file, "")
+    _write_bench(s, report, cluster, cluster_file, "")
 
 
-def rehearse(cluster_file: str, tier_name: str | None, install_dir: str | None, models_dir: str | None,
+def rehearse(s: Settings, cluster_file: str, tier_name: str | None, install_dir: str | None, models_dir: str | None,
              quick: bool) -> None:
     """Run the tier's rendered command lines on this machine (one RPC worker per GPU, head on GPU 0), bench it,
     and measure what the split costs against the model on the head's first device alone."""
@@ -103,7 +103,7 @@ def rehearse(cluster_file: str, tier_name: str | None, install_dir: str | None, 
     one_fits = fits_one_device(plan, tier.head)
     options = {"repeats": 1, "tokens": 32, "clients": (1, 2), "contexts": (128,)} if quick else {}
     reps, tokens = (1, 32) if quick else (3, 128)
-    logs, url = settings.current().reports / "rehearsal", topo.endpoint_url(cluster, tier)
+    logs, url = s.reports / "rehearsal", topo.endpoint_url(cluster, tier)
     head_gpus = gpu_assignment(cluster, tier).get(tier.head, "")
     with console.status(f"starting {tier.name}'s RPC workers for llama-bench …") as status:
         with Rehearsal(cluster, tier, logs, with_head=False):
@@ -116,7 +116,7 @@ def rehearse(cluster_file: str, tier_name: str | None, install_dir: str | None, 
                                        tokens=tokens)
         status.update(f"starting {tier.name}: workers, then the head …")
         with Rehearsal(cluster, tier, logs):
-            _record_gpu_memory(cluster, tier, shape)
+            _record_gpu_memory(s, cluster, tier, shape)
             status.update("bench …")
             report = run_bench(url, tier.model, None, tier.name, plan.decode_bound_tps,
                                max_context=tier.ctx_size, progress=status.update, **options)
@@ -126,11 +126,11 @@ def rehearse(cluster_file: str, tier_name: str | None, install_dir: str | None, 
             with Rehearsal(cluster, tier, logs, one_device=True):
                 served_one = served_decode(decode_samples(url, tier.model, None, tokens, reps))
     cost = SplitCost(engine_tier, engine_one, served_decode(baseline_decode_samples(report)), served_one, tokens)
-    _write_bench(report, cluster, cluster_file, _card() + " (rehearsal)", {"split_cost": cost.to_json()},
+    _write_bench(s, report, cluster, cluster_file, _card() + " (rehearsal)", {"split_cost": cost.to_json()},
                  split_markdown(cost, len(plan.devices)))
 
 
-def _record_gpu_memory(cluster, tier, shape) -> None:
+def _record_gpu_memory(s: Settings, cluster, tier, shape) -> None:
     """With GPUs: memory used per GPU once the tier is up, next to the plan's total for that device."""
 
     if not shutil.which("nvidia-smi"):
@@ -144,27 +144,27 @@ def _record_gpu_memory(cluster, tier, shape) -> None:
         index = int(gpus[device.node].split(",")[0])
         rows.append({"device": device.device, "node": device.node, "gpu": index, "planned": device.total,
                      "used": used[index], "ratio": round(device.total / used[index], 3)})
-    settings.current().reports.mkdir(parents=True, exist_ok=True)
-    (settings.current().reports / "rehearsal-gpu-memory.json").write_text(json.dumps(rows, indent=2))
+    s.reports.mkdir(parents=True, exist_ok=True)
+    (s.reports / "rehearsal-gpu-memory.json").write_text(json.dumps(rows, indent=2))
     for r in rows:
         console.print(f"{r['device']} (GPU {r['gpu']}): planned {r['planned'] / GIB:.2f} GiB, "
                       f"nvidia-smi {r['used'] / GIB:.2f} GiB, ratio {r['ratio']}")
 
 
-def parallel_sweep(cluster, tier, parallels: tuple[int, ...]) -> list[dict]:
+def parallel_sweep(s: Settings, cluster, tier, parallels: tuple[int, ...]) -> list[dict]:
     """The live server with each parallel slot count, as many clients as slots: aggregate throughput."""
 
     points = []
     for n in parallels:
         with console.status(f"server with --parallel {n}, {n} client(s) …"):
-            with Rehearsal(cluster, tier.model_copy(update={"parallel": n}), settings.current().reports / "rehearsal"):
+            with Rehearsal(cluster, tier.model_copy(update={"parallel": n}), s.reports / "rehearsal"):
                 url = topo.endpoint_url(cluster, tier)
                 concurrency_point(url, tier.model, None, 1, 8)  # warm up
                 points.append({"parallel": n, **concurrency_point(url, tier.model, None, n, 64)})
     return points
 
 
-def tune(cluster_file: str, tier_name: str | None, install_dir: str | None, models_dir: str | None,
+def tune(s: Settings, cluster_file: str, tier_name: str | None, install_dir: str | None, models_dir: str | None,
          parallels: tuple[int, ...] = (1, 2, 4)) -> None:
     """Try the settings grid with llama-bench over the tier's RPC workers; print the best and the change to make."""
 
@@ -173,9 +173,9 @@ def tune(cluster_file: str, tier_name: str | None, install_dir: str | None, mode
     tier = _bench_tier(cluster, tier_name)
     head_gpus = gpu_assignment(cluster, tier).get(tier.head, "")
     with console.status("starting the RPC workers …") as status:
-        with Rehearsal(cluster, tier, settings.current().reports / "rehearsal", with_head=False):
+        with Rehearsal(cluster, tier, s.reports / "rehearsal", with_head=False):
             grid, best, again = run_tune(cluster, tier, head_gpus, progress=status.update)
-    parallel = parallel_sweep(cluster, tier.model_copy(update=best.settings()), parallels)
+    parallel = parallel_sweep(s, cluster, tier.model_copy(update=best.settings()), parallels)
     table = Table("flash attn", "K", "V", "ubatch", "batch", "decode tok/s", "prompt tok/s", title=f"tune {tier.name}")
     for p in sorted(grid, key=lambda p: -p.decode_tps):
         table.add_row("on" if p.flash_attn else "off", p.cache_k, p.cache_v, str(p.ubatch), str(p.batch),
@@ -197,8 +197,8 @@ def tune(cluster_file: str, tier_name: str | None, install_dir: str | None, mode
                   f"tok/s ({again.decode_tps / best.decode_tps:.1%} of the grid's best)")
     console.print("change in the cluster file, tier " + tier.name + ":\n  " + "\n  ".join(changes) if changes
                   else "the cluster file already has the best settings")
-    settings.current().reports.mkdir(parents=True, exist_ok=True)
-    (settings.current().reports / "tune.json").write_text(json.dumps({
+    s.reports.mkdir(parents=True, exist_ok=True)
+    (s.reports / "tune.json").write_text(json.dumps({
         "card": _card(), "tier": tier.name, "grid": [p.__dict__ for p in grid], "best": best.__dict__,
         "again": again.__dict__, "parallel": parallel, "change": changes}, indent=2))
 
@@ -212,7 +212,8 @@ def _tier_card(cluster, tier) -> str:
     return f"{sum(g.count for g in gpus)} x {' + '.join(names)}"
 
 
-def recovery(cluster_file: str, tier_name: str | None, cases: tuple[str, ...], runs: int, cold: bool) -> None:
+def recovery(s: Settings, cluster_file: str, tier_name: str | None, cases: tuple[str, ...], runs: int,
+             cold: bool) -> None:
     """Disrupt a live RPC tier run by run; time each phase until it answers again, beside the planner's prediction."""
 
 
@@ -273,7 +274,7 @@ def recovery(cluster_file: str, tier_name: str | None, cases: tuple[str, ...], r
             (f"; {r.resident_after_eviction:.0%} of the file resident after eviction"
              if r.resident_after_eviction is not None else "") + ")")
     console.print(table)
-    write_report("bench-recovery", {"tier": tier.name, "card": card, "predicted": predicted, "target_s": target,
+    write_report(s, "bench-recovery", {"tier": tier.name, "card": card, "predicted": predicted, "target_s": target,
                                     "summary": rows, "runs": [r.to_json() for r in results]},
                  "\n".join(lines) + "\n", cluster, cluster_file)
     failed = [r for r in results if r.error]
@@ -281,7 +282,7 @@ def recovery(cluster_file: str, tier_name: str | None, cases: tuple[str, ...], r
         raise Failed(f"{len(failed)} of {len(results)} runs did not recover: {failed[0].error}")
 
 
-def fabric(cluster_file: str, tier_name: str | None, seconds: int) -> None:
+def fabric(s: Settings, cluster_file: str, tier_name: str | None, seconds: int) -> None:
     """iperf3 from each RPC tier's head to its workers over the RPC network, beside the tier's fabric_gbps target and
     the network's declared bandwidth; reports/fabric-summary.md (on the Results page)."""
 
@@ -323,7 +324,7 @@ def fabric(cluster_file: str, tier_name: str | None, seconds: int) -> None:
         lines.append(f"| {link.tier} | {link.head} → {link.worker} | {link.gbps:.2f} | {link.retransmits} | {goal} | "
                      f"{verdict} |")
     console.print(table)
-    write_report("fabric", {"network": cluster.rpc_network, "seconds": seconds,
+    write_report(s, "fabric", {"network": cluster.rpc_network, "seconds": seconds,
                             "links": [link.to_json() for link in links]},
                  "\n".join(lines) + "\n", cluster, cluster_file)
     low = [f"{link.head} -> {link.worker} {link.gbps:.2f} Gbit/s (acceptable {level.acceptable:g})"

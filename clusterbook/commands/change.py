@@ -13,11 +13,11 @@ from pathlib import Path
 
 from rich.table import Table
 
-from clusterbook.commands import settings
 from clusterbook.commands.acceptance import scenarios
 from clusterbook.commands.arguments import tier_named
 from clusterbook.commands.reportstamp import file_digest
 from clusterbook.commands.runbooks import run_runbook
+from clusterbook.commands.settings import Settings
 from clusterbook.effects.console import Failed, console
 from clusterbook.effects.executor import Executor
 from clusterbook.effects.reporters import ConsoleReporter, RunLog
@@ -34,8 +34,8 @@ from clusterbook.pure.render.artifacts import render_artifacts
 from clusterbook.pure.runbooks import Command, ExpandedStep, Expansion, available, expand
 
 
-def changes_dir(cluster: Cluster) -> Path:
-    return settings.current().runs / "changes" / cluster.cluster.name
+def changes_dir(s: Settings, cluster: Cluster) -> Path:
+    return s.runs / "changes" / cluster.cluster.name
 
 
 # --- what changed ---------------------------------------------------------------------------------------------
@@ -149,7 +149,7 @@ def restored_file(cluster_file: str, cluster: Cluster, unit: str) -> str:
     return verified[0]
 
 
-def rollback_unit(cluster_file: str, unit: str, dry: bool = False) -> Rollback:
+def rollback_unit(s: Settings, cluster_file: str, unit: str, dry: bool = False) -> Rollback:
     """Put back on each node what the unit's generations since its last verified one replaced, then start it
     again as its manager does, with the file it restores; the seconds until it answers. --dry contacts nothing:
     it says what it would read and from where."""
@@ -185,7 +185,7 @@ def rollback_unit(cluster_file: str, unit: str, dry: bool = False) -> Rollback:
     expansion = Expansion("rollback", f"Roll {unit} back", "", None,
                           [ExpandedStep("restore", "Put back the files and the engine link", "", per_host)])
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    log = settings.current().runs / f"{stamp}-{cluster.cluster.name}-rollback-{unit}.jsonl"
+    log = s.runs / f"{stamp}-{cluster.cluster.name}-rollback-{unit}.jsonl"
     report = Executor(SshTransport(cluster), state_dir(cluster) / "deployed", [ConsoleReporter(), RunLog(log)]
                       ).run(expansion)
     if report.failure:
@@ -194,7 +194,7 @@ def rollback_unit(cluster_file: str, unit: str, dry: bool = False) -> Rollback:
     if tier is not None:
         op = rollback_restart(tier)
         try:
-            run_runbook(op.runbook, start_with, tier.name, part=op.part, quiet_recap=True)
+            run_runbook(s, op.runbook, start_with, tier.name, part=op.part, quiet_recap=True)
         except Failed as exc:
             return Rollback(restored, time.monotonic() - started, False, str(exc))
     seconds = time.monotonic() - started
@@ -202,17 +202,17 @@ def rollback_unit(cluster_file: str, unit: str, dry: bool = False) -> Rollback:
     return Rollback(restored, seconds, True)
 
 
-def rollback(cluster_file: str, tier: str | None = None, dry: bool = False) -> None:
+def rollback(s: Settings, cluster_file: str, tier: str | None = None, dry: bool = False) -> None:
     """`invoke rollback`: one tier, or every tier (last first)."""
     cluster = load_cluster(cluster_file)
     units = [tier] if tier else [t.name for t in reversed(cluster.tiers)]
-    failed = [r.error for u in units if not (r := rollback_unit(cluster_file, u, dry)).answered and not dry]
+    failed = [r.error for u in units if not (r := rollback_unit(s, cluster_file, u, dry)).answered and not dry]
     if failed:
         raise Failed("rollback did not bring everything back:\n" + "\n".join(e or "" for e in failed))
 
 
 # --- apply ----------------------------------------------------------------------------------------------------
-def apply(cluster_file: str, tier: str | None = None, dry: bool = False) -> None:
+def apply(s: Settings, cluster_file: str, tier: str | None = None, dry: bool = False) -> None:
     """Compare, then deploy what changed phase by phase; each phase's scenarios before and after; a phase whose
     deploy or scenarios fail is rolled back and verified again, and apply stops there."""
     cluster = load_cluster(cluster_file)
@@ -236,12 +236,12 @@ def apply(cluster_file: str, tier: str | None = None, dry: bool = False) -> None
     now = datetime.datetime.now(datetime.UTC)
     record = ChangeRecord(cluster.cluster.name, cluster_file, file_digest(cluster_file),
                           now.strftime("%Y-%m-%dT%H:%M:%SZ"))
-    out = changes_dir(cluster) / now.strftime("%Y%m%dT%H%M%SZ")
+    out = changes_dir(s, cluster) / now.strftime("%Y%m%dT%H%M%SZ")
     out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     try:
         for pp in todo:
-            phase_record = apply_phase(cluster_file, cluster, pp, out)
+            phase_record = apply_phase(s, cluster_file, cluster, pp, out)
             record.phases.append(phase_record)
             if phase_record.outcome != "landed":
                 break
@@ -280,7 +280,7 @@ def known_good_file(cluster_file: str, cluster: Cluster, phase: ch.Phase) -> str
     return verified[0]
 
 
-def apply_phase(cluster_file: str, cluster: Cluster, pp: ch.PhasePlan, out: Path) -> PhaseRecord:
+def apply_phase(s: Settings, cluster_file: str, cluster: Cluster, pp: ch.PhasePlan, out: Path) -> PhaseRecord:
     phase = pp.phase
     console.rule(f"apply: {phase.unit}")
     rec = PhaseRecord(phase.unit, [vars(c) for c in pp.changes]
@@ -300,9 +300,9 @@ def apply_phase(cluster_file: str, cluster: Cluster, pp: ch.PhasePlan, out: Path
     try:
         if pp.restart_only:
             op = next(o for o in tier_operations(cluster) if o.collection == "restart" and o.name == phase.tier)
-            run_runbook(op.runbook, cluster_file, phase.tier, part=op.part)
+            run_runbook(s, op.runbook, cluster_file, phase.tier, part=op.part)
         else:
-            run_runbook(phase.runbook, cluster_file, phase.tier)
+            run_runbook(s, phase.runbook, cluster_file, phase.tier)
     except Failed as exc:
         rec.error = str(exc)
     if rec.error is None and phase.scenarios:
@@ -314,7 +314,7 @@ def apply_phase(cluster_file: str, cluster: Cluster, pp: ch.PhasePlan, out: Path
         return rec
     console.print(f"[bold red]{phase.unit}: the change failed[/] "
                   f"({'its deploy' if rec.error else 'its scenarios'}); rolling back")
-    rec.rollback = rollback_unit(cluster_file, phase.unit)
+    rec.rollback = rollback_unit(s, cluster_file, phase.unit)
     if phase.scenarios and known_good:
         rec.scenarios.append(run_scenarios(known_good, phase, "after rollback", out))
     back = rec.rollback.answered and (not phase.scenarios or rec.scenarios[-1].ok)

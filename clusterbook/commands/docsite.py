@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
-from clusterbook.commands import settings
 from clusterbook.commands.reportstamp import file_digest, report_for
+from clusterbook.commands.settings import Settings
 from clusterbook.model.loader import load_cluster
 from clusterbook.model.problems import InputError
 from clusterbook.model.schema import Cluster
@@ -44,6 +44,7 @@ class Site:
     artifacts: list[Artifact]
     runbooks: list[RunbookDoc]
     pictures: dict[str, str]  # generated file name -> SVG text
+    settings: Settings  # where its results come from: the reports and the apply records (runs/changes)
     history: dict[str, tuple[int, str]] = field(default_factory=dict)  # source file -> its last change
 
 
@@ -63,14 +64,15 @@ def built_at() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
-def build_site(path: str) -> Site:
-    """The site for a cluster file, recomputed when the file or a runbook changes (docs.serve reloads)."""
+def build_site(path: str, s: Settings) -> Site:
+    """The site for a cluster file and its results' folders, recomputed when the file or a runbook changes
+    (docs.serve reloads)."""
     stamp = tuple(p.stat().st_mtime_ns for p in [Path(path), *sorted(RUNBOOK_DIR.glob("*.yaml"))])
-    return _build_site(path, stamp)
+    return _build_site(path, s, stamp)
 
 
 @cache
-def _build_site(path: str, stamp: tuple) -> Site:
+def _build_site(path: str, s: Settings, stamp: tuple) -> Site:
     c = load_cluster(path)
     books = available()
     # one page per operation this cluster offers (its tiers' managers decide which), plus status and logs
@@ -98,10 +100,10 @@ def _build_site(path: str, stamp: tuple) -> Site:
     for narrow in (False, True):  # pages show the narrow drawing on a phone (docpages.picture)
         pictures.update({pages.picture_file(f"capacity-{node}", narrow): svg
                          for node, svg in node_pictures(residency, narrow).items()})
-        pictures.update(result_pictures(c, path, narrow))
+        pictures.update(result_pictures(s.reports, c, path, narrow))
     sources = [path, *(f"docs/{p.relative_to('docs').as_posix()}" for p in Path("docs").rglob("*.md")),
                *(f"runbooks/{p.name}" for p in RUNBOOK_DIR.glob("*.yaml"))]
-    return Site(path, c, plans, published(c, render_artifacts(c)), docs, pictures, file_history(sources))
+    return Site(path, c, plans, published(c, render_artifacts(c)), docs, pictures, s, file_history(sources))
 
 
 def file_history(paths: list[str]) -> dict[str, tuple[int, str]]:
@@ -145,30 +147,28 @@ def file_history(paths: list[str]) -> dict[str, tuple[int, str]]:
 GPU_LOAD_TIMES = Path("benchmarks/results/h100x2-load-time")  # measured on the device machine (benchmarks/README.md)
 
 
-def _matching(name: str, c: Cluster, path: str) -> dict | None:
+def _matching(reports: Path, name: str, c: Cluster, path: str) -> dict | None:
     """A report's JSON when its summary measured this cluster file as it is now (the stamp), else None."""
-
-    reports = settings.current().reports
     summary, data = reports / f"{name}-summary.md", reports / f"{name}.json"
     if not (summary.exists() and data.exists()) or report_for(summary.read_text(), c.cluster.name, path)[0] is None:
         return None
     return json.loads(data.read_text())
 
 
-def result_pictures(c: Cluster, path: str, narrow: bool = False) -> dict[str, str]:
+def result_pictures(reports: Path, c: Cluster, path: str, narrow: bool = False) -> dict[str, str]:
     """The results pages' pictures: this cluster's own bench and recovery reports (only when they measured this
     very file), and the GPU load times of benchmarks/, labelled with their card; drawn wide, or narrow for a phone."""
 
 
     out = {}
-    bench = _matching("bench", c, path)
+    bench = _matching(reports, "bench", c, path)
     if bench and bench.get("concurrency"):
         targets = c.targets_for(bench["tier"])
         target = targets.decode_tps.target if targets and targets.decode_tps else None
         out[pages.picture_file("bench", narrow)] = charts.concurrency_chart(
             bench["concurrency"], bench.get("decode_bound_tps"), target,
             f"{bench['tier']} on {c.cluster.name}: decode speed by clients ({bench['started']})", narrow)
-    recovery = _matching("bench-recovery", c, path)
+    recovery = _matching(reports, "bench-recovery", c, path)
     if recovery and recovery.get("runs"):
         out[pages.picture_file("bench-recovery", narrow)] = charts.recovery_chart(
             recovery["runs"], recovery["predicted"]["recovery_s"], recovery.get("target_s"),
@@ -206,7 +206,7 @@ def latest_report(name: str, site: Site) -> str:
     """The newest report of a kind (verify, bench, bench-recovery) as Markdown when it measured this site's cluster
     file as it is; otherwise a sentence that says so (one cluster's results never appear on another's site)."""
     done, task = REPORTS[name]
-    path = settings.current().reports / f"{name}-summary.md"
+    path = site.settings.reports / f"{name}-summary.md"
     cluster = site.cluster.cluster.name
     if not path.exists():
         return f"Not yet {done} on {cluster}: no {name} report (run `{task}`)."
@@ -214,12 +214,12 @@ def latest_report(name: str, site: Site) -> str:
     return text if text is not None else f"Not yet {done} on {cluster}: {why} (run `{task}`)."
 
 
-def change_records(cluster_name: str) -> list:
+def change_records(runs: Path, cluster_name: str) -> list:
     """The apply records of this cluster kept in runs/changes/<cluster>/ (a record that does not parse is skipped)."""
 
 
     records = []
-    for path in sorted((settings.current().runs / "changes" / cluster_name).glob("*.json")):
+    for path in sorted((runs / "changes" / cluster_name).glob("*.json")):
         try:
             records.append(from_json(path.read_text()))
         except (json.JSONDecodeError, TypeError, KeyError):

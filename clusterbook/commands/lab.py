@@ -6,6 +6,7 @@ from rich.table import Table
 
 from clusterbook.commands.arguments import node_named
 from clusterbook.commands.runbooks import run_runbook
+from clusterbook.commands.settings import Settings
 from clusterbook.effects.console import Failed, console
 from clusterbook.effects.lab.lab import Lab
 from clusterbook.effects.ssh import ssh_argv
@@ -16,7 +17,7 @@ def _lab(cluster_file: str):
     return Lab(load_cluster(cluster_file))
 
 
-def lab_up(cluster_file: str, slurm: bool = False) -> None:
+def lab_up(s: Settings, cluster_file: str, slurm: bool = False) -> None:
     """Build (cached) and boot the lab; a no-op when it is already up. With slurm, configure SLURM too."""
     lab = _lab(cluster_file)
     try:
@@ -24,7 +25,7 @@ def lab_up(cluster_file: str, slurm: bool = False) -> None:
     except RuntimeError as exc:
         raise Failed(str(exc)) from None
     if slurm:
-        run_runbook("slurm", cluster_file, quiet_recap=True)
+        run_runbook(s, "slurm", cluster_file, quiet_recap=True)
     lab_status(cluster_file)
 
 

@@ -9,10 +9,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 from rich.table import Table
 
-from clusterbook.commands import settings
 from clusterbook.commands.arguments import nodes_named, tier_named
 from clusterbook.commands.preflight import preflight_checks, print_preflight
 from clusterbook.commands.reportstamp import file_digest
+from clusterbook.commands.settings import Settings
 from clusterbook.effects.console import Failed, console
 from clusterbook.effects.executor import Executor
 from clusterbook.effects.probes import prometheus_query
@@ -28,7 +28,7 @@ from clusterbook.pure.render.monitoring import GPU_METRICS, PROBE_TEXTFILE, job
 from clusterbook.pure.runbooks import expand, runbook_named
 
 
-def run_runbook(runbook_id: str, cluster_file: str, tier: str | None = None, dry: bool = False,
+def run_runbook(s: Settings, runbook_id: str, cluster_file: str, tier: str | None = None, dry: bool = False,
                 only: str | None = None, part: str | None = None, quiet_recap: bool = False,
                 variables: dict | None = None, extra_artifacts: list | None = None, preflight: bool = False):
     """Expand a runbook for the cluster and run it over SSH (or print the plan with dry); with preflight, the
@@ -48,7 +48,7 @@ def run_runbook(runbook_id: str, cluster_file: str, tier: str | None = None, dry
         dry_run(expansion, deployed)
         return None
     stamp = _time.strftime("%Y%m%dT%H%M%SZ", _time.gmtime())
-    log = settings.current().runs / f"{stamp}-{cluster.cluster.name}-{runbook_id}{'-' + tier if tier else ''}.jsonl"
+    log = s.runs / f"{stamp}-{cluster.cluster.name}-{runbook_id}{'-' + tier if tier else ''}.jsonl"
     started = _time.monotonic()
     recording = generation_recording(cluster, cluster_file, expansion) if expansion.generation else None
     executor = Executor(SshTransport(cluster), deployed, [ConsoleReporter(), RunLog(log)], recording=recording)
@@ -85,7 +85,7 @@ def generation_recording(cluster, cluster_file: str, expansion):
     return gen.Recording(cluster.storage.generations_dir, gid, cluster.engine.install_dir, meta)
 
 
-def run_named(cluster_file: str, collection: str, name: str, dry: bool = False, only: str | None = None,
+def run_named(s: Settings, cluster_file: str, collection: str, name: str, dry: bool = False, only: str | None = None,
               preflight: bool = False) -> None:
     """Run the operation `invoke <collection>.<name>` of the cluster file: its tiers and their managers say which
     runbook (the task list comes from the configured file; the command line may name another)."""
@@ -95,10 +95,10 @@ def run_named(cluster_file: str, collection: str, name: str, dry: bool = False, 
     if op is None:
         raise Failed(f"{cluster_file} has no {collection}.{name} (it has {', '.join(o.task for o in ops) or 'none'}); "
                      f"invoke {collection}.tier --tier NAME reaches any tier of a file")
-    run_runbook(op.runbook, cluster_file, op.tier, dry, only, op.part, preflight=preflight)
+    run_runbook(s, op.runbook, cluster_file, op.tier, dry, only, op.part, preflight=preflight)
 
 
-def run_operation(cluster_file: str, action: str, tier: str, dry: bool = False, only: str | None = None,
+def run_operation(s: Settings, cluster_file: str, action: str, tier: str, dry: bool = False, only: str | None = None,
                   preflight: bool = False) -> None:
     """Run deploy/stop/restart of a tier named on the command line, by its manager (pure/operations.py)."""
     cluster = load_cluster(cluster_file)
@@ -106,12 +106,12 @@ def run_operation(cluster_file: str, action: str, tier: str, dry: bool = False, 
     op = next((o for o in tier_operations(cluster) if o.collection == action and o.name == tier), None)
     if op is None:
         raise Failed(unavailable_reason(cluster.tier(tier), action))
-    run_runbook(op.runbook, cluster_file, tier, dry, only, op.part, preflight=preflight)
+    run_runbook(s, op.runbook, cluster_file, tier, dry, only, op.part, preflight=preflight)
 
 
-def status(cluster_file: str, only: str | None = None, dry: bool = False) -> None:
+def status(s: Settings, cluster_file: str, only: str | None = None, dry: bool = False) -> None:
     """A table of node, unit, active state, port listening, models, GPU memory."""
-    report = run_runbook("status", cluster_file, dry=dry, only=only, quiet_recap=True)
+    report = run_runbook(s, "status", cluster_file, dry=dry, only=only, quiet_recap=True)
     if report is None:  # dry run: the plan was printed
         return
     table = Table("node", "unit", "active", "port", "listening", "models", "GPU memory (MiB used/total)",
@@ -211,14 +211,14 @@ def _live_figures(cluster) -> None:
         transport.close(cluster.monitoring.node)
 
 
-def logs(cluster_file: str, only: str | None = None, tier: str | None = None, dry: bool = False) -> None:
+def logs(s: Settings, cluster_file: str, only: str | None = None, tier: str | None = None, dry: bool = False) -> None:
     """The last log lines of every tier (or one): journald for systemd tiers; job state, end state, job log and
     OOM kills for SLURM tiers."""
     cluster = load_cluster(cluster_file)
     if tier:
         tier_named(cluster, tier)
     names = [t.name for t in cluster.tiers]
-    report = run_runbook("logs", cluster_file, dry=dry, only=only, quiet_recap=True,
+    report = run_runbook(s, "logs", cluster_file, dry=dry, only=only, quiet_recap=True,
                          variables={"tiers_shown": [tier] if tier else names})
     if report is None:  # dry run: the plan was printed
         return

@@ -25,21 +25,16 @@ class Settings:
     runs: Path  # one JSON-lines log per runbook run
 
 
-_current: Settings | None = None
-
-
-def configure(values: Mapping) -> Settings:
-    """Use these values (a task's `c.config.clusterbook`) for the rest of this process."""
-    global _current
+def of(values: Mapping) -> Settings:
+    """Settings from invoke's configuration key `clusterbook` (a task's `c.config.clusterbook`), over the defaults."""
     merged = {**DEFAULTS, **dict(values)}
-    _current = Settings(str(merged["cluster"]), Path(merged["reports"]), Path(merged["runs"]))
-    return _current
+    return Settings(str(merged["cluster"]), Path(merged["reports"]), Path(merged["runs"]))
 
 
-def current() -> Settings:
-    """The settings of this process: those a task configured, else read as invoke reads them (for the task list,
-    which is made before any task runs, and for processes invoke did not start, such as docs.serve's MkDocs)."""
-    return _current if _current is not None else configure(read_invoke_config(os.environ.get("INVOKE_RUNTIME_CONFIG")))
+def read() -> Settings:
+    """The settings read as invoke reads them, where no task's configuration is at hand: for the task list (made
+    before invoke parses the command line) and in processes invoke did not start (docs.serve's MkDocs)."""
+    return of(read_invoke_config(os.environ.get("INVOKE_RUNTIME_CONFIG")))
 
 
 def read_invoke_config(runtime_file: str | None = None) -> Mapping:
@@ -55,7 +50,7 @@ def read_invoke_config(runtime_file: str | None = None) -> Mapping:
     return config.clusterbook
 
 
-def as_environment(**changes) -> dict[str, str]:
+def as_environment(settings: Settings, **changes) -> dict[str, str]:
     """These settings (with changes) as invoke's environment variables, for a child process to read the same."""
-    values = {**{k: str(v) for k, v in vars(current()).items()}, **changes}
+    values = {**{k: str(v) for k, v in vars(settings).items()}, **changes}
     return {f"INVOKE_CLUSTERBOOK_{key.upper()}": str(value) for key, value in values.items()}

@@ -16,20 +16,21 @@ from pathlib import Path
 from clusterbook.commands import settings
 from clusterbook.commands.docsite import build_site, build_stamp, packed_site
 from clusterbook.commands.runbooks import run_runbook
+from clusterbook.commands.settings import Settings
 from clusterbook.effects.console import Failed, console
 from clusterbook.model.loader import load_cluster
 
 MERMAID = Path("docs/assets/vendor/mermaid.min.js")
 
 
-def docs(cluster_file: str, out: str, serve: bool = False, address: str = "127.0.0.1:8000",
+def docs(s: Settings, cluster_file: str, out: str, serve: bool = False, address: str = "127.0.0.1:8000",
          built: str | None = None) -> None:
     """Build the docs site strictly (or serve it) from a cluster file; nothing is fetched from outside."""
-    site = build_site(cluster_file)  # loaded once; bad input: the usual FILE:LINE messages, before MkDocs starts
+    site = build_site(cluster_file, s)  # loaded once; bad input: the usual FILE:LINE messages, before MkDocs starts
     if not MERMAID.exists():
         raise Failed(f"{MERMAID} is missing: run ./setup (it installs the npm package mermaid@11)")
     if serve:  # live reload rebuilds in MkDocs' own process: it reads the settings from the environment
-        env = {**os.environ, **settings.as_environment(cluster=Path(cluster_file).resolve())}
+        env = {**os.environ, **settings.as_environment(s, cluster=Path(cluster_file).resolve())}
         subprocess.run([sys.executable, "-m", "mkdocs", "serve", "--livereload", "-a", address], env=env)
         return
     from mkdocs.commands.build import build  # lazy, these three: MkDocs only for the docs tasks
@@ -40,7 +41,8 @@ def docs(cluster_file: str, out: str, serve: bool = False, address: str = "127.0
     warnings = _Collect()
     logging.getLogger("mkdocs").addHandler(warnings)
     config = load_config("mkdocs.yml", site_dir=str(Path(out).resolve()), strict=True)
-    config.plugins["clusterbook"].config.update(cluster_file=site.cluster_file, built_at=built or "")
+    config.plugins["clusterbook"].config.update(cluster_file=site.cluster_file, built_at=built or "",
+                                                reports=str(s.reports), runs=str(s.runs))
     try:
         build(config)
     except MkDocsException as exc:
@@ -64,7 +66,7 @@ class _Collect(logging.Handler):
         self.lines.append(f"{record.levelname}: {record.getMessage()}")
 
 
-def publish(cluster_file: str, dry: bool) -> None:
+def publish(s: Settings, cluster_file: str, dry: bool) -> None:
     """Build the site, pack it, and unpack it on the gateway node, where nginx serves it (runbook publish-docs)."""
 
 
@@ -74,15 +76,15 @@ def publish(cluster_file: str, dry: bool) -> None:
                      "(set gateway.docs_port)")
     built = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     with tempfile.TemporaryDirectory() as out:
-        docs(cluster_file, out, built=built)
+        docs(s, cluster_file, out, built=built)
         buffer = io.BytesIO()
         with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
             tar.add(out, arcname=".", filter=_readable)
     packed = base64.b64encode(buffer.getvalue()).decode()
     console.print(f"packed the site: {len(buffer.getvalue()) / 1e6:.1f} MB")
-    stamp = build_stamp(build_site(cluster_file), built)
+    stamp = build_stamp(build_site(cluster_file, s), built)
     gateway = cluster.gateway
-    run_runbook("publish-docs", cluster_file, dry=dry, variables={"build_id": built},
+    run_runbook(s, "publish-docs", cluster_file, dry=dry, variables={"build_id": built},
                 extra_artifacts=[packed_site(cluster, packed)])
     if not dry:
         where = f"http://{gateway.listen[0]}:{gateway.docs_port}/" + (f" and {gateway.url}/docs/" if gateway.url

@@ -10,8 +10,8 @@ from clusterbook.pure.operations import Operation, operations
 
 
 def default_cluster() -> str:
-    """The cluster file tasks use when --cluster is not given: the configuration's clusterbook.cluster."""
-    return settings.current().cluster
+    """The configured cluster file (clusterbook.cluster), as invoke will read it, for the task list."""
+    return settings.read().cluster
 
 
 def task_operations(cluster_file: str) -> list:

@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
+from clusterbook.commands.settings import of as settings_of
 from clusterbook.commands.site import docs
 from clusterbook.model.schema import Cluster
 from clusterbook.pure import docpages as pages
@@ -60,7 +61,7 @@ def page_contents(site: Path) -> dict[str, str]:
 
 @needs_mermaid
 def test_payloads_show_as_text_and_nothing_is_active(tmp_path):
-    docs(str(hostile_cluster(tmp_path)), str(tmp_path / "site"))
+    docs(settings_of({}), str(hostile_cluster(tmp_path)), str(tmp_path / "site"))
     contents = page_contents(tmp_path / "site")
     assert len(contents) > 20
     for page, html in contents.items():
