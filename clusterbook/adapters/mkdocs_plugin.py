@@ -25,7 +25,7 @@ from clusterbook.pure.operations import cluster_command, tier_command
 
 
 class ClusterbookPlugin(MacrosPlugin):
-    """Registered as `clusterbook` (pyproject's mkdocs.plugins entry point); takes mkdocs-macros' options and two
+    """Registered as `clusterbook` (pyproject's mkdocs.plugins entry point); takes mkdocs-macros' options and four
     of its own, which `invoke docs` sets on the configuration it builds with: the cluster file, the build time the
     footer shows, and the reports and runs folders its results come from (empty: as settings.py reads them, and the
     time of the build)."""
