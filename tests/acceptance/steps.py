@@ -803,8 +803,12 @@ def _scraped(cluster, transport, measured):
 
 
 def probed(cluster, transport, metric: str) -> dict[str, str]:
-    """The tier probe's latest figure of each tier, from Prometheus."""
-    return {s["metric"]["tier"]: s["value"][1] for s in probes.prometheus_query(transport, cluster, metric)}
+    """The tier probe's latest figure of each tier, from Prometheus: as the monitoring node's node exporter serves
+    it now (the exporter of an earlier configuration, on another port, keeps its last sample for Prometheus's
+    5-minute lookback: another lab file's tiers, down when that file's tests ended)."""
+    exporter = f"{topo.address(cluster, cluster.monitoring.node)}:{cluster.monitoring.node_exporter_port}"
+    return {s["metric"]["tier"]: s["value"][1] for s in probes.prometheus_query(transport, cluster, metric)
+            if s["metric"].get("instance") == exporter}
 
 
 @then("the probe reports every tier healthy, registered and not pending where SLURM runs it")
