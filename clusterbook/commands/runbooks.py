@@ -103,10 +103,9 @@ def run_operation(s: Settings, cluster_file: str, action: str, tier: str, dry: b
     """Run deploy/stop/restart of a tier named on the command line, by its manager (pure/operations.py)."""
     cluster = load_cluster(cluster_file)
     tier_named(cluster, tier)
-    op = next((o for o in tier_operations(cluster) if o.collection == action and o.name == tier), None)
-    if op is None:
+    if not any(o.collection == action and o.name == tier for o in tier_operations(cluster)):
         raise Failed(unavailable_reason(cluster.tier(tier), action))
-    run_runbook(s, op.runbook, cluster_file, tier, dry, only, op.part, preflight=preflight)
+    run_named(s, cluster_file, action, tier, dry, only, preflight)
 
 
 def status(s: Settings, cluster_file: str, only: str | None = None, dry: bool = False) -> None:

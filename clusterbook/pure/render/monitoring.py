@@ -208,9 +208,11 @@ def _tier_alerts(c: Cluster, tier: RouterTier | RpcTier, targets, n: int, partne
     unless = (f" unless on() {released} == 1" if tier.on_demand else "") + waiting
     alone = [_series(s, f"0x{n}") for s in serving]  # it fires when the tiers it waits for do not serve either
 
-    def quiet(bad: list[dict], on_demand: bool = True) -> tuple:
-        sets = [(*bad, _series(released, f"1x{n}"))] if tier.on_demand and on_demand else []
-        return tuple(sets + [(*bad, _series(s, f"1x{n}")) for s in serving])
+    def while_waiting(bad: list[dict]) -> tuple:  # down while a tier it cannot run beside serves
+        return tuple((*bad, _series(s, f"1x{n}")) for s in serving)
+
+    def quiet(bad: list[dict]) -> tuple:  # down while released on demand, or while waiting
+        return (((*bad, _series(released, f"1x{n}")),) if tier.on_demand else ()) + while_waiting(bad)
 
     if isinstance(tier, RouterTier):  # metrics come per loaded model: the probe's /health tells whether it is down
         bad = [_series(probe, f"0x{n}")]
@@ -238,7 +240,7 @@ def _tier_alerts(c: Cluster, tier: RouterTier | RpcTier, targets, n: int, partne
                         f"SLURM has held tier {name}'s job ({job_name}) pending for {recovery:g} s",
                         _entry(c, "job-not-starting")),
                   [_series(pending, f"1x{n}"), *alone], [_series(pending, f"0x{n}")],
-                  quiet=quiet([_series(pending, f"1x{n}")], on_demand=False)),
+                  quiet=while_waiting([_series(pending, f"1x{n}")])),
         ]
     if targets and targets.decode_tps:
         critical = targets.decode_tps.critical
