@@ -8,11 +8,13 @@ import shlex
 from dataclasses import dataclass, field
 
 from clusterbook.model.schema import Cluster
+from clusterbook.pure import generations as gen
 from clusterbook.pure import slurmjob
 from clusterbook.pure import topology as topo
 from clusterbook.pure.layout import sbatch_path
-from clusterbook.pure.operations import cluster_operations, tier_operations
-from clusterbook.pure.runbooks import Expansion, PutFile
+from clusterbook.pure.operations import UNIT_RELOAD, cluster_operations, tier_operations
+from clusterbook.pure.render.artifacts import render_artifacts
+from clusterbook.pure.runbooks import Command, ExpandedStep, Expansion, PutFile, available, expand
 
 NOT_THERE = "-"  # a file a node does not have, a link that is not set
 
@@ -174,3 +176,29 @@ def plan(c: Cluster, expansions: list[tuple[Phase, Expansion]], facts: dict[str,
         engine_moved = tuple(h for h in moved if h in hosts) if phase.is_tier else ()
         plans.append(PhasePlan(phase, changes, engine_moved))
     return plans
+
+
+def phase_expansions(c: Cluster) -> list[tuple[Phase, Expansion]]:
+    """Every phase with its runbook expanded for the cluster, in deploy order."""
+    books, artifacts = available(), render_artifacts(c)
+    return [(p, expand(books[p.runbook], c, p.tier, artifacts=artifacts)) for p in phases(c)]
+
+
+def unit_hosts(c: Cluster, unit_expansion: Expansion) -> list[str]:
+    """The nodes a unit's deploy touches (a SLURM tier's controller too), in the file's order."""
+    return [n.name for n in c.nodes if any(n.name in s.hosts for s in unit_expansion.steps)]
+
+
+def rollback_expansion(c: Cluster, unit: str, chosen: dict[str, list[gen.Generation]]) -> Expansion:
+    """The run that puts back, per node, what the chosen generations replaced (newest first), then what the
+    restored files need (systemd, nft) and the unit's reload where it is not a tier."""
+    gdir, install_dir = c.storage.generations_dir, c.engine.install_dir
+    per_host = {}
+    for host, gens in chosen.items():
+        paths = [p for g in gens for p in (*g.files, *g.created)]
+        per_host[host] = [Command(gen.restore_command(gdir, g, install_dir), name=f"restore {g.id}") for g in gens]
+        per_host[host] += [Command(command) for command in gen.after_restore(paths)]
+        if unit in UNIT_RELOAD:
+            per_host[host].append(Command(UNIT_RELOAD[unit]))
+    return Expansion("rollback", f"Roll {unit} back", "", None,
+                     [ExpandedStep("restore", "Put back the files and the engine link", "", per_host)])

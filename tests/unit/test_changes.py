@@ -7,18 +7,11 @@ from pathlib import Path
 
 from clusterbook.model.loader import load_cluster
 from clusterbook.pure import changes as ch
+from clusterbook.pure import generations as gen
 from clusterbook.pure import slurmjob
 from clusterbook.pure.changelog import ChangeRecord, PhaseRecord, Rollback, ScenarioRun, changes_page, from_json
-from clusterbook.pure.render.artifacts import render_artifacts
-from clusterbook.pure.runbooks import available, expand
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def expansions(c):
-    arts = render_artifacts(c)
-    return [(p, expand(available()[p.runbook], c, p.tier, artifacts=arts))
-            for p in ch.phases(c)]
 
 
 def converged(c, exps) -> dict[str, ch.NodeFacts]:
@@ -44,25 +37,25 @@ def test_phases_follow_dependency_order():
 
 def test_a_converged_cluster_has_nothing_to_apply():
     c = load_cluster(ROOT / "lab/cluster-slurm.yaml")
-    exps = expansions(c)
+    exps = ch.phase_expansions(c)
     assert not any(pp.changed for pp in ch.plan(c, exps, converged(c, exps)))
 
 
 def test_one_changed_flag_is_one_file_of_one_tier(tmp_path):
     c = load_cluster(ROOT / "lab/cluster.yaml")
-    facts = converged(c, expansions(c))
+    facts = converged(c, ch.phase_expansions(c))
     changed = tmp_path / "cluster.yaml"
     changed.write_text((ROOT / "lab/cluster.yaml").read_text().replace("    ctx_size: 2048\n", "    ctx_size: 1536\n"))
     c2 = load_cluster(changed)
-    plans = [pp for pp in ch.plan(c2, expansions(c2), facts) if pp.changed]
+    plans = [pp for pp in ch.plan(c2, ch.phase_expansions(c2), facts) if pp.changed]
     assert [(pp.phase.unit, [(x.host, x.what, x.kind) for x in pp.changes]) for pp in plans] == [
         ("reasoning", [("lab1", "/etc/systemd/system/llama-reasoning.service", "changed")])]
 
 
 def test_a_new_build_moves_the_engine_and_restarts_every_tier_on_it(tmp_path):
     c = load_cluster(ROOT / "lab/cluster.yaml")
-    facts = {h: ch.NodeFacts(f.files, "b11000/bin", f.jobs) for h, f in converged(c, expansions(c)).items()}
-    plans = {pp.phase.unit: pp for pp in ch.plan(c, expansions(c), facts)}
+    facts = {h: ch.NodeFacts(f.files, "b11000/bin", f.jobs) for h, f in converged(c, ch.phase_expansions(c)).items()}
+    plans = {pp.phase.unit: pp for pp in ch.plan(c, ch.phase_expansions(c), facts)}
     assert [(x.host, x.before, x.after) for x in plans["engine"].changes] == [
         (h, "b11000/bin", f"{c.engine.tag}/bin") for h in ("lab1", "lab2", "lab3")]
     assert c.engine.tag.startswith("b11434-p")  # the lab runs the patched build (engine.patches)
@@ -72,7 +65,7 @@ def test_a_new_build_moves_the_engine_and_restarts_every_tier_on_it(tmp_path):
 
 def test_a_slurm_job_on_an_older_script_is_a_change():
     c = load_cluster(ROOT / "lab/cluster-slurm.yaml")
-    exps = expansions(c)
+    exps = ch.phase_expansions(c)
     facts = converged(c, exps)
     controller = next(h for _, e in exps for s in e.steps if s.id == "submit" for h in s.hosts)
     job = next(iter(facts[controller].jobs))
@@ -106,3 +99,29 @@ def test_the_changes_page_shows_this_clusters_runs_latest_first():
     assert "12:00" not in page  # another cluster's run never shows on this site
     assert "answered again after 2.5 s" in page and "g1 (1 file(s))" in page and "step 'health' failed" in page
     assert "No `invoke apply` has run" in changes_page("beefcake2", records)
+
+
+def test_rollback_puts_back_newest_first_then_reloads_what_the_files_need():
+    c = load_cluster(ROOT / "lab/cluster.yaml")
+    newer = gen.Generation("20261128T010000.000000Z-gateway", "gateway", "deploy-gateway", "sha", "t", "applied",
+                           files=("/etc/nginx/sites-available/clusterbook",), created=("/etc/nginx/extra.conf",))
+    older = gen.Generation("20261127T010000.000000Z-gateway", "gateway", "deploy-gateway", "sha", "t", "applied",
+                           files=("/etc/systemd/system/x.service", "/etc/nftables.d/clusterbook.nft"))
+    [step] = ch.rollback_expansion(c, "gateway", {"lab1": [newer, older]}).steps
+    commands = [cmd.command for cmd in step.hosts["lab1"]]
+    assert [cmd.name for cmd in step.hosts["lab1"][:2]] == [f"restore {newer.id}", f"restore {older.id}"]
+    assert "rm -f /etc/nginx/extra.conf" in commands[0] and "/etc/nftables.d/clusterbook.nft" in commands[1]
+    nft = "/etc/nftables.d/clusterbook.nft"
+    assert commands[2:] == ["systemctl daemon-reload", f"if [ -e {nft} ]; then nft -f {nft}; fi",
+                            "nginx -t && systemctl reload nginx"]
+    assert list(step.hosts) == ["lab1"]
+
+
+def test_a_tier_rollback_reloads_nothing_itself_and_reaches_every_node_its_deploy_touches():
+    c = load_cluster(ROOT / "lab/cluster.yaml")
+    g = gen.Generation("20261128T010000.000000Z-fast", "fast", "deploy-fast", "sha", "t", "applied",
+                       files=("/etc/clusterbook/fast.env",))
+    [step] = ch.rollback_expansion(c, "fast", {"lab1": [g]}).steps
+    assert len(step.hosts["lab1"]) == 1  # its restart is the tier's own operation, run after
+    reasoning = next(e for p, e in ch.phase_expansions(c) if p.unit == "reasoning")
+    assert len(ch.unit_hosts(c, reasoning)) > 1  # the head and its workers
