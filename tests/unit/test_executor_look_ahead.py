@@ -95,7 +95,7 @@ def test_a_host_whose_look_ahead_fails_is_checked_step_by_step(tmp_path):
 
     class Refusing(Counting):
         def run(self, host, command, timeout=120, stdin=None):
-            if command.startswith("printf 'K") or "\nprintf 'K" in command:
+            if "echo 'H done'" in command:
                 self.calls.append((host, "look-ahead"))
                 return super().run(host, "exit 3")
             return super().run(host, command, timeout, stdin)
@@ -104,3 +104,16 @@ def test_a_host_whose_look_ahead_fails_is_checked_step_by_step(tmp_path):
     report = Executor(hosts, tmp_path / "state").run(expansion(tmp_path))
     assert {o.status for o in report.outcomes} == {"ok"}
     assert sum(1 for h, c in hosts.calls if h == "a" and c.startswith("sha256sum ")) == 2
+
+
+def test_one_more_read_travels_in_the_same_round_trip(tmp_path):
+    """A deploy's preflight facts ride in the look-ahead: each host is asked once, and answers both."""
+    converge(tmp_path)
+    hosts = Counting()
+    executor = Executor(hosts, tmp_path / "state")
+    facts = {"a": "echo avail=1; echo now=2", "c": "echo 'os=debian|12'"}  # c: a host the run has no step on
+    known, replies = executor.ask_ahead(expansion(tmp_path), facts)
+    assert sorted(h for h, _ in hosts.calls) == ["a", "b", "c"]
+    assert known == executor.look_ahead(expansion(tmp_path))  # the answers are as without it
+    assert "avail=1\nnow=2" in replies["a"].result.stdout and replies["c"].result.stdout == "os=debian|12\n"
+    assert "avail" not in replies["b"].result.stdout and replies["b"].asked_at > 0

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import posixpath
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import cache
 from typing import Literal
@@ -80,25 +82,47 @@ def server_exec(c: Cluster, tier: RouterTier | RpcTier) -> list[str]:
     return argv
 
 
+def artifact_groups(c: Cluster) -> list[tuple[str | None, Callable[[], list[Artifact]]]]:
+    """The generated files in groups, each rendered by its own function when called: a tier's own files (named by
+    the tier), then the cluster's (None: the selector, gateway, SLURM, keeper, model check, patches, monitoring)."""
+    groups: list[tuple[str | None, Callable[[], list[Artifact]]]] = [
+        (t.name, functools.partial(_tier_files, c, t)) for t in c.tiers]
+    groups.append((None, functools.partial(_selector, c)))
+    if c.gateway:
+        groups.append((None, functools.partial(_gateway_files, c)))
+    if c.slurm:
+        groups.append((None, functools.partial(_slurm_conf, c)))
+    groups += [(None, functools.partial(_keeper, c)), (None, functools.partial(_model_checker, c))]
+    if c.engine.patches and not c.engine.release_url:
+        groups.append((None, lambda: [Artifact(eb.build_node(c), at(c, "engine_patches"), eb.patch_set(c), "patch",
+                                               about=f"engine: {len(c.engine.patches)} source patch(es), applied "
+                                                     "before configure", id="engine_patches")]))
+    if c.monitoring:
+        groups.append((None, functools.partial(_monitoring, c)))
+    return groups
+
+
 def render_artifacts(c: Cluster) -> list[Artifact]:
     """Every generated file, sorted by node and path."""
-    out: list[Artifact] = []
-    for tier in c.tiers:
-        out += _tier_files(c, tier)
-    out += _selector(c)
-    if c.gateway:
-        out += _gateway_files(c)
-    if c.slurm:
-        out += _slurm_conf(c)
-    out += _keeper(c)
-    out += _model_checker(c)
-    if c.engine.patches and not c.engine.release_url:
-        out.append(Artifact(eb.build_node(c), at(c, "engine_patches"), eb.patch_set(c), "patch",
-                            about=f"engine: {len(c.engine.patches)} source patch(es), applied before configure",
-                            id="engine_patches"))
-    if c.monitoring:
-        out += _monitoring(c)
-    return sorted(out, key=lambda a: (a.node, a.path))
+    return sorted((a for _, render in artifact_groups(c) for a in render()), key=lambda a: (a.node, a.path))
+
+
+class RenderedOnDemand:
+    """A cluster's generated files by (node, tier, id), each group rendered when a lookup first needs it (the tier's
+    own first): a tier's deploy renders that tier's files, not the whole cluster's. A miss renders everything, so a
+    lookup answers as the index of render_artifacts would (keys are unique: tests/unit/test_artifacts_on_demand.py)."""
+
+    def __init__(self, c: Cluster):
+        self.pending = artifact_groups(c)
+        self.found: dict[tuple[str, str | None, str], Artifact] = {}
+
+    def get(self, key: tuple[str, str | None, str]) -> Artifact | None:
+        while key not in self.found and self.pending:
+            index = next((i for i, (tier, _) in enumerate(self.pending) if tier == key[1] and tier), 0)
+            _, render = self.pending.pop(index)
+            for a in render():
+                self.found.setdefault((a.node, a.tier, a.id), a)
+        return self.found.get(key)
 
 
 def path_collisions(c: Cluster, artifacts: list[Artifact]) -> list[tuple[tuple, str]]:
