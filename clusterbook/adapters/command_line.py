@@ -3,10 +3,13 @@ count for every task of a command line, read from what invoke parsed, never from
 
 from __future__ import annotations
 
+import sys
+
 from invoke import Executor
+from invoke.main import program
 from invoke.parser import ParserContext
 
-from clusterbook.effects.console import exits_cleanly
+from clusterbook.effects.console import end_process, exits_cleanly
 from clusterbook.model.problems import Refused
 
 
@@ -16,8 +19,20 @@ class CommandLine(Executor):
     --dry (the task's or invoke's own) go to every task that takes them, before any task runs; a task with no dry
     run refuses --dry (invoke's own --dry does not stop a task from connecting), unless it contacts nothing."""
 
-    @exits_cleanly
     def execute(self, *tasks):
+        """Run the line's tasks; in invoke's own process, end it when they are done (console.end_process)."""
+        try:
+            results = self.checked(*tasks)
+        except SystemExit as exc:  # exits_cleanly's status for bad input (2) or a failure (1)
+            if invoked_from_command_line() and isinstance(exc.code, int):
+                end_process(exc.code)
+            raise
+        if invoked_from_command_line():
+            end_process(0)
+        return results
+
+    @exits_cleanly
+    def checked(self, *tasks):
         contexts = [t for t in tasks if isinstance(t, ParserContext)]
         given = {ctx.args["cluster"].value for ctx in contexts
                  if "cluster" in ctx.args and ctx.args["cluster"].got_value}
@@ -34,3 +49,9 @@ class CommandLine(Executor):
                 raise Refused(f"invoke {ctx.name} has no dry run (it would contact the cluster or the lab); run it "
                               "without --dry")
         return super().execute(*tasks)
+
+
+def invoked_from_command_line() -> bool:
+    """Whether this process is invoke's command line (its script, or python -m invoke), which ends when the tasks
+    are done; not a test or a program that runs tasks inside itself."""
+    return getattr(sys.modules.get("__main__"), "program", None) is program

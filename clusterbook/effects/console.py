@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import atexit
 import functools
+import os
 import sys
+import threading
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -38,3 +41,16 @@ def exits_cleanly(fn: F) -> F:
             errors.print(str(exc), style="bold red", markup=False, soft_wrap=True)
             sys.exit(1)
     return wrapper  # type: ignore[return-value]
+
+
+def end_process(code: int) -> None:
+    """End a command-line process the quick way: the exit handlers run and the terminal is flushed, as at any exit,
+    but the interpreter does not then free its objects one by one (0.05 s of a 0.5 s no-op deploy: pydantic's
+    validators, Jinja, invoke); the operating system takes the memory back at once. Files clusterbook writes are
+    closed by then (`with` blocks). Returns, for the usual exit, while another thread still runs."""
+    if any(t.is_alive() and not t.daemon for t in threading.enumerate() if t is not threading.main_thread()):
+        return None
+    atexit._run_exitfuncs()  # what the interpreter runs at exit (logging's flush, weakref finalizers, …)
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    os._exit(code)
