@@ -52,5 +52,8 @@ def end_process(code: int) -> None:
         return None
     atexit._run_exitfuncs()  # what the interpreter runs at exit (logging's flush, weakref finalizers, …)
     for stream in (sys.stdout, sys.stderr):
-        stream.flush()
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a reader that went away (| head), a stream already closed
+            pass
     os._exit(code)
