@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import contextlib
 import functools
 import os
 import sys
@@ -52,8 +53,6 @@ def end_process(code: int) -> None:
         return None
     atexit._run_exitfuncs()  # what the interpreter runs at exit (logging's flush, weakref finalizers, …)
     for stream in (sys.stdout, sys.stderr):
-        try:
+        with contextlib.suppress(OSError, ValueError):  # a reader that went away (| head), a closed stream
             stream.flush()
-        except (OSError, ValueError):  # a reader that went away (| head), a stream already closed
-            pass
     os._exit(code)

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import functools
 import json
 import posixpath
 import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from functools import cache
+from functools import cache, partial
 from typing import Literal
 from urllib.parse import urlsplit
 
@@ -86,20 +85,24 @@ def artifact_groups(c: Cluster) -> list[tuple[str | None, Callable[[], list[Arti
     """The generated files in groups, each rendered by its own function when called: a tier's own files (named by
     the tier), then the cluster's (None: the selector, gateway, SLURM, keeper, model check, patches, monitoring)."""
     groups: list[tuple[str | None, Callable[[], list[Artifact]]]] = [
-        (t.name, functools.partial(_tier_files, c, t)) for t in c.tiers]
-    groups.append((None, functools.partial(_selector, c)))
+        (t.name, partial(_tier_files, c, t)) for t in c.tiers]
+    groups.append((None, partial(_selector, c)))
     if c.gateway:
-        groups.append((None, functools.partial(_gateway_files, c)))
+        groups.append((None, partial(_gateway_files, c)))
     if c.slurm:
-        groups.append((None, functools.partial(_slurm_conf, c)))
-    groups += [(None, functools.partial(_keeper, c)), (None, functools.partial(_model_checker, c))]
+        groups.append((None, partial(_slurm_conf, c)))
+    groups += [(None, partial(_keeper, c)), (None, partial(_model_checker, c))]
     if c.engine.patches and not c.engine.release_url:
-        groups.append((None, lambda: [Artifact(eb.build_node(c), at(c, "engine_patches"), eb.patch_set(c), "patch",
-                                               about=f"engine: {len(c.engine.patches)} source patch(es), applied "
-                                                     "before configure", id="engine_patches")]))
+        groups.append((None, partial(_engine_patches, c)))
     if c.monitoring:
-        groups.append((None, functools.partial(_monitoring, c)))
+        groups.append((None, partial(_monitoring, c)))
     return groups
+
+
+def _engine_patches(c: Cluster) -> list[Artifact]:
+    return [Artifact(eb.build_node(c), at(c, "engine_patches"), eb.patch_set(c), "patch",
+                     about=f"engine: {len(c.engine.patches)} source patch(es), applied before configure",
+                     id="engine_patches")]
 
 
 def render_artifacts(c: Cluster) -> list[Artifact]:
