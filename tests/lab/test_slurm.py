@@ -4,6 +4,7 @@ the gateway following them; verify passes every scenario, preemption included; s
 import json
 import re
 import subprocess
+import threading
 import time
 
 import pytest
@@ -91,9 +92,38 @@ def test_a_cancelled_rpc_job_stops_its_head_before_its_workers(slurm_lab, ssh):
         log = ssh.run("lab1", f"cat {logs}.log").stdout
         assert "Aborted" not in log, log[-2000:]
         # each worker ended by its guard: 143 when the job script stopped it after the head, 137 when SLURM's
-        # signal reached the guard first
-        assert len(re.findall(r"task 0: Exited with exit code 1(?:37|43)", log)) == 2, log[-2000:]
+        # signal reached the guard first (the head's guard ends with 143 too, on lab1)
+        assert len(re.findall(r"lab[23]: task 0: Exited with exit code 1(?:37|43)", log)) == 2, log[-2000:]
     finally:
+        assert invoke("deploy.reasoning", cluster=SLURM_LAB).returncode == 0
+
+
+def test_a_job_cancelled_with_a_request_in_flight_leaves_the_queue_at_once(slurm_lab, ssh):
+    """llama-server stops at once on SIGTERM when idle, but with a request in flight it waits for that request; the
+    job, already cancelled, then stayed COMPLETING until SLURM's KillWait (32 s here). The server step's guard sends
+    the second SIGTERM that makes it exit at once."""
+    job = ssh.run("lab1", "squeue -h -n llama-reasoning -t R -o %i").stdout.strip()
+    assert job, "no reasoning job"
+    request = threading.Thread(target=ssh.run, daemon=True, args=(
+        "lab1", "curl -s -o /dev/null -m 30 http://10.213.0.11:8181/completion "
+                "-d '{\"prompt\": \"hello\", \"n_predict\": 1500, \"ignore_eos\": true}'"))
+    request.start()
+    logs = "/cluster/shared/logs/llama-reasoning-" + job
+    try:
+        deadline = time.monotonic() + 10
+        while "processing task" not in ssh.run("lab1", f"tail -n 3 {logs}-head.log").stdout:
+            assert time.monotonic() < deadline, "the request never reached the head"
+            time.sleep(0.2)
+        started = time.monotonic()
+        assert ssh.run("lab1", f"scancel {job}").ok
+        while ssh.run("lab1", f"squeue -h -j {job} 2>/dev/null").stdout.strip() and time.monotonic() - started < 40:
+            time.sleep(0.5)
+        left = time.monotonic() - started
+        head = ssh.run("lab1", f"cat {logs}-head.log").stdout
+        assert left < 10, f"job {job} left the queue {left:.0f} s after scancel\n{head[-1500:]}"
+        assert "Received second interrupt, terminating immediately" in head, head[-1500:]
+    finally:
+        request.join(30)
         assert invoke("deploy.reasoning", cluster=SLURM_LAB).returncode == 0
 
 
