@@ -23,8 +23,7 @@ def shell_blocks(site, pattern=BLOCK):
 @needs_mermaid
 @pytest.mark.parametrize("cluster", ["cluster.yaml", "lab/cluster.yaml", "lab/cluster-slurm.yaml"])
 def test_every_shell_block_on_the_site_parses(cluster, tmp_path):
-    proc = build(cluster, tmp_path)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    build(cluster, tmp_path)
     blocks = list(shell_blocks(tmp_path))
     assert len(blocks) > 20, f"expected the site's shell blocks, found {len(blocks)}"
     broken = [f"{page}: {problem}\n{text[:400]}" for page, text in blocks for problem in problems(text)]

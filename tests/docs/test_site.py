@@ -1,5 +1,6 @@
 """The docs site: strict build, values only from the cluster file, shell survives Jinja, nothing loaded from outside."""
 
+import contextlib
 import html
 import os
 import re
@@ -11,15 +12,20 @@ from pathlib import Path
 import pytest
 import yaml
 
+from clusterbook.commands.settings import of as settings_of
+from clusterbook.commands.site import docs
+
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 needs_mermaid = pytest.mark.skipif(not (DOCS / "assets/vendor/mermaid.min.js").exists(),
                                    reason="run ./setup: it installs mermaid.min.js")
 
 
-def build(cluster: str, out: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "invoke", "docs", "--cluster", cluster, "--out", str(out)],
-                          cwd=ROOT, capture_output=True, text=True, env={**os.environ, "COLUMNS": "200"})
+def build(cluster: str, out: Path) -> None:
+    """The site, built in this process as `invoke docs --cluster CLUSTER --out OUT` builds it; a failed build raises
+    with its message (the command line's exit statuses are tests/unit/test_invalid_files.py's)."""
+    with contextlib.chdir(ROOT):
+        docs(settings_of({}), cluster, str(out))
 
 
 def text_of(site: Path) -> str:
@@ -30,16 +36,14 @@ def text_of(site: Path) -> str:
 def beefcake2_site(tmp_path_factory):
     out = tmp_path_factory.mktemp("site-beefcake2")
     started = time.monotonic()
-    proc = build("cluster.yaml", out)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    build("cluster.yaml", out)
     return out, time.monotonic() - started
 
 
 @pytest.fixture(scope="session")
 def ridge_site(tmp_path_factory):
     out = tmp_path_factory.mktemp("site-ridge")
-    proc = build("tests/clusters/ridge.yaml", out)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    build("tests/clusters/ridge.yaml", out)
     return out
 
 
@@ -148,7 +152,7 @@ def test_the_owner_and_escalation_are_on_the_home_and_troubleshooting_pages(beef
     for page in ("index.html", "troubleshooting/index.html"):
         assert "No owner recorded" in (beefcake2_site[0] / page).read_text()
     site = tmp_path / "lab"
-    assert build("lab/cluster.yaml", site).returncode == 0
+    build("lab/cluster.yaml", site)
     for page in ("index.html", "troubleshooting/index.html"):
         html = (site / page).read_text()
         assert "the person running the lab" in html and "issue tracker" in html, page
@@ -169,7 +173,7 @@ def test_the_maintenance_page_follows_each_nodes_manager(beefcake2_site, tmp_pat
     assert "invoke rollback --tier fast" in page and "invoke rollback --tier reasoning" in page
     assert "managed elsewhere" in page
     site = tmp_path / "lab"
-    assert build("lab/cluster.yaml", site).returncode == 0
+    build("lab/cluster.yaml", site)
     page = shown(site)
     assert "scontrol" not in page and "invoke stop.reasoning" in page and "invoke deploy.reasoning" in page
     assert "rm -f /etc/llama/fast.key" in page and "invoke restart.fast" in page  # the lab's fast tier has a key
