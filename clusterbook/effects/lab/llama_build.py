@@ -92,11 +92,12 @@ def ensure_build(c: Cluster, jobs: int = 2) -> LlamaBuild:
 
 def plain_members(tar: tarfile.TarFile) -> list[tarfile.TarInfo]:
     """The archive's members, refused unless each is a plain file or folder inside it (no link, device, absolute
-    path or `..`): an sdist holds nothing else. Debian 12's Python (3.11.2) predates tarfile's extraction filters."""
+    path or `..`): an sdist holds nothing else (lab.up reports the refusal as a failure). Debian 12's Python
+    (3.11.2) predates tarfile's extraction filters."""
     members = tar.getmembers()
     for m in members:
         if not (m.isfile() or m.isdir()) or m.name.startswith("/") or ".." in m.name.split("/"):
-            raise ValueError(f"{tar.name}: refused to unpack {m.name!r} (not a plain file or folder inside it)")
+            raise RuntimeError(f"{tar.name}: refused to unpack {m.name!r} (not a plain file or folder inside it)")
     return members
 
 
