@@ -70,7 +70,8 @@ def rollback(s: Settings, cluster_file: str, tier: str | None = None, dry: bool 
                           f"link changed since {unit}'s last verified generation, and start it again with "
                           f"{restored_file(cluster_file, cluster, unit)}. Nothing was contacted or changed.")
         return
-    failed = [r.error for u in units if not (r := engine(s).rollback(cluster_file, u)).answered]
+    change_engine = engine(s)
+    failed = [r.error for u in units if not (r := change_engine.rollback(cluster_file, u)).answered]
     if failed:
         raise Failed("rollback did not bring everything back:\n" + "\n".join(e or "" for e in failed))
 
