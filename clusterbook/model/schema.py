@@ -879,10 +879,10 @@ class Planner(Strict):
                                                     "22.05: a killed worker step answered again in 1.4-4.4 s)")
     slurm_submit_start_s: float = Field(3, ge=0, le=600,
                                         description="from the keeper's submission of a SLURM job until it answers, "
-                                                    "apart from the model's load, when its nodes are free, s: a "
-                                                    "submission starts a scheduling pass (lab, slurm-wlm 22.05: "
-                                                    "2.1-2.8 s with the load; up to 2 s more within 2 s of the "
-                                                    "last pass, SLURM's sched_min_interval)")
+                                                    "apart from the model's load, when its nodes are free, s: "
+                                                    "slurmctld's next pass (once a second) and the job's start "
+                                                    "(lab, slurm-wlm 22.05: 2.1-2.8 s with the load; up to 3 s "
+                                                    "more within batch_sched_delay of SLURM's last pass)")
     slurm_start_s: float = Field(35, ge=0, le=3600, description="from the end of a requeued SLURM job's hold until it "
                                                        "answers again, apart from the model's load, s: the "
                                                        "scheduler's next pass, the job's start and the gateway's "

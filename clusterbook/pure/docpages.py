@@ -17,7 +17,14 @@ from clusterbook.pure.mdtext import demoted, fence_for, mermaid_text, prose, pro
 from clusterbook.pure.operations import cluster_command, tier_command
 from clusterbook.pure.planner.capacity import GIB, TierPlan, plan_cluster
 from clusterbook.pure.planner.findings import evaluate_claim
-from clusterbook.pure.planner.loadtime import cold_start_s, predict_load, recovery_text, wait_cap_s, whole_s
+from clusterbook.pure.planner.loadtime import (
+    cold_start_at_most_s,
+    cold_start_s,
+    predict_load,
+    recovery_text,
+    wait_cap_s,
+    whole_s,
+)
 from clusterbook.pure.planner.residency import exclusion_text, plan_residency
 from clusterbook.pure.planner.variants import variants
 from clusterbook.pure.render import monitoring as mon
@@ -704,10 +711,13 @@ def api(c: Cluster) -> str:
 def on_demand_note(c: Cluster, t: RouterTier | RpcTier, plan: TierPlan) -> str:
     """What a tier on demand costs a client: its idle time, the wait of a first request, the cap and past it."""
     cold, cap = whole_s(cold_start_s(c, t, plan)), wait_cap_s(c, t, plan)
+    after_pass = whole_s(cold_start_at_most_s(c, t, plan))
     return (f'\n!!! note "On demand: the first request after a quiet spell waits about {cold} s"\n'
             f"    After {t.on_demand.idle_s:,} s without a request (and none in flight) the tier gives its GPUs "
             "back to the queue. The next request starts it again and waits at the gateway while it does: about "
-            f"{cold} s (the capacity plan's predicted cold start), at most {cap} s; the answer then comes as usual. "
+            f"{cold} s (the capacity plan's predicted cold start; {after_pass} s when SLURM has just run a "
+            f"scheduling pass, which delays the next by its batch_sched_delay), at most {cap} s; the answer then "
+            "comes as usual. "
             f"Past {cap} s (the GPUs are busy, or its operator stopped the tier) it gets `503` with "
             f"`Retry-After: {cold}`. Give the first request's client a timeout above {cap} s; concurrent first "
             "requests start the tier once.\n")

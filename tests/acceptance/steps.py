@@ -18,7 +18,7 @@ from clusterbook.effects import probes
 from clusterbook.model.schema import RouterTier, RpcTier
 from clusterbook.pure import topology as topo
 from clusterbook.pure.planner.capacity import plan_cluster, plan_tier
-from clusterbook.pure.planner.loadtime import cold_start_s, predict_load, wait_cap_s, whole_s
+from clusterbook.pure.planner.loadtime import cold_start_at_most_s, cold_start_s, predict_load, wait_cap_s, whole_s
 from clusterbook.pure.planner.residency import plan_residency
 from clusterbook.pure.render.artifacts import selector_nodes, selector_rows
 
@@ -1013,17 +1013,19 @@ def _cold_answered(cluster, transport, context, measured):
     tier = context["tier"]
     plan = plan_tier(cluster, tier)
     predicted, cap = cold_start_s(cluster, tier, plan), wait_cap_s(cluster, tier, plan)
-    # SLURM throttles its scheduling passes (sched_min_interval, 2 s by default): a job submitted within 2 s of the
-    # pass that the released job's end started waits for the next one (0.04-2.0 s more in the lab, where this step
-    # once took 5.3 s against 2.7). A first request comes minutes after a release in use, so this one waits 3 s.
+    at_most = cold_start_at_most_s(cluster, tier, plan)
+    # A first request comes minutes after a release in use: wait out the scheduling pass that the released job's
+    # end started (SLURM starts no batch job within batch_sched_delay of its last pass). Its periodic pass may
+    # still come just before the request: the planner's bound counts that delay.
     time.sleep(3)
     seconds, status, _ = cold_request(cluster, transport, tier, cap + 30)
     measured(f"{tier.name} cold start s (first request, answered)", round(seconds, 1))
     measured(f"{tier.name} cold start s (planner)", round(predicted, 1))
+    measured(f"{tier.name} cold start s (planner, just after a SLURM pass)", round(at_most, 1))
     assert status == 200, f"tier {tier.name}: the first request after the release got {status}, expected 200"
-    assert abs(seconds - predicted) <= 0.25 * predicted, \
-        f"tier {tier.name}: the first request took {seconds:.1f} s, the planner predicted {predicted:.1f} s " \
-        "(more than 25 % apart)"
+    assert 0.75 * predicted <= seconds <= 1.25 * at_most, \
+        f"tier {tier.name}: the first request took {seconds:.1f} s, the planner predicted {predicted:.1f} s, " \
+        f"{at_most:.1f} s when SLURM ran a scheduling pass just before (more than 25 % outside)"
 
 
 @then("ten concurrent first requests through the gateway are all answered by one new job")

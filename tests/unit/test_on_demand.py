@@ -12,7 +12,7 @@ import pytest
 from clusterbook.effects.validators import TOOLS, validate
 from clusterbook.model.loader import load_cluster
 from clusterbook.pure.planner.capacity import plan_tier
-from clusterbook.pure.planner.loadtime import cold_start_s, wait_cap_s, whole_s
+from clusterbook.pure.planner.loadtime import cold_start_at_most_s, cold_start_s, wait_cap_s, whole_s
 from clusterbook.pure.render.artifacts import render_artifacts
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -58,6 +58,19 @@ def test_the_wake_service_and_the_keeper_share_the_tiers_figures(on_demand):
     assert "release_if_idle llama-reasoning reasoning 10\n" in keeper
     assert "release_if_idle llama-fast" not in keeper
     assert f"http://127.0.0.1:{on_demand.gateway.wake_port}/release/$tier?idle_s=$idle" in keeper
+
+
+def test_the_api_page_tells_a_first_request_what_slurm_adds_just_after_a_scheduling_pass(on_demand):
+    from clusterbook.pure.docpages import on_demand_note
+    tier = on_demand.tier("reasoning")
+    plan = plan_tier(on_demand, tier)
+    # SLURM starts no batch job within batch_sched_delay (3 s by default) of its last scheduling pass
+    assert cold_start_at_most_s(on_demand, tier, plan) == pytest.approx(cold_start_s(on_demand, tier, plan) + 3)
+    note = on_demand_note(on_demand, tier, plan)
+    assert (f"about {whole_s(cold_start_s(on_demand, tier, plan))} s (the capacity plan's predicted cold start; "
+            f"{whole_s(cold_start_at_most_s(on_demand, tier, plan))} s when SLURM has just run a scheduling pass"
+            ) in note
+    assert f"at most {wait_cap_s(on_demand, tier, plan)} s" in note
 
 
 def test_without_a_tier_on_demand_nothing_of_it_is_rendered():
