@@ -50,8 +50,8 @@ def test_a_tier_the_plan_says_waits_does_not_alert_while_the_other_serves(tmp_pa
     assert waits_beside(c) == {"fast": ["reasoning"], "reasoning": ["fast"]}
     rules = {(r["alert"], r["labels"].get("tier")): r["expr"] for r in alerts(c)}
     for alert in ("TierDown", "EndpointMissing", "TierPending"):
-        assert 'unless on() clusterbook_tier_healthy{tier="reasoning"} == 1' in rules[(alert, "fast")]
-        assert 'unless on() clusterbook_tier_healthy{tier="fast"} == 1' in rules[(alert, "reasoning")]
+        assert 'unless on() (clusterbook_tier_healthy{tier="reasoning"} == 1 and time() - ' in rules[(alert, "fast")]
+        assert 'unless on() (clusterbook_tier_healthy{tier="fast"} == 1 and time() - ' in rules[(alert, "reasoning")]
     files = [a for a in render_artifacts(c) if a.kind in ("rules", "rule-tests")]
     verdicts = validate(files)
     assert all(v.ok for v in verdicts), [v.output for v in verdicts if not v.ok]
@@ -59,4 +59,4 @@ def test_a_tier_the_plan_says_waits_does_not_alert_while_the_other_serves(tmp_pa
     assert tests.count('clusterbook_tier_healthy{tier="reasoning"}') >= 3  # the quiet cases are tested
     # as beefcake2 is declared (both serve at once), nothing is quieted so
     declared = alerts(load_cluster(ROOT / "cluster.yaml"))
-    assert not any("unless on() clusterbook_tier_healthy" in r["expr"] for r in declared)
+    assert not any("unless on() (clusterbook_tier_healthy" in r["expr"] for r in declared)

@@ -27,12 +27,17 @@ DECODE = ('rate(llamacpp:tokens_predicted_total{{job="{job}"}}[5m]) / '
 
 PROBE_TEXTFILE = "clusterbook-tiers.prom"  # the tier probe writes it each round; its mtime is the round's age
 
+def fresh(c: Cluster, selector: str, condition: str) -> str:
+    """The series of `selector` that meet `condition` by a sample of the last three scrapes. A target that left the
+    configuration across a restart of Prometheus (a node exporter's port changed, a SLURM tier moved) gets no
+    staleness marker: its last sample counts for the 5-minute lookback, and would fire an alert for a tier that is
+    fine, or hide one that is down behind it."""
+    return f"({selector} {condition} and time() - timestamp({selector}) < {3 * c.monitoring.scrape_interval_s:g})"
+
+
 def fresh_up(c: Cluster, job_name: str) -> str:
-    """The job's targets that are up by a sample of the last three scrapes. A target that left the configuration
-    across a restart of Prometheus gets no staleness marker: its last `up` counts for the 5-minute lookback, and a
-    bare `up == 1` would hide a tier that is down behind it."""
-    selector = f'up{{job="{job_name}"}}'
-    return f"{selector} == 1 and time() - timestamp({selector}) < {3 * c.monitoring.scrape_interval_s:g}"
+    """The job's targets that are up by a sample of the last three scrapes."""
+    return fresh(c, f'up{{job="{job_name}"}}', "== 1")
 
 
 def job(tier: RouterTier | RpcTier) -> str:
@@ -204,8 +209,8 @@ def _tier_alerts(c: Cluster, tier: RouterTier | RpcTier, targets, n: int, partne
     # released, and a tier that waits while a tier it cannot run beside serves
     released = f'clusterbook_tier_released{{tier="{name}"}}'
     serving = [f'clusterbook_tier_healthy{{tier="{p}"}}' for p in partners]
-    waiting = "".join(f" unless on() {s} == 1" for s in serving)
-    unless = (f" unless on() {released} == 1" if tier.on_demand else "") + waiting
+    waiting = "".join(f" unless on() {fresh(c, s, '== 1')}" for s in serving)
+    unless = (f" unless on() {fresh(c, released, '== 1')}" if tier.on_demand else "") + waiting
     alone = [_series(s, f"0x{n}") for s in serving]  # it fires when the tiers it waits for do not serve either
 
     def while_waiting(bad: list[dict]) -> tuple:  # down while a tier it cannot run beside serves
@@ -214,10 +219,14 @@ def _tier_alerts(c: Cluster, tier: RouterTier | RpcTier, targets, n: int, partne
     def quiet(bad: list[dict]) -> tuple:  # down while released on demand, or while waiting
         return (((*bad, _series(released, f"1x{n}")),) if tier.on_demand else ()) + while_waiting(bad)
 
+    def left(series: str, value: int) -> dict:  # the last sample of a node exporter that left the configuration
+        return _series(series.replace("}", ', instance="left"}'), f"{value} _x{n}")
+
     if isinstance(tier, RouterTier):  # metrics come per loaded model: the probe's /health tells whether it is down
         bad = [_series(probe, f"0x{n}")]
-        cases = [Alert(_rule("TierDown", f"{probe} == 0{unless}", f"{recovery:g}s", "critical", label, down, trouble),
-                       bad + alone, [_series(probe, f"1x{n}")], quiet=quiet(bad))]
+        cases = [Alert(_rule("TierDown", f"{fresh(c, probe, '== 0')}{unless}", f"{recovery:g}s", "critical", label,
+                             down, trouble),
+                       bad + alone, [_series(probe, f"1x{n}"), left(probe, 0)], quiet=quiet(bad))]
     else:
         scrape = f'up{{job="{job(tier)}"}}'
         # down, beside an up target of an earlier configuration whose last sample is still in the lookback
@@ -231,15 +240,15 @@ def _tier_alerts(c: Cluster, tier: RouterTier | RpcTier, targets, n: int, partne
         registered, pending = (f'clusterbook_tier_{what}{{tier="{name}"}}' for what in ("registered", "pending"))
         job_name = topo.units(tier).job
         cases += [
-            Alert(_rule("EndpointMissing", f"{registered} == 0{unless}", f"{recovery:g}s", "critical", label,
-                        f"tier {name} has had no record in the endpoint registry for {recovery:g} s: its job "
+            Alert(_rule("EndpointMissing", f"{fresh(c, registered, '== 0')}{unless}", f"{recovery:g}s", "critical",
+                        label, f"tier {name} has had no record in the endpoint registry for {recovery:g} s: its job "
                         "does not run, or has not registered", _entry(c, "job-not-starting")),
-                  [_series(registered, f"0x{n}"), *alone], [_series(registered, f"1x{n}")],
+                  [_series(registered, f"0x{n}"), *alone], [_series(registered, f"1x{n}"), left(registered, 0)],
                   quiet=quiet([_series(registered, f"0x{n}")])),
-            Alert(_rule("TierPending", f"{pending} == 1{waiting}", f"{recovery:g}s", "warning", label,
+            Alert(_rule("TierPending", f"{fresh(c, pending, '== 1')}{waiting}", f"{recovery:g}s", "warning", label,
                         f"SLURM has held tier {name}'s job ({job_name}) pending for {recovery:g} s",
                         _entry(c, "job-not-starting")),
-                  [_series(pending, f"1x{n}"), *alone], [_series(pending, f"0x{n}")],
+                  [_series(pending, f"1x{n}"), *alone], [_series(pending, f"0x{n}"), left(pending, 1)],
                   quiet=while_waiting([_series(pending, f"1x{n}")])),
         ]
     if targets and targets.decode_tps:
