@@ -12,7 +12,7 @@ from clusterbook.pure.planner.capacity import TierPlan
 # SLURM never starts a batch job when it is submitted (slurm-wlm 22.05: job_allocate only tests it): slurmctld's
 # background loop, once a second, runs a scheduling pass for new submissions, but not within batch_sched_delay of
 # its last pass (SchedulerParameters, 3 s unless the administrators set it). A job's end and the full pass every
-# sched_interval (60 s) are such passes. The lab, slurmctld at debug2: a submission waited 0.05-0.8 s for the loop,
+# sched_interval (60 s) are such passes. The lab, slurmctld at debug2: a submission waited 0.05-1.0 s for the loop,
 # and 1.5 s when it came 1.5 s after the periodic pass. slurm_submit_start_s holds the usual wait; this is the most
 # a pass just before adds to it.
 SLURM_BATCH_SCHED_DELAY_S = 3.0

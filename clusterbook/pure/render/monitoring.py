@@ -27,6 +27,7 @@ DECODE = ('rate(llamacpp:tokens_predicted_total{{job="{job}"}}[5m]) / '
 
 PROBE_TEXTFILE = "clusterbook-tiers.prom"  # the tier probe writes it each round; its mtime is the round's age
 
+
 def fresh(c: Cluster, selector: str, condition: str) -> str:
     """The series of `selector` that meet `condition` by a sample of the last three scrapes. A target that left the
     configuration across a restart of Prometheus (a node exporter's port changed, a SLURM tier moved) gets no
