@@ -491,6 +491,12 @@ def _slurm(c: Cluster) -> list[Finding]:
     if uses_slurm and c.slurm_controller is None:
         out.append((("tiers", uses_slurm[0], "manager"),
                     "a SLURM tier needs a node with role controller (where sbatch runs) or a slurm section"))
+    instead = {"site_requeue_hold_s": "set slurm.requeue_hold_s instead, or remove it",
+               "site_batch_sched_delay_s": "its slurm.conf keeps SLURM's default; remove it"}
+    for name, what in instead.items():  # clusterbook writes this slurm.conf: a declaration would be ignored
+        if c.slurm and getattr(c.planner, name) is not None:
+            out.append((("planner", name), f"declares the site's slurm.conf, but clusterbook configures SLURM here "
+                        f"(the slurm section): {what}"))
     if not c.slurm:
         return out
     if c.slurm.controller not in nodes:

@@ -751,6 +751,9 @@ class Trouble(Strict):
 # SLURM's own default for AuthInfo=cred_expire (slurm.conf(5)): a requeued job (preemption, node failure, a
 # killed step) is held this long before it may start again, which dominates a SLURM tier's recovery
 SLURM_REQUEUE_HOLD_S = 120
+# SchedulerParameters=batch_sched_delay's default: slurmctld starts no batch job within this many seconds of its last
+# scheduling pass (slurm-wlm 22.05's controller.c; planner/loadtime.py tells what it adds to a tier's start)
+SLURM_BATCH_SCHED_DELAY_S = 3
 
 
 class SlurmPartition(Strict):
@@ -894,6 +897,11 @@ class Planner(Strict):
                                                         "AuthInfo=cred_expire, s (none: SLURM's default 120 s; "
                                                         "where clusterbook configures SLURM, slurm.requeue_hold_s "
                                                         "sets it)")
+    site_batch_sched_delay_s: int | None = Field(None, ge=0, le=60,
+                                                 description="where SLURM is managed elsewhere: its slurm.conf's "
+                                                             "SchedulerParameters=batch_sched_delay, s (none: "
+                                                             "SLURM's default 3 s): no batch job starts within this "
+                                                             "of SLURM's last scheduling pass")
     weights_error_pct: float = Field(2, ge=0, le=50,
                                      description="how far llama.cpp's own load report may differ from the planned "
                                                  "weights, % (measured within 2 % on the lab: test_planner_accuracy); "
@@ -969,6 +977,14 @@ class Cluster(Strict):
         if self.slurm:
             return self.slurm.requeue_hold_s
         return self.planner.site_requeue_hold_s or SLURM_REQUEUE_HOLD_S
+
+    @property
+    def slurm_batch_sched_delay_s(self) -> int:
+        """How long after SLURM's last scheduling pass a batch job may wait for the next: what the site's
+        slurm.conf is declared to say (planner.site_batch_sched_delay_s), else SLURM's default (the lab's slurm.conf,
+        which clusterbook writes, keeps it)."""
+        site = None if self.slurm else self.planner.site_batch_sched_delay_s
+        return SLURM_BATCH_SCHED_DELAY_S if site is None else site
 
     @property
     def slurm_tiers(self) -> list[RouterTier | RpcTier]:

@@ -117,6 +117,35 @@ def test_the_requeue_hold_comes_from_slurm_conf_as_configured_or_declared():
     assert "\nAuthInfo=cred_expire=30\n" in conf.text
 
 
+def test_the_batch_delay_comes_from_the_sites_slurm_conf_as_declared(tmp_path):
+    from clusterbook.commands.cluster import checked_cluster
+    from clusterbook.model.problems import InputError
+    from clusterbook.pure.planner.loadtime import cold_start_at_most_s, cold_start_s
+
+    data = yaml.safe_load((ROOT / "cluster.yaml").read_text())
+    before = Cluster.model_validate(data)
+    assert before.slurm_batch_sched_delay_s == 3  # SLURM's default: beefcake2's slurm.conf is managed elsewhere
+    data["planner"] = {**data.get("planner", {}), "site_batch_sched_delay_s": 1}
+    after = Cluster.model_validate(data)
+    tier = "reasoning"
+    old, new = (predict_load(c, c.tier(tier), plan_cluster(c)[tier]) for c in (before, after))
+    assert new.new_job_recovery_s == pytest.approx(old.new_job_recovery_s - 2)  # a keeper resubmission waits less
+    plan = plan_cluster(after)[tier]
+    assert cold_start_at_most_s(after, after.tier(tier), plan) == pytest.approx(
+        cold_start_s(after, after.tier(tier), plan) + 1)
+    # where clusterbook writes slurm.conf (the lab), a declaration of the site's would be ignored: refused, at its line
+    text = (ROOT / "lab/cluster-slurm.yaml").read_text().replace(
+        "  slurm_submit_start_s: 2.45\n", "  slurm_submit_start_s: 2.45\n  site_batch_sched_delay_s: 1\n")
+    path = tmp_path / "cluster.yaml"
+    path.write_text(text)
+    line = text.splitlines().index("  site_batch_sched_delay_s: 1") + 1
+    with pytest.raises(InputError) as err:
+        checked_cluster(str(path))
+    assert any(str(p).startswith(f"{path}:{line}: planner.site_batch_sched_delay_s: declares the site's slurm.conf, "
+                                 "but clusterbook configures SLURM here") for p in err.value.problems), \
+        [str(p) for p in err.value.problems]
+
+
 def test_the_api_page_tells_clients_how_long_a_recovery_lasts():
     from clusterbook.pure.docpages import api
     c = load_cluster(ROOT / "cluster.yaml")

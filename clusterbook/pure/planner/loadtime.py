@@ -11,11 +11,10 @@ from clusterbook.pure.planner.capacity import TierPlan
 
 # SLURM never starts a batch job when it is submitted (slurm-wlm 22.05: job_allocate only tests it): slurmctld's
 # background loop, once a second, runs a scheduling pass for new submissions, but not within batch_sched_delay of
-# its last pass (SchedulerParameters, 3 s unless the administrators set it). A job's end and the full pass every
-# sched_interval (60 s) are such passes. The lab, slurmctld at debug2: a submission waited 0.05-1.0 s for the loop,
-# and 1.5 s when it came 1.5 s after the periodic pass. slurm_submit_start_s holds the usual wait; this is the most
-# a pass just before adds to it.
-SLURM_BATCH_SCHED_DELAY_S = 3.0
+# its last pass (Cluster.slurm_batch_sched_delay_s: 3 s unless the administrators set it). A job's end and the full
+# pass every sched_interval (60 s) are such passes. The lab, slurmctld at debug2: a submission waited 0.05-1.0 s for
+# the loop, and 1.5 s when it came 1.5 s after the periodic pass. slurm_submit_start_s holds the usual wait; the
+# delay is the most a pass just before adds to it.
 
 
 def whole_s(seconds: float) -> int:
@@ -71,7 +70,7 @@ def predict_load(c: Cluster, tier: RouterTier | RpcTier, plan: TierPlan) -> Load
     new_job, new_kind = None, None
     if tier.manager == "slurm":
         new_job, new_kind = ((c.slurm_requeue_hold_s + p.slurm_start_s, "SLURM requeue") if tier.slurm.requeue else
-                             (tier.slurm.keeper_interval_s + SLURM_BATCH_SCHED_DELAY_S + p.slurm_submit_start_s,
+                             (tier.slurm.keeper_interval_s + c.slurm_batch_sched_delay_s + p.slurm_submit_start_s,
                               "keeper resubmission"))
         restart, kind = ((p.slurm_step_restart_s, "step restart in the job") if tier.slurm.step_restarts else
                          (new_job, new_kind))
@@ -92,7 +91,7 @@ def cold_start_s(c: Cluster, tier: RouterTier | RpcTier, plan: TierPlan) -> floa
 def cold_start_at_most_s(c: Cluster, tier: RouterTier | RpcTier, plan: TierPlan) -> float:
     """The cold start when SLURM ran a scheduling pass just before the first request (the released job's own end,
     another job's, or its periodic full pass): the job waits batch_sched_delay more before SLURM starts it."""
-    return cold_start_s(c, tier, plan) + SLURM_BATCH_SCHED_DELAY_S
+    return cold_start_s(c, tier, plan) + c.slurm_batch_sched_delay_s
 
 
 def wait_cap_s(c: Cluster, tier: RouterTier | RpcTier, plan: TierPlan) -> int:
