@@ -716,8 +716,8 @@ def on_demand_note(c: Cluster, t: RouterTier | RpcTier, plan: TierPlan) -> str:
             f"    After {t.on_demand.idle_s:,} s without a request (and none in flight) the tier gives its GPUs "
             "back to the queue. The next request starts it again and waits at the gateway while it does: about "
             f"{cold} s (the capacity plan's predicted cold start; {after_pass} s when SLURM has just run a "
-            f"scheduling pass, which delays the next by its batch_sched_delay), at most {cap} s; the answer then "
-            "comes as usual. "
+            f"scheduling pass: it starts no job within {c.slurm_batch_sched_delay_s} s of one), at most {cap} s; "
+            "the answer then comes as usual. "
             f"Past {cap} s (the GPUs are busy, or its operator stopped the tier) it gets `503` with "
             f"`Retry-After: {cold}`. Give the first request's client a timeout above {cap} s; concurrent first "
             "requests start the tier once.\n")

@@ -68,8 +68,8 @@ def test_the_api_page_tells_a_first_request_what_slurm_adds_just_after_a_schedul
     assert cold_start_at_most_s(on_demand, tier, plan) == pytest.approx(cold_start_s(on_demand, tier, plan) + 3)
     note = on_demand_note(on_demand, tier, plan)
     assert (f"about {whole_s(cold_start_s(on_demand, tier, plan))} s (the capacity plan's predicted cold start; "
-            f"{whole_s(cold_start_at_most_s(on_demand, tier, plan))} s when SLURM has just run a scheduling pass"
-            ) in note
+            f"{whole_s(cold_start_at_most_s(on_demand, tier, plan))} s when SLURM has just run a scheduling pass: "
+            "it starts no job within 3 s of one)") in note
     assert f"at most {wait_cap_s(on_demand, tier, plan)} s" in note
 
 
