@@ -3,7 +3,10 @@
 from invoke import Collection, task
 
 from clusterbook import commands
+from clusterbook.adapters.command_line import quiet_when_the_reader_leaves
 from clusterbook.effects.console import exits_cleanly
+
+quiet_when_the_reader_leaves()  # `invoke --list | head` ends without a traceback
 
 CLUSTER_HELP = "cluster file (default: the configuration's clusterbook.cluster, i.e. cluster.yaml)"
 

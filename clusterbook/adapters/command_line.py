@@ -3,6 +3,7 @@ count for every task of a command line, read from what invoke parsed, never from
 
 from __future__ import annotations
 
+import os
 import sys
 
 from invoke import Executor
@@ -55,3 +56,20 @@ def invoked_from_command_line() -> bool:
     """Whether this process is invoke's command line (its script, or python -m invoke), which ends when the tasks
     are done; not a test or a program that runs tasks inside itself."""
     return getattr(sys.modules.get("__main__"), "program", None) is program
+
+
+def quiet_when_the_reader_leaves() -> None:
+    """`invoke --list | head`: when whatever reads invoke's output goes away, invoke's own printing raised
+    BrokenPipeError and the interpreter printed its traceback. In invoke's own process, such an uncaught error now
+    ends it as `head`'s writers usually end (exit status 1, nothing on stderr; the last flush goes to /dev/null).
+    clusterbook's own writes to pipes (ssh's stdin) catch their errors and report them as a failed step."""
+    if not invoked_from_command_line():
+        return
+    default = sys.excepthook
+
+    def hook(kind, value, traceback):
+        if not issubclass(kind, BrokenPipeError):
+            return default(kind, value, traceback)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+    sys.excepthook = hook

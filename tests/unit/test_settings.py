@@ -30,6 +30,16 @@ def test_the_task_list_follows_the_configured_cluster(tmp_path):
     assert "deploy.chat" in by_file and "deploy.reasoning" not in by_file
 
 
+def test_the_task_list_into_a_reader_that_leaves_ends_without_a_traceback():
+    """`invoke --list | head`: the reader closes its end before invoke prints (here at once)."""
+    proc = subprocess.Popen([sys.executable, "-m", "invoke", "--list"], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    proc.stdout.close()
+    err = proc.stderr.read()
+    assert proc.wait(timeout=60) == 1
+    assert err == "", err  # was a BrokenPipeError traceback from invoke's listing
+
+
 def test_runtime_file_and_environment_override_the_defaults(tmp_path, monkeypatch):
     runtime = tmp_path / "invoke.yaml"
     runtime.write_text(f"clusterbook:\n  reports: {tmp_path / 'r'}\n  runs: {tmp_path / 'runs'}\n")
