@@ -1,6 +1,5 @@
 """The built site in headless Chromium: home renders, navigation reaches a runbook, search works, Mermaid is SVG."""
 
-import contextlib
 import functools
 import http.server
 import os
@@ -13,8 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from clusterbook.commands.settings import of as settings_of
-from clusterbook.commands.site import docs
+from .test_site import build
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "reports" / "screenshots"
@@ -28,8 +26,7 @@ pytestmark = [pytest.mark.browser,
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     site = tmp_path_factory.mktemp("site")
-    with contextlib.chdir(ROOT):  # in this process, as `invoke docs --cluster cluster.yaml --out SITE` builds it
-        docs(settings_of({}), "cluster.yaml", str(site))
+    build("cluster.yaml", site)  # in this process, as `invoke docs --cluster cluster.yaml --out SITE` builds it
     handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(site))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
