@@ -66,12 +66,14 @@ class Rehearsal:
     alone on its first GPU with the same flags and no RPC workers (the baseline a split is compared with).
     """
 
-    def __init__(self, c: Cluster, tier: RpcTier, log_dir: Path, with_head: bool = True, one_device: bool = False):
+    def __init__(self, c: Cluster, tier: RpcTier, log_dir: Path, with_head: bool = True, one_device: bool = False,
+                 head_extra: tuple[str, ...] = ()):
         for node in tier.nodes:
             for address in c.node(node).addresses.values():
                 if not address.startswith("127."):
                     raise ValueError(f"a rehearsal runs on this machine: {node}'s address {address} is not loopback")
         self.c, self.tier, self.log_dir, self.with_head, self.one_device = c, tier, log_dir, with_head, one_device
+        self.head_extra = list(head_extra)  # e.g. -lv 4: llama.cpp logs its buffer sizes at verbosity 4
         self.processes: list[tuple[str, subprocess.Popen]] = []
 
     def _start(self, name: str, node: str, argv: list[str]) -> None:
@@ -79,23 +81,33 @@ class Rehearsal:
         gpus = gpu_assignment(self.c, self.tier)
         env["CUDA_VISIBLE_DEVICES"] = head_first_gpu(self.c, self.tier) if self.one_device else gpus.get(node, "")
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        log = (self.log_dir / f"{name}.log").open("wb")
+        log = (self.log_dir / f"{name}.log").open("ab")
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-        self.processes.append((name, proc))
+        self.processes = [(n, p) for n, p in self.processes if n != name or p.poll() is None] + [(name, proc)]
 
     def __enter__(self) -> Rehearsal:
         workers = [] if self.one_device else self.tier.workers
         for worker in workers:
-            self._start(f"rpc-{worker}", worker, fl.worker_argv(self.c, self.tier, worker))
-        for endpoint in topo.rpc_endpoints(self.c, self.tier) if workers else []:
-            host, port = endpoint.split(":")
-            self._wait(lambda h=host, p=int(port): _port_open(h, p), f"RPC worker {endpoint}", 60)
+            self.start_worker(worker)
         if self.with_head:
-            self._start("head-one-device" if self.one_device else "head", self.tier.head,
-                        head_argv(self.c, self.tier, self.one_device))
-            url = topo.endpoint_url(self.c, self.tier) + "/health"
-            self._wait(lambda: _healthy(url), f"{url} answering 200", 900)
+            self.start_head()
         return self
+
+    def start_worker(self, node: str) -> subprocess.Popen:
+        """A worker, as its unit or job step starts it; returns once its port answers."""
+        self._start(f"rpc-{node}", node, fl.worker_argv(self.c, self.tier, node))
+        endpoint = topo.rpc_endpoints(self.c, self.tier)[self.tier.workers.index(node)]
+        host, port = endpoint.split(":")
+        self._wait(lambda: _port_open(host, int(port)), f"RPC worker {endpoint}", 60)
+        return self.processes[-1][1]
+
+    def start_head(self) -> subprocess.Popen:
+        """The head, as its unit or job step starts it; returns once /health answers 200."""
+        self._start("head-one-device" if self.one_device else "head", self.tier.head,
+                    head_argv(self.c, self.tier, self.one_device) + self.head_extra)
+        url = topo.endpoint_url(self.c, self.tier) + "/health"
+        self._wait(lambda: _healthy(url), f"{url} answering 200", 900)
+        return self.processes[-1][1]
 
     def _wait(self, ready, what: str, seconds: float) -> None:
         deadline = time.monotonic() + seconds
@@ -106,8 +118,25 @@ class Rehearsal:
                 if proc.poll() is not None:
                     tail = (self.log_dir / f"{name}.log").read_text(errors="replace")[-1500:]
                     raise RuntimeError(f"{name} exited with {proc.returncode} while waiting for {what}:\n{tail}")
-            time.sleep(0.5)
+            time.sleep(0.1)
         raise RuntimeError(f"timed out after {seconds:.0f} s waiting for {what}")
+
+    def pid(self, name: str) -> int:
+        return next(p.pid for n, p in self.processes if n == name)
+
+    def stop(self, name: str, grace_s: float = 1.0) -> None:
+        """Stop one process as the job script's guard does (SIGTERM, a second one after grace_s, then SIGKILL) and
+        forget it."""
+        for n, proc in [(n, p) for n, p in self.processes if n == name]:
+            for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGTERM, 10), (signal.SIGKILL, 10)):
+                if proc.poll() is not None:
+                    break
+                os.killpg(proc.pid, sig)
+                try:
+                    proc.wait(timeout=wait)
+                except subprocess.TimeoutExpired:
+                    pass
+        self.processes = [(n, p) for n, p in self.processes if n != name]
 
     def __exit__(self, *exc) -> None:
         for _, proc in reversed(self.processes):
