@@ -107,14 +107,15 @@ def plan(cluster_file: str, tier: str | None, as_json: bool, models_dir: str | N
     for p in chosen:
         slots = cluster.tier(p.tier).parallel  # llama-server gives each slot ctx_size / parallel
         per_request = f"; {p.ctx // slots:,} per request in {slots} slots" if slots > 1 else ""
-        table = Table("device", "node", "blocks", "weights", "KV cache", "compute", "overhead", "total", "usable",
+        table = Table("device", "node", "blocks", "weights", "KV cache", "compute", "pool", "overhead", "total",
+                      "usable",
                       "headroom", title=f"tier {p.tier}: {p.model} at {p.ctx:,} tokens ({p.shape_source} shape"
                                         f"{per_request})")
         for d in p.devices:
             gib = lambda b: f"{b / GIB:.2f} GiB" if b is not None else "-"  # noqa: E731
             head = gib(d.headroom) if d.headroom is None or d.headroom >= 0 else f"[red]{gib(d.headroom)}[/]"
             table.add_row(d.device, d.node, f"{d.blocks}{' + out' if d.output else ''}", gib(d.weights), gib(d.kv),
-                          gib(d.compute), gib(d.overhead), gib(d.total), gib(d.capacity), head)
+                          gib(d.compute), gib(d.pool), gib(d.overhead), gib(d.total), gib(d.capacity), head)
         console.print(table)
         facts = [f"fits: {'[green]yes[/]' if p.fits else '[red]no[/]'}"]
         if p.max_ctx is not None:
@@ -123,6 +124,8 @@ def plan(cluster_file: str, tier: str | None, as_json: bool, models_dir: str | N
             facts.append(f"decode bound: {p.decode_bound_tps:.1f} tok/s (empty context)")
         if p.decode_bound_full_ctx_tps:
             facts.append(f"{p.decode_bound_full_ctx_tps:.1f} tok/s (full context)")
+        if p.flash:
+            facts.append(f"with flash attention and a {p.flash.cache_type_k} K and V cache: {p.flash.ctx:,} tokens fit")
         if p.prompt_estimate_tps:
             facts.append(f"prompt estimate: {p.prompt_estimate_tps:,.0f} tok/s")
         console.print("  " + " · ".join(facts + p.notes))

@@ -51,7 +51,7 @@ def fits_one_device(plan: TierPlan, head: str) -> bool:
     first = next((d for d in plan.devices if d.node == head), None)
     if first is None or first.capacity is None:
         return first is not None  # a CPU device: RAM is not planned, try it
-    need = sum(d.weights + d.kv for d in plan.devices) + max(d.compute for d in plan.devices) + first.overhead
+    need = sum(d.weights + d.kv for d in plan.devices) + max(d.compute + d.pool for d in plan.devices) + first.overhead
     return need <= first.capacity
 
 

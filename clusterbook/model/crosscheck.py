@@ -19,11 +19,11 @@ from clusterbook.model.schema import (
     RouterTier,
     RpcTier,
 )
+from clusterbook.model.schema import FLASH_ATTN_MIN_CC, FLASH_ATTN_PROVEN_CC  # noqa: F401 (re-exported)
 from clusterbook.model.templating import template_error
 
 Finding = tuple[Path, str]
 SSH_PORT = 22
-FLASH_ATTN_MIN_CC = 8.0
 
 
 def check_cluster(c: Cluster) -> list[Finding]:
@@ -248,9 +248,9 @@ def _rpc_tier(c: Cluster, tier: RpcTier, base: Path, nodes: dict, models: set, r
             for gpu in nodes[name].gpu_devices if name in nodes else []:
                 if gpu.cc < FLASH_ATTN_MIN_CC:
                     out.append((base + ("flash_attn",),
-                                f"flash attention is refused on {name}'s {gpu.model} (compute capability "
-                                f"{gpu.compute_capability} < {FLASH_ATTN_MIN_CC}): seed 004 saw llama-server crash "
-                                "with --flash-attn on V100 (SM70); set flash_attn: off"))
+                                f"flash attention needs compute capability {FLASH_ATTN_MIN_CC} or more (llama.cpp's "
+                                f"CUDA kernels start at Volta); {name}'s {gpu.model} has "
+                                f"{gpu.compute_capability}: set flash_attn: off"))
                     break
     if tier.numa_bind and tier.head in nodes:
         gpus = nodes[tier.head].gpu_devices
@@ -434,6 +434,14 @@ def _targets(c: Cluster) -> list[Finding]:
     for i, seen in enumerate(c.observations):
         if seen.tier and seen.tier not in tiers:
             out.append((("observations", i, "tier"), f"unknown tier '{seen.tier}'"))
+    rpc = {t.name: t for t in c.tiers if isinstance(t, RpcTier)}
+    for i, r in enumerate(c.rehearsals):
+        if r.tier not in rpc:
+            out.append((("rehearsals", i, "tier"), f"'{r.tier}' is not an RPC tier (RPC tiers: "
+                                                   f"{', '.join(sorted(rpc)) or 'none'})"))
+        elif (r.what == "peak_gib") != (r.device is not None):
+            out.append((("rehearsals", i, "device"), "a peak_gib figure names its device (CUDA0, RPC0, ...); other "
+                                                     "figures are the tier's and name none"))
     for i, trouble in enumerate(c.troubleshooting):
         if trouble.tier and trouble.tier not in tiers:
             out.append((("troubleshooting", i, "tier"), f"unknown tier '{trouble.tier}'"))

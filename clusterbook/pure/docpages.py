@@ -6,7 +6,7 @@ import json
 import math
 import re
 
-from clusterbook.model.crosscheck import FLASH_ATTN_MIN_CC
+from clusterbook.model.crosscheck import FLASH_ATTN_MIN_CC, FLASH_ATTN_PROVEN_CC
 from clusterbook.model.schema import HIGHER_IS_BETTER, Cluster, RouterTier, RpcTier
 from clusterbook.pure import engine_build as eb
 from clusterbook.pure import flags as fl
@@ -27,6 +27,7 @@ from clusterbook.pure.planner.loadtime import (
 )
 from clusterbook.pure.planner.residency import exclusion_text, plan_residency
 from clusterbook.pure.planner.variants import variants
+from clusterbook.pure.rehearsed import UNITS, WHAT, compared
 from clusterbook.pure.render import monitoring as mon
 from clusterbook.pure.render.artifacts import Artifact, selector_rows
 from clusterbook.pure.runbooks import Expansion, PutFile
@@ -307,12 +308,16 @@ def tier_notes(c: Cluster, t: RouterTier | RpcTier, plan: TierPlan) -> list[str]
     """The warnings that matter for a tier, as admonitions, from its hardware, kind and manager."""
     notes = []
     volta = sorted({(g.model, g.compute_capability) for n in t.nodes for g in c.node(n).gpus
-                    if g.cc < FLASH_ATTN_MIN_CC})
-    if volta:
+                    if FLASH_ATTN_MIN_CC <= g.cc < FLASH_ATTN_PROVEN_CC})
+    if volta and isinstance(t, RpcTier):
         names = ", ".join(f"{title(m)} (compute capability {cc})" for m, cc in volta)
-        notes.append(f'!!! warning "No flash attention on {names}"\n    `invoke check` refuses `flash_attn: on` for '
-                     "these GPUs: seed 004 saw llama-server crash with `--flash-attn` on V100 (SM70). Without it the "
-                     "V cache cannot be quantized either.\n")
+        offer = plan.flash
+        reach = (f" With it and a {offer.cache_type_k} K and V cache the plan fits **{offer.ctx:,}** tokens."
+                 if offer else "")
+        notes.append(f'!!! note "Flash attention on {names} is planned, not yet proven"\n    llama.cpp b'
+                     f"{c.engine.build} has flash-attention kernels for these cards, but no run on them has shown "
+                     f"it yet.{reach} Turn it on with `invoke apply` of the solver's diff, then `invoke bench`: "
+                     "apply runs the tier's scenarios before and after and rolls back a failure.\n")
     recovery = predict_load(c, t, plan)
     if isinstance(t, RpcTier):
         net = c.rpc_network
@@ -375,6 +380,25 @@ def slot_context(tier) -> str:
     return f"{tier.ctx_size // tier.parallel:,} per request ({tier.parallel} slots share {tier.ctx_size:,})"
 
 
+def rehearsed_section(c: Cluster, tier: str) -> str:
+    """The tier's figures measured at full size beside the planner's for the same settings (the file's rehearsals)."""
+    rows = compared(c, tier)
+    if not rows:
+        return (f"**Measured at full size:** nothing yet for tier {text(tier)}: every figure above is the "
+                "planner's.\n")
+    out = [f"### {text(tier)}: measured at full size\n",
+           "Each figure was measured on the tier's own command lines at full size, on cards held to this "
+           "cluster's (the card column says how), beside the planner's figure for the same settings. A decode "
+           "figure stands beside the planner's bound on the card it ran on.\n"]
+    out.append(table(["what", "device", "settings", "planned", "measured", "measured / planned", "card", "source"],
+                     [[WHAT[x.rehearsal.what], x.rehearsal.device or "tier", x.settings_text,
+                       "–" if x.planned is None else f"{x.planned:,.2f} {UNITS[x.rehearsal.what]}",
+                       f"{x.rehearsal.value:,.2f} {UNITS[x.rehearsal.what]}",
+                       "–" if x.ratio is None else f"{x.ratio:.2f}", text(x.rehearsal.card),
+                       f"{text(x.rehearsal.source)}, {x.rehearsal.date}"] for x in rows]))
+    return "\n".join(out) + "\n"
+
+
 def capacity(c: Cluster, plans: dict[str, TierPlan] | None = None) -> str:
     plans = plans or plan_cluster(c)
     out = []
@@ -382,15 +406,18 @@ def capacity(c: Cluster, plans: dict[str, TierPlan] | None = None) -> str:
         slots = c.tier(name).parallel
         out.append(f"## {name}: {p.model} at {p.ctx:,} tokens" + (f" ({slot_context(c.tier(name))})" if slots > 1
                                                                      else "") + "\n")
-        out.append(table(["device (node)", "blocks", "weights", "KV cache", "compute", "overhead"],
+        out.append(table(["device (node)", "blocks", "weights", "KV cache", "compute", "CUDA pool", "overhead"],
                          [[f"{d.device} ({d.node})", f"{d.blocks}{' + output' if d.output else ''}", gib(d.weights),
-                           gib(d.kv), gib(d.compute), gib(d.overhead)] for d in p.devices]))
+                           gib(d.kv), gib(d.compute), gib(d.pool), gib(d.overhead)] for d in p.devices]))
         out.append("\n" + table(["device (node)", "total", "usable", "headroom"],
                                 [[f"{d.device} ({d.node})", gib(d.total), gib(d.capacity), gib(d.headroom)]
                                  for d in p.devices]))
         facts = [f"Fits: **{'yes' if p.fits else 'no'}**."]
         if p.max_ctx is not None:
             facts.append(f"Largest context that fits: **{p.max_ctx:,}** tokens.")
+        if p.flash:
+            facts.append(f"With flash attention and a {p.flash.cache_type_k} K and V cache: **{p.flash.ctx:,}** "
+                         "tokens fit.")
         if p.decode_bound_tps:
             full = f" ({p.decode_bound_full_ctx_tps:.1f} with a full context)" if p.decode_bound_full_ctx_tps else ""
             facts.append(f"Decode bound: **{p.decode_bound_tps:.1f} tok/s**{full}, one stream.")
@@ -401,6 +428,7 @@ def capacity(c: Cluster, plans: dict[str, TierPlan] | None = None) -> str:
             facts.append(recovery_text(c, c.tier(name), p))
         out.append("\n" + " ".join(facts) + "\n")
         if c.tier(name).kind == "rpc":
+            out.append(rehearsed_section(c, name))
             out.append(quantization_choice(c, c.tier(name)))
     out.append(whole_cluster(c, plans))
     out.append("## Seed claims, computed\n")

@@ -84,8 +84,8 @@ def server_flags(c: Cluster, tier: RouterTier | RpcTier) -> list[Flag]:
              "a quantized V cache needs flash attention" if tier.cache_type_v == "f16" and tier.flash_attn == "off"
              else "as configured"),
         Flag("--flash-attn", tier.flash_attn, "flash attention kernels",
-             "refused below compute capability 8.0 (seed 004: crashes on V100)" if tier.flash_attn == "off"
-             else "supported by every GPU of the tier"),
+             "off as configured: the capacity plan gives what turning it on would allow" if tier.flash_attn == "off"
+             else "kernels for every GPU of the tier (compute capability 7.0 or more)"),
         Flag("--batch-size", str(tier.batch_size), "logical batch (tokens per decode call)",
              "matched to ubatch to halve network round trips (seed 004)" if tier.batch_size == tier.ubatch_size
              else "as configured"),

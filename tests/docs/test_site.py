@@ -284,7 +284,8 @@ def test_what_the_seeds_knew_is_on_the_site(beefcake2_site):
                      "A tier's SLURM job stays PENDING", "takes many seconds; later ones are fast",
                      "GGML_RPC_DEBUG=1", "dmesg -T", "oom|kill|xid",
                      "nvidia-smi --query-gpu=memory.used,memory.total,utilization.gpu --format=csv", "28,708 MiB",
-                     "No flash attention on Tesla V100S-PCIE-32GB", "RPC has no authentication",
+                     "Flash attention on Tesla V100S-PCIE-32GB (compute capability 7.0) is planned, not yet proven",
+                     "measured at full size", "RPC has no authentication",
                      "A lost worker means a full reload", "VASP jobs preempt this tier", "During a recovery"):
         assert expected in text, expected
     assert text_of(site).count('class="admonition') >= 6

@@ -1,5 +1,6 @@
 """The capacity plan matches hand-checked arithmetic, and refuses what cannot work."""
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +16,7 @@ from clusterbook.pure.planner.capacity import (
     plan_cluster,
     plan_tier,
     row_size,
+    rpc_device_plans,
 )
 from clusterbook.pure.planner.findings import evaluate_claim, plan_findings
 from clusterbook.pure.planner.shape import from_declared, from_gguf
@@ -64,17 +66,47 @@ def test_reasoning_tier_worked_example(beefcake2_seeds, ctx, kv_layer):
     assert rpc0.weights == 28 * round(BLOCK_PARAMS * BPP)
     assert head.weights == 25 * round(BLOCK_PARAMS * BPP) + round(EMBED_PARAMS * BPP)
     assert rpc0.kv == 28 * kv_layer
-    # no flash attention: the F32 KQ scores (ubatch * ctx * heads * 4) dominate the compute buffer
-    assert rpc0.compute == 512 * ctx * 64 * 4 + 512 * ctx * 4 + 512 * 8192 * 16
-    assert head.compute == rpc0.compute + 512 * (151_936 + 8192) * 4
-    assert rpc0.overhead == 512 * 2**20
+    ub = tier.ubatch_size  # 256 (D26)
+    # no flash attention: a block's attention keeps 68 embedding-wide F32 values per ubatch token, and per KV cell
+    # the F32 scores of every head and 16 bytes of mask per ubatch token; its FFN part 32 B per FFN element and 20 B
+    # per embedding element per token; the larger of the two (the FFN's at 4K)
+    attention = ub * 68 * 8192 + ctx * ub * (4 * 64 + 16)
+    assert rpc0.compute == max(attention, ub * (32 * 29568 + 20 * 8192))
+    assert head.compute == rpc0.compute + 151_936 * 4  # one logits row
+    # CUDA's pool: the F16 copy of the scores, or the F16 ffn weights cuBLAS multiplies (a V100S has no int8
+    # tensor cores), whichever is larger, and 112 MiB of slack
+    assert rpc0.pool == max(ub * ctx * 64 * 2, 8192 * 29568 * 2 + ub * 29568 * 2) + 112 * 2**20
+    assert rpc0.overhead == 600 * 2**20
     assert rpc0.capacity == int(32768 * 2**20 * 0.95)
     assert plan.fits == (ctx == 4096)
-    # at 4096: 28 blocks of weights (~14.9 GiB) + 0.28 GiB KV + 0.57 GiB compute + 0.5 GiB
-    if ctx == 4096:
-        assert round(rpc0.total / GIB, 2) == 16.26
-    else:
-        assert round(rpc0.total / GIB, 2) == 40.69  # over the 30.4 GiB usable on a V100S
+    assert round(rpc0.total / GIB, 2) == (16.75 if ctx == 4096 else 37.21)  # over the 30.4 GiB usable on a V100S
+
+
+def test_the_plan_is_the_full_size_rehearsal_within_5_percent():
+    """beefcake2's tier at full size, each GPU held to a V100S (benchmarks/device/full_size.py): every device's peak
+    through a full prompt within 5 % of its plan, and each graph buffer and pool of the 2-block sweep within 10 %."""
+    results = ROOT / "benchmarks/results/h200x2-full-size"
+    full = json.loads((results / "ub256.json").read_text())[0]
+    plan = {d["device"]: d for d in full["plan"]}
+    assert full["peak_mib"]["rpc-vasp-03"] / 1024 == pytest.approx(plan["RPC0"]["total_gib"], rel=0.05)
+    assert full["peak_mib"]["head"] / 1024 == pytest.approx(plan["CUDA0"]["total_gib"], rel=0.05)
+    beefcake2 = two_blocks(load_cluster(ROOT / "cluster.yaml"))
+    shape = from_declared(beefcake2.model("OR1-Behemoth"))
+    for run in json.loads((results / "sweep.json").read_text()):
+        tier = beefcake2.tier("reasoning").model_copy(update={
+            "ctx_size": run["ctx"], "flash_attn": run["flash_attn"], "ubatch_size": run["ubatch"],
+            "batch_size": run["ubatch"], "cache_type_k": run["cache"][0], "cache_type_v": run["cache"][1]})
+        worker = next(d for d in rpc_device_plans(beefcake2, tier, shape, tier.ctx_size) if d.device == "RPC0")
+        measured_pool = (run["peak_mib"]["rpc-vasp-03"] - run["idle_mib"]["rpc-vasp-03"]) * 2**20
+        assert run["buffers"]["head"]["RPC0"]["compute"] * 2**20 == pytest.approx(worker.compute, rel=0.10), run["name"]
+        assert measured_pool == pytest.approx(worker.pool, rel=0.10), run["name"]
+
+
+def two_blocks(c):
+    """beefcake2 with OR1-Behemoth's widths in 2 blocks (make_shaped_model.py --layers 2): the sweep's model."""
+    model = c.model("OR1-Behemoth")
+    small = model.model_copy(update={"architecture": model.architecture.model_copy(update={"layers": 2})})
+    return c.model_copy(update={"models": [small if m.id == model.id else m for m in c.models]})
 
 
 def test_decode_bound_is_bandwidth_over_bytes_read(beefcake2_seeds):
@@ -93,7 +125,7 @@ def test_q8_claim_is_refuted(beefcake2_seeds):
     assert verdict.refuted and round(verdict.computed, 1) == 14.6
 
 
-@pytest.mark.parametrize("decision, computed", [("D05", 713.0), ("D13", 15.7), ("D08", 77568)])
+@pytest.mark.parametrize("decision, computed", [("D05", 713.0), ("D13", 15.7), ("D08", 89344)])
 def test_seed_claims_are_computed(beefcake2_seeds, decision, computed):
     beefcake2 = beefcake2_seeds  # the seeds' three-GPU placement (before D18)
     d = next(d for d in beefcake2.decisions if d.id == decision)
@@ -112,8 +144,8 @@ def test_tier_that_does_not_fit_names_device_and_shortfall(beefcake2_seeds):
                                                  if t.name == "reasoning" else t for t in beefcake2.tiers]})
     findings = dict((m.split(":")[0], m) for _, m in plan_findings(big, plan_cluster(big)))
     message = next(m for m in findings.values() if "RPC0" in m)
-    assert "tier reasoning does not fit RPC0 on vasp-02 (Tesla V100S-PCIE-32GB): needs 40.7 GiB of 30.4 GiB" in message
-    assert "short by 10.3 GiB; the largest context that fits is 77568" in message
+    assert "tier reasoning does not fit RPC0 on vasp-02 (Tesla V100S-PCIE-32GB): needs 37.2 GiB of 30.4 GiB" in message
+    assert "short by 6.8 GiB; the largest context that fits is 89344" in message
 
 
 def test_target_above_bound_names_both_numbers(beefcake2_seeds):
@@ -154,7 +186,6 @@ def test_plan_json_is_complete(tmp_path):
     seeds.write_text(seeds_placement((ROOT / "cluster.yaml").read_text()))
     proc = subprocess.run([sys.executable, "-m", "invoke", "plan", "--json", "--tier", "reasoning", "--cluster",
                            str(seeds)], cwd=ROOT, capture_output=True, text=True)
-    import json
     data = json.loads(proc.stdout)
     assert data["tiers"][0]["tier"] == "reasoning" and data["tiers"][0]["fits"] is True
     assert {"weights", "kv", "compute", "overhead", "total", "headroom"} <= set(data["tiers"][0]["devices"][0])

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
 
-from clusterbook.model.schema import Cluster, RouterTier, RpcTier
+from clusterbook.model.schema import QUANTIZED_CACHE_TYPES as QUANTIZED_TYPES
+from clusterbook.model.schema import FLASH_ATTN_MIN_CC, Cluster, RouterTier, RpcTier
 from clusterbook.pure import topology as topo
 from clusterbook.pure.layersplit import CPU, place_layers
 from clusterbook.pure.planner.shape import Shape, from_declared, shape_of
@@ -30,8 +31,36 @@ def kv_bytes_per_layer(shape: Shape, ctx: int, type_k: str, type_v: str) -> int:
     return row_size(type_k, elements) + row_size(type_v, elements)
 
 
-def compute_bytes(shape: Shape, ctx: int, ubatch: int, flash_attn: bool, output: bool) -> int:
-    """Largest graph buffer of one device: attention or FFN of a block (buffers are reused), plus logits."""
+# Measured at full size (benchmarks/results/h200x2-full-size: OR1-Behemoth's widths, b11434, CUDA; and the same
+# graph on the lab's CPUs): llama.cpp reserves each device's graph buffer for a full context when it starts. Its
+# largest moment is either a block's attention or its feed-forward part; per ubatch token the attention keeps 68
+# embedding-wide F32 values around it and the feed-forward 8 F32 values of its width and 5 of the embedding's
+# (fitted: 272.3 and 541.6 MiB at ubatch 512 on 8192 x 29568; planned 272.0 and 542.0).
+ATTENTION_BASE_PER_EMBD = 68
+FFN_PER_FF, FFN_PER_EMBD = 32, 20
+POOL_SLACK = 112 * 2**20  # what CUDA's pool held beyond its largest temporary buffer: 76-107 MiB measured
+
+
+def compute_bytes(shape: Shape, ctx: int, ubatch: int, flash_attn: bool, output: bool, kv_copies: int = 0,
+                  parallel: int = 1, cuda: bool = True) -> int:
+    """Largest graph buffer of one device that holds blocks, reserved for a full context at start. On a CUDA device,
+    per KV cell and ubatch token: without flash attention the F32 scores of every head plus 16 bytes of mask; with it
+    8 bytes of mask, plus kv_copies bytes per cell for the F16 copies of a quantized K and V that CUDA's kernels read
+    (kv_f16_copies); the output device adds one logits row per slot (llama-server computes logits for a prompt's
+    last token only). A CPU device's graph is cpu_compute_bytes."""
+    if not cuda:
+        return cpu_compute_bytes(shape, ctx, ubatch, flash_attn, output)
+    n_kv = kv_cells(ctx)
+    per_cell = ubatch * 8 + kv_copies if flash_attn else ubatch * (4 * shape.heads + 16)
+    attention = ubatch * ATTENTION_BASE_PER_EMBD * shape.embedding + n_kv * per_cell
+    ffn = ubatch * (FFN_PER_FF * shape.feed_forward + FFN_PER_EMBD * shape.embedding)
+    logits = parallel * shape.vocab * 4 if output else 0
+    return max(attention, ffn) + logits
+
+
+def cpu_compute_bytes(shape: Shape, ctx: int, ubatch: int, flash_attn: bool, output: bool) -> int:
+    """The CPU backend's graph buffer (the lab's tiers: within 10 % of llama.cpp's report, test_planner_accuracy):
+    attention or FFN of a block, whichever is larger, plus the output's logits."""
     n_kv = kv_cells(ctx)
     activations = ubatch * shape.embedding * 4 * 4
     if flash_attn:
@@ -41,6 +70,29 @@ def compute_bytes(shape: Shape, ctx: int, ubatch: int, flash_attn: bool, output:
     ffn = ubatch * shape.feed_forward * 4 * 3 + activations
     logits = ubatch * (shape.vocab + shape.embedding) * 4 if output else 0
     return max(attention, ffn) + logits
+
+
+def kv_f16_copies(shape: Shape, type_k: str, type_v: str, cuda: bool) -> int:
+    """Bytes per KV cell of the F16 copies CUDA's flash-attention kernels make of a quantized K and V for prompt
+    batches (ggml-cuda fattn.cu: the tile and MMA kernels read F16; the copies sit in the graph buffer)."""
+    if not cuda:
+        return 0
+    return sum(shape.kv_heads * shape.head_dim * 2 for t in (type_k, type_v) if t in QUANTIZED_TYPES)
+
+
+def pool_bytes(shape: Shape, ctx: int, ubatch: int, flash_attn: bool, cublas_prompt: bool) -> int:
+    """The high-water mark of CUDA's memory pool through a prompt that fills the context (it grows during the prompt,
+    after the server has started): without flash attention the F16 copy of every head's attention scores for the
+    product with the F16 V cache (on any card); where prompt batches go through cuBLAS (cards without int8 tensor
+    cores, such as the V100S) the largest weight matrix dequantized to F16 with its input. Measured: 2,124 MiB at
+    32K and ubatch 512 without flash attention, 598 MiB with it, on the forced cuBLAS path."""
+    terms = []
+    if not flash_attn:
+        terms.append(ubatch * kv_cells(ctx) * shape.heads * 2)
+    if cublas_prompt:
+        widest = max(shape.feed_forward, shape.heads * shape.head_dim)
+        terms.append(shape.embedding * widest * 2 + ubatch * widest * 2)
+    return max(terms) + POOL_SLACK if terms else 0
 
 
 @dataclass(frozen=True)
@@ -56,12 +108,13 @@ class DevicePlan:
     kv: int
     compute: int
     overhead: int
+    pool: int  # CUDA's pool at its high-water mark through a full prompt (0 for a CPU)
     capacity: int | None  # usable bytes (after headroom); None for a host CPU (RAM is not planned here)
     bandwidth_gbs: float | None
 
     @property
     def total(self) -> int:
-        return self.weights + self.kv + self.compute + self.overhead
+        return self.weights + self.kv + self.compute + self.pool + self.overhead
 
     @property
     def headroom(self) -> int | None:
@@ -70,6 +123,15 @@ class DevicePlan:
     @property
     def fits(self) -> bool:
         return self.capacity is None or self.total <= self.capacity
+
+
+@dataclass(frozen=True)
+class FlashOffer:
+    """The largest context an RPC tier reaches with flash attention on and its K and V cache quantized."""
+
+    ctx: int
+    cache_type_k: str
+    cache_type_v: str
 
 
 @dataclass(frozen=True)
@@ -87,6 +149,7 @@ class TierPlan:
     prompt_estimate_tps: float | None
     rpc_devices: int
     notes: list[str] = field(default_factory=list)
+    flash: FlashOffer | None = None  # what flash attention would allow, where it is off on cards that have it
 
     @property
     def fits(self) -> bool:
@@ -114,10 +177,15 @@ def rpc_device_plans(c: Cluster, tier: RpcTier, shape: Shape, ctx: int) -> list[
             weights += shape.embed_bytes  # llama.cpp keeps the token embedding on the host CPU
         overhead = c.planner.device_overhead_mib * 2**20 if dev.gpu else 0
         node = c.node(dev.node)
+        busy = bool(blocks or output)
+        copies = kv_f16_copies(shape, tier.cache_type_k, tier.cache_type_v, dev.gpu is not None)
         plans.append(DevicePlan(
             dev.name, dev.node, dev.gpu.model if dev.gpu else None, len(blocks), output, weights,
-            kv_layer * len(blocks), compute_bytes(shape, ctx, tier.ubatch_size, flash, output) if blocks or output
-            else 0, overhead, _capacity(c, dev.memory_bytes),
+            kv_layer * len(blocks),
+            compute_bytes(shape, ctx, tier.ubatch_size, flash, output, copies, tier.parallel, dev.gpu is not None)
+            if busy else 0,
+            overhead, pool_bytes(shape, ctx, tier.ubatch_size, flash, dev.gpu.prompt_via_cublas)
+            if busy and dev.gpu else 0, _capacity(c, dev.memory_bytes),
             dev.gpu.bandwidth_gbs if dev.gpu else node.cpu_bandwidth_gbs))
     return plans
 
@@ -165,7 +233,22 @@ def plan_rpc_tier(c: Cluster, tier: RpcTier, shape: Shape | None = None) -> Tier
     full = decode_seconds(c, devices, shape, rpc, {d.device: d.kv for d in devices})
     return TierPlan(tier.name, model.id, tier.ctx_size, shape.source, devices,
                     largest_context(c, tier, shape), 1 / bound if bound else None, 1 / full if full else None,
-                    prompt_tps(c, devices, shape), rpc)
+                    prompt_tps(c, devices, shape), rpc, flash=flash_offer(c, tier, shape))
+
+
+FLASH_CACHE_TYPE = "q4_0"  # the most compact KV cache type llama.cpp's CUDA flash attention reads (seed 004's)
+
+
+def flash_offer(c: Cluster, tier: RpcTier, shape: Shape) -> FlashOffer | None:
+    """Where a tier's flash attention is off but every GPU of it has the kernels (compute capability 7.0 or more):
+    the largest context that fits with it on and K and V at q4_0 (None where it is on already, or no context fits)."""
+    gpus = [g for d in topo.tier_devices(c, tier) if d.gpu for g in [d.gpu]]
+    if tier.flash_attn != "off" or not gpus or any(g.cc < FLASH_ATTN_MIN_CC for g in gpus):
+        return None
+    flashed = tier.model_copy(update={"flash_attn": "on", "cache_type_k": FLASH_CACHE_TYPE,
+                                      "cache_type_v": FLASH_CACHE_TYPE})
+    ctx = largest_context(c, flashed, shape)
+    return FlashOffer(ctx, FLASH_CACHE_TYPE, FLASH_CACHE_TYPE) if ctx else None
 
 
 def largest_context(c: Cluster, tier: RpcTier, shape: Shape) -> int | None:
@@ -193,7 +276,7 @@ def plan_router_tier(c: Cluster, tier: RouterTier, shapes: dict[str, Shape] | No
     resident = models[: tier.models_max or len(models)]
     gpus = node.gpu_devices
     count = max(1, len(gpus))
-    parts = [{"blocks": 0, "output": False, "weights": 0, "kv": 0, "compute": 0} for _ in range(count)]
+    parts = [{"blocks": 0, "output": False, "weights": 0, "kv": 0, "compute": 0, "pool": 0} for _ in range(count)]
     for m in resident:
         s = shapes.get(m.id) or from_declared(m)
         place = place_layers(s.layers, topo.FULL_OFFLOAD, [1.0] * count, c.engine.build)
@@ -209,13 +292,16 @@ def plan_router_tier(c: Cluster, tier: RouterTier, shapes: dict[str, Shape] | No
             part["kv"] += kv_layer * len(blocks)
             # children run llama.cpp's default --flash-attn auto: on for a CPU (measured in the lab); on a GPU
             # the larger no-flash buffer is planned, since auto's choice there depends on the card
-            part["compute"] += compute_bytes(s, tier.ctx_size, 512, not gpus, output) if blocks or output else 0
+            part["compute"] += compute_bytes(s, tier.ctx_size, 512, not gpus, output, cuda=bool(gpus)) \
+                if blocks or output else 0
+            part["pool"] += pool_bytes(s, tier.ctx_size, 512, False, gpus[i].prompt_via_cublas) \
+                if gpus and (blocks or output) else 0
     devices = []
     for i, (gpu, part) in enumerate(zip(gpus or [None], parts)):
         devices.append(DevicePlan(
             f"CUDA{i}" if gpu else "CPU", node.name, gpu.model if gpu else None, part["blocks"], part["output"],
             part["weights"], part["kv"], part["compute"],
-            c.planner.device_overhead_mib * 2**20 * len(resident) if gpu else 0,
+            c.planner.device_overhead_mib * 2**20 * len(resident) if gpu else 0, part["pool"],
             _capacity(c, gpu.memory_mib * 2**20 if gpu else None),
             gpu.bandwidth_gbs if gpu else node.cpu_bandwidth_gbs))
     biggest = shapes.get(models[0].id) or from_declared(models[0])

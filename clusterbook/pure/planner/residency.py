@@ -24,10 +24,11 @@ class Share:
     compute: int
     overhead: int
     what: str = ""  # e.g. "RPC worker", "head", "mlock of the model file"
+    pool: int = 0  # CUDA's pool through a full prompt
 
     @property
     def total(self) -> int:
-        return self.weights + self.kv + self.compute + self.overhead
+        return self.weights + self.kv + self.compute + self.pool + self.overhead
 
 
 @dataclass(frozen=True)
@@ -124,7 +125,7 @@ def tier_shares(c: Cluster, tier: RouterTier | RpcTier, plan: TierPlan) -> dict[
         what = ("RPC worker" if node != head else "head") if isinstance(tier, RpcTier) else "router mode"
         if d.total:
             shares.setdefault((node, device), []).append(Share(tier.name, d.weights, d.kv, d.compute, d.overhead,
-                                                               what))
+                                                               what, d.pool))
     if isinstance(tier, RpcTier) and tier.mlock:
         size = c.model(tier.model).bytes
         shares.setdefault((head, RAM), []).append(Share(tier.name, size, 0, 0, 0, "mlock of the model file"))
@@ -264,5 +265,6 @@ def residency_json(cplan: ClusterPlan) -> dict:
             "devices": [{"node": x.slot.node, "device": x.slot.device, "gpu": x.slot.model,
                          "capacity": x.slot.capacity, "total": x.total, "headroom": x.headroom, "fits": x.fits,
                          "shares": [{"tier": s.tier, "what": s.what, "weights": s.weights, "kv": s.kv,
-                                     "compute": s.compute, "overhead": s.overhead, "total": s.total}
+                                     "compute": s.compute, "pool": s.pool, "overhead": s.overhead,
+                                     "total": s.total}
                                     for s in x.shares]} for x in cplan.loads]}

@@ -147,7 +147,7 @@ def _sized(tier, floor: int | None) -> list[dict]:
 
 def _caches(c: Cluster, tier, allowed: list[str] | None) -> list[dict]:
     """The tier's KV cache types, then every pair from the allowed set (none given: the tier keeps its own). A
-    quantized V cache needs flash attention, which only GPUs of compute capability 8.0 or more get (crosscheck):
+    quantized V cache needs flash attention, whose kernels start at compute capability 7.0 (Volta; crosscheck):
     where every GPU of the cluster has it, the pair comes with flash attention on; elsewhere only K is quantized."""
     if not allowed or not isinstance(tier, RpcTier):
         return [{}]
@@ -248,8 +248,8 @@ def error_margin(c: Cluster, load) -> float:
     compute_error_pct of the compute buffers): its headroom plus the headroom_pct the plan already keeps back,
     less that error. A placement is safe when every GPU's margin is at least 0."""
     kept_back = load.slot.capacity / (1 - c.planner.headroom_pct / 100) - load.slot.capacity
-    error = sum(s.weights * c.planner.weights_error_pct / 100 + s.compute * c.planner.compute_error_pct / 100
-                for s in load.shares)
+    error = sum(s.weights * c.planner.weights_error_pct / 100
+                + (s.compute + s.pool) * c.planner.compute_error_pct / 100 for s in load.shares)
     return load.headroom + kept_back - error
 
 
