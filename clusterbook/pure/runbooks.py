@@ -192,6 +192,7 @@ def template_context(c: Cluster, tier: RouterTier | RpcTier | None, host: str | 
         ctx["monitoring"] = {"router_jobs": "|".join(routers), "jobs": 1 + len(c.tiers) - len(routers),
                              "key_files": [t.api_key.file for t in c.tiers if t.api_key and t.api_key.file
                                       and c.monitoring.node in t.nodes]}
+    ctx["legacy_models_dir"] = c.legacy.models_dir if c.legacy else None
     if c.legacy:  # the SLURM tiers' partitions: the only ones stop.legacy cancels jobs in
         ctx["legacy_partitions"] = ",".join(sorted({t.slurm.partition for t in c.tiers if t.slurm}))
     if c.legacy and host:  # what stop.legacy retires on this host
