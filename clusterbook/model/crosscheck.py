@@ -506,6 +506,18 @@ def _slurm(c: Cluster) -> list[Finding]:
                     "a SLURM tier needs a node with role controller (where sbatch runs) or a slurm section"))
     instead = {"site_requeue_hold_s": "set slurm.requeue_hold_s instead, or remove it",
                "site_batch_sched_delay_s": "its slurm.conf keeps SLURM's default; remove it"}
+    by_name = {n.name: n for n in c.nodes}
+    for i, tier in enumerate(c.tiers):
+        if tier.manager != "slurm":
+            continue
+        if tier.threads and tier.threads > tier.slurm_cpus:
+            out.append((("tiers", i, "slurm", "cpus"), f"the job asks {tier.slurm_cpus} CPU(s) per node and the "
+                        f"server runs {tier.threads} threads: ask for as many CPUs as threads, or fewer threads"))
+        small = [n for n in tier.nodes if n in by_name and by_name[n].cpu_cores < tier.slurm_cpus]
+        if small:
+            out.append((("tiers", i, "slurm", "cpus") if tier.slurm.cpus else ("tiers", i, "threads"),
+                        f"the job asks {tier.slurm_cpus} CPUs per node, and {small[0]} has "
+                        f"{by_name[small[0]].cpu_cores}: SLURM would never start it"))
     for name, what in instead.items():  # clusterbook writes this slurm.conf: a declaration would be ignored
         if c.slurm and getattr(c.planner, name) is not None:
             out.append((("planner", name), f"declares the site's slurm.conf, but clusterbook configures SLURM here "

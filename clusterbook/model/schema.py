@@ -385,6 +385,9 @@ class SlurmJob(Strict):
                                             "hold (the lab: back 10 s after a cancellation against 63 s after a "
                                             "requeue; decision D21)")
     gres: Gres | None = Field("gpu:1", description="generic resources per node (--gres)")
+    cpus: int | None = Field(None, ge=1, le=4096, description="CPUs per node (--cpus-per-task, for the job and each "
+                                                              "step; none: the tier's threads, else 1); a step gets "
+                                                              "only these where SLURM constrains cores")
     step_restarts: int = Field(3, ge=0, le=20,
                                description="how often in a row the job script starts its ended steps again "
                                            "inside the job (every ended worker, then the head) without the tier "
@@ -474,6 +477,11 @@ class TierBase(Strict):
         if self.manager == "slurm" and self.slurm is None:
             raise ValueError("manager is slurm: give a slurm section")
         return self
+
+    @property
+    def slurm_cpus(self) -> int:
+        """CPUs a SLURM job asks per node: the file's, else one per thread, else 1."""
+        return (self.slurm.cpus if self.slurm and self.slurm.cpus else None) or self.threads or 1
 
 
 class RouterTier(TierBase):

@@ -17,6 +17,7 @@ PACKAGES: dict[str, dict[str, list[str]]] = {
               "el": ["cmake", "ninja-build", "python3.11", "python3.11-pip", "patch"]},  # + the node's gcc-toolset
     "jq": {"debian": ["jq"], "el": ["jq"]},
     "iperf3": {"debian": ["iperf3"], "el": ["iperf3"]},
+    "numactl": {"debian": ["numactl"], "el": ["numactl"]},
     # EPEL 8's package (1.3.1 on packages.fedoraproject.org) installs /usr/bin/node_exporter; its unit's name differs
     # between EPEL releases, so EL nodes run clusterbook's own unit (layout: node_exporter_unit)
     "node-exporter": {"debian": ["prometheus-node-exporter"], "el": ["golang-github-prometheus-node-exporter"]},

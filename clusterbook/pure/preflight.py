@@ -36,7 +36,12 @@ def facts_command(c: Cluster, node: str) -> str:
         "if command -v nvidia-smi >/dev/null; then "
         "nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader,nounits "
         "| sed 's/, /|/g; s/^/gpu=/'; "
-        "nvidia-smi | sed -n 's/.*CUDA Version: *\\([0-9.]*\\).*/cuda=\\1/p'; fi",
+        "nvidia-smi | sed -n 's/.*CUDA Version: *\\([0-9.]*\\).*/cuda=\\1/p'; "
+        # each GPU's NUMA node, from its PCI device (nvidia-smi's 00000000:3B:00.0 is sysfs's 0000:3b:00.0)
+        "nvidia-smi --query-gpu=pci.bus_id --format=csv,noheader | while read -r b; do "
+        "b=$(echo \"${b#0000}\" | tr 'A-F' 'a-f'); echo \"numa=$(cat /sys/bus/pci/devices/$b/numa_node 2>/dev/null)\"; "
+        "done; fi",
+        "echo \"cpus=$(getconf _NPROCESSORS_ONLN)\"",
         f"d={models_dir}; while [ ! -d \"$d\" ]; do d=$(dirname \"$d\"); done; "
         "echo \"avail=$(df -B1 --output=avail \"$d\" | tail -n 1 | tr -d ' ')\"",
         f"for f in {files}; do [ ! -f {models_dir}/\"$f\" ] || echo \"have=$f|$(stat -c %s {models_dir}/\"$f\")\"; "
@@ -54,13 +59,29 @@ def parse_facts(text: str) -> dict[str, list[str]]:
     facts: dict[str, list[str]] = {}
     for line in text.splitlines():
         key, sep, value = line.partition("=")
-        if sep and key in ("gpu", "cuda", "avail", "have", "iface", "down", "now", "os", "toolset"):
+        if sep and key in ("gpu", "cuda", "avail", "have", "iface", "down", "now", "os", "toolset", "numa", "cpus"):
             facts.setdefault(key, []).append(value.strip())
     return facts
 
 
 def _gb(n: float) -> str:
     return f"{n / 1e9:.1f} GB"
+
+
+def numa_checks(c: Cluster, node: str, facts: dict[str, list[str]]) -> list[Check]:
+    """Each GPU's declared NUMA node against its PCI device's (-1: the machine has one NUMA node, node 0)."""
+    found = facts.get("numa", [])
+    declared = [g.numa_node for g in c.node(node).gpu_devices]
+    out = []
+    for i, want in enumerate(declared):
+        if want is None:
+            continue
+        have = found[i] if i < len(found) else ""
+        node_of = 0 if have == "-1" else int(have) if have.lstrip("-").isdigit() else None
+        out.append(Check(node, f"GPU {i}'s NUMA node", f"{want} (numa_node; the head binds to it)",
+                         "unknown" if node_of is None else f"{node_of}" + (" (one NUMA node)" if have == "-1" else ""),
+                         "ok" if node_of == want else "failed"))
+    return out
 
 
 def judge(c: Cluster, node: str, facts: dict[str, list[str]], asked_at: float) -> list[Check]:
@@ -95,10 +116,16 @@ def judge(c: Cluster, node: str, facts: dict[str, list[str]], asked_at: float) -
             driver = found[0][2] if found and len(found[0]) > 2 else "?"
             out.append(Check(node, "driver's CUDA", f"≥ {need} (the build's runtime)",
                              f"{have or 'unknown'} (driver {driver})", "ok" if fits else "failed"))
+        out += numa_checks(c, node, facts)
         wanted = c.node(node).nvidia_driver
         if wanted:
             driver = found[0][2] if found and len(found[0]) > 2 else "unknown"
             out.append(Check(node, "NVIDIA driver", wanted, driver, "ok" if driver == wanted else "failed"))
+    cpus = (facts.get("cpus") or [""])[0]
+    if cpus.isdigit():
+        declared_cpus = c.node(node).cpu_cores
+        out.append(Check(node, "CPUs", f"{declared_cpus} (cpu_cores; SLURM jobs ask for theirs)", cpus,
+                         "ok" if int(cpus) >= declared_cpus else "failed"))
     present = dict(row.split("|", 1) for row in facts.get("have", []))
     needed = sum(max(0, m.bytes - int(present.get(m.file, 0))) for m in models_for_host(c, node))
     avail = int((facts.get("avail") or ["0"])[0] or 0)

@@ -42,7 +42,7 @@ def test_dry_run_of_production_contacts_nothing(tmp_path):
     for expected in ("Deploy the reasoning tier as SLURM job llama-reasoning", "vasp-03 put /etc/llama/reasoning.env",
                      "slurm-ctl put /etc/llama/slurm/llama-reasoning.sbatch", "sbatch --parsable --comment=",
                      "Deploy the fast tier as SLURM job llama-fast", "scancel -n llama-reasoning",
-                     "curl -fsS --retry 3 -C - -o OR1-Behemoth.Q4_K_M.gguf.part1"):
+                     "curl -fsSL --proto-redir =https --retry 3 -C - -o OR1-Behemoth.Q4_K_M.gguf.part1"):
         assert expected in out, expected
 
 

@@ -20,6 +20,8 @@ gpu=Tesla V100S-PCIE-32GB|32768|535.183.01
 cuda=12.2
 avail=200000000000
 iface=ib0|up|2044
+numa=0
+cpus=40
 now=1000.2
 """
 
@@ -32,7 +34,8 @@ def test_a_node_as_declared_passes_every_check():
     found = verdicts(GOOD)
     assert {check: v[0] for check, v in found.items()} == {
         "GPUs": "ok", "driver's CUDA": "ok", "free space in /scratch/ai/models": "ok", "fabric interface": "ok",
-        "clock": "ok", "operating system": "ok", "NVIDIA driver": "ok", "compiler": "ok"}  # a Rocky 8.10 node
+        "clock": "ok", "operating system": "ok", "NVIDIA driver": "ok", "compiler": "ok", "GPU 0's NUMA node": "ok",
+        "CPUs": "ok"}  # a Rocky 8.10 node
     assert found["free space in /scratch/ai/models"][1] == "≥ 47.4 GB for OR1-Behemoth"
 
 
@@ -49,10 +52,17 @@ def test_a_node_as_declared_passes_every_check():
     (("iface=ib0|up|2044\n", ""), "fabric interface", "no interface holds the address"),
     (("iface=ib0|up|2044\n", "down=ib0\n"), "fabric interface", "no interface holds the address (down: ib0)"),
     (("now=1000.2", "now=1005.0"), "clock", "+5.00 s"),
+    (("numa=0", "numa=1"), "GPU 0's NUMA node", "1"),  # numactl --cpunodebind=0 would bind the head far from it
+    (("numa=0\n", ""), "GPU 0's NUMA node", "unknown"),
+    (("cpus=40", "cpus=20"), "CPUs", "20"),  # the job's --cpus-per-task=40 would never start
 ])
 def test_each_broken_fact_fails_its_check_with_the_figures(change, check, found):
     verdict, _expected, seen = verdicts(GOOD.replace(*change))[check]
     assert (verdict, seen) == ("failed", found)
+
+
+def test_one_numa_node_is_node_0():
+    assert verdicts(GOOD.replace("numa=0", "numa=-1"))["GPU 0's NUMA node"][0] == "ok"
 
 
 def test_a_model_already_on_the_node_needs_no_space():

@@ -72,12 +72,20 @@ def ld_library_path(c: Cluster) -> str:
     return ":".join(p for p in (c.engine.install_dir, c.engine.cuda_lib_dir) if p)
 
 
-def server_exec(c: Cluster, tier: RouterTier | RpcTier) -> list[str]:
-    """The head's full argv, with numactl in front when the tier binds to the GPU's NUMA node."""
+def server_exec(c: Cluster, tier: RouterTier | RpcTier, numa_fallback: bool = False) -> list[str]:
+    """The head's full argv, with numactl in front when the tier binds to the GPU's NUMA node. In a SLURM step
+    (numa_fallback) the binding is tried first: where SLURM gave the step CPUs of another NUMA node, numactl would
+    fail and the keeper resubmit the job forever, so the head runs unbound and says so."""
     argv = fl.server_argv(c, tier)
     if isinstance(tier, RpcTier) and tier.numa_bind:
         numa = c.node(tier.head).gpu_devices[0].numa_node
-        argv = ["/usr/bin/numactl", f"--cpunodebind={numa}", f"--membind={numa}"] + argv
+        binding = [f"--cpunodebind={numa}", f"--membind={numa}"]
+        if numa_fallback:
+            script = ('numactl ' + " ".join(binding) + ' true 2>/dev/null && exec /usr/bin/numactl '
+                      + " ".join(binding) + ' "$@"; echo "NUMA node ' + str(numa) + " is outside the CPUs or memory "
+                      'SLURM gave this step: the head runs unbound" >&2; exec "$@"')
+            return ["bash", "-c", script, "numa"] + argv
+        argv = ["/usr/bin/numactl", *binding] + argv
     return argv
 
 
@@ -434,7 +442,7 @@ def _sbatch(c: Cluster, tier: RouterTier | RpcTier) -> Artifact:
     head = tier.nodes[0]
     candidates = candidate_nodes(c, tier)
     floating = isinstance(tier, RouterTier) and candidates != [head]
-    argv = server_exec(c, tier)
+    argv = server_exec(c, tier, numa_fallback=True)
     if floating:  # the address of whichever node SLURM chose, looked up at run time
         argv = [("${HTTP_ADDR}" if a == topo.http_address(c, tier) else a) for a in argv]
     steps.append({"name": "head" if isinstance(tier, RpcTier) else "server",
@@ -445,7 +453,7 @@ def _sbatch(c: Cluster, tier: RouterTier | RpcTier) -> Artifact:
                     slurm=tier.slurm, nodes=[] if floating else [s["node"] for s in steps], steps=steps,
                     count=len(steps), log_dir=c.storage.log_dir, endpoint_dir=c.storage.endpoint_dir,
                     http_addr=None if floating else topo.http_address(c, tier), addresses=addresses,
-                    ld_library_path=ld_library_path(c))
+                    ld_library_path=ld_library_path(c), cpus=tier.slurm_cpus)
     controller = c.slurm_controller or head
     return Artifact(controller, at(c, "sbatch", tier), text, "script", 0o755, about=f"{tier.name}: SLURM job",
                     id="sbatch", tier=tier.name)
