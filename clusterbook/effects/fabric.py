@@ -4,11 +4,13 @@ network's addresses (the path llama.cpp's RPC traffic takes)."""
 from __future__ import annotations
 
 import json
+import shlex
 import time
 from dataclasses import dataclass
 
 from clusterbook.model.schema import Cluster, RpcTier
 from clusterbook.pure import topology as topo
+from clusterbook.pure.packages import install_command
 
 IPERF_PORT = 5201
 
@@ -36,7 +38,25 @@ def measure_link(c: Cluster, transport, tier: RpcTier, worker: str, seconds: int
     source, target = topo.address(c, tier.head, network), topo.address(c, worker, network)
     for node in (tier.head, worker):
         if not transport.run(node, "command -v iperf3").ok:
-            raise RuntimeError(f"{node}: iperf3 is not installed (apt-get install iperf3)")
+            installed = transport.run(node, install_command(c.node(node).os, "iperf3"), timeout=600)
+            if not installed.ok:
+                raise RuntimeError(f"{node}: iperf3 is not installed, and installing it failed: {installed.tail()}")
+    # where firewalld guards the worker (EL), the test's port is opened to the head alone, until this run ends
+    rule = (f"rule family=ipv4 source address={source} destination address={target} port port={IPERF_PORT} "
+            "protocol=tcp accept")
+    firewalld = transport.run(worker, "firewall-cmd --state").ok
+    if firewalld:
+        opened = transport.run(worker, f"firewall-cmd --add-rich-rule={shlex.quote(rule)}")
+        if not opened.ok:
+            raise RuntimeError(f"{worker}: firewall-cmd could not open port {IPERF_PORT} to {source}: {opened.tail()}")
+    try:
+        return _measure(c, transport, tier, worker, source, target, seconds)
+    finally:
+        if firewalld:
+            transport.run(worker, f"firewall-cmd --remove-rich-rule={shlex.quote(rule)}")
+
+
+def _measure(c: Cluster, transport, tier: RpcTier, worker: str, source: str, target: str, seconds: int) -> FabricLink:
     started = transport.run(worker, f"iperf3 -s -1 -D -B {target} -p {IPERF_PORT}")
     if not started.ok:
         raise RuntimeError(f"{worker}: iperf3 -s did not start: {started.tail()}")

@@ -132,3 +132,26 @@ def test_an_el_gateway_and_monitoring_node_pass_shellcheck(slurm_ctl_on_rocky, t
         script.write_text(part if part.startswith("#!") else "#!/bin/bash\n" + part + "\n")
         check = subprocess.run(["shellcheck", "-S", "warning", str(script)], capture_output=True, text=True)
         assert check.returncode == 0, f"{runbook} on slurm-ctl:\n{part}\n{check.stdout}"
+
+
+def test_fabric_on_rocky_installs_iperf3_and_opens_its_port_to_the_head_alone_while_it_runs():
+    """beefcake2's nodes run EL with firewalld: iperf3 comes from dnf, and port 5201 is a runtime rich rule for the
+    head's fabric address, removed after the test (a failed one too)."""
+    from clusterbook.effects.fabric import measure_link
+
+    from .fakehosts import FakeHosts, Rule
+
+    c = load_cluster(ROOT / "cluster.yaml")
+    tier = c.tier("reasoning")
+    report = '{"end": {"sum_received": {"bits_per_second": 5.2e10}, "sum_sent": {"retransmits": 0}}}'
+    hosts = FakeHosts(rules={n: [Rule("^command -v iperf3$", 1), Rule("^iperf3 -c ", 0, report)]
+                             for n in ("vasp-01", "vasp-03")})
+    link = measure_link(c, hosts, tier, "vasp-03", seconds=1)
+    assert link.gbps == 52.0
+    commands = [cmd for _, host, cmd in hosts.calls if host == "vasp-03"]
+    assert any(cmd.startswith("dnf install -y -q epel-release") and "iperf3" in cmd for cmd in commands)
+    rule = ("'rule family=ipv4 source address=10.100.0.31 destination address=10.100.0.33 port port=5201 "
+            "protocol=tcp accept'")
+    assert f"firewall-cmd --add-rich-rule={rule}" in commands
+    assert commands[-1] == f"firewall-cmd --remove-rich-rule={rule}"
+    assert not any("--permanent" in cmd for cmd in commands)
