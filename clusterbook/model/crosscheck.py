@@ -506,6 +506,12 @@ def _slurm(c: Cluster) -> list[Finding]:
                     "a SLURM tier needs a node with role controller (where sbatch runs) or a slurm section"))
     instead = {"site_requeue_hold_s": "set slurm.requeue_hold_s instead, or remove it",
                "site_batch_sched_delay_s": "its slurm.conf keeps SLURM's default; remove it"}
+    shared = c.storage.shared_dir.rstrip("/") + "/" if c.storage.shared_dir else None
+    if uses_slurm and not (shared and c.storage.log_dir.startswith(shared)):
+        out.append((("storage", "log_dir"),
+                    "SLURM jobs write their logs on the nodes they run on, and the keeper, invoke logs and the "
+                    "troubleshooting commands read them on the controller: put log_dir under storage.shared_dir "
+                    + (f"({c.storage.shared_dir})" if shared else "(give one: a folder every node mounts)")))
     by_name = {n.name: n for n in c.nodes}
     for i, tier in enumerate(c.tiers):
         if tier.manager != "slurm":

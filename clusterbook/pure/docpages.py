@@ -834,11 +834,15 @@ def prerequisites(c: Cluster) -> str:
     if c.storage.shared_dir:
         lines.append(f"- **Shared file system**: `{c.storage.shared_dir}` mounted on every node (the build, the batch "
                      f"scripts and the endpoint registry `{c.storage.endpoint_dir}` live there).")
-    local = sorted({d for d in (c.storage.models_dir, c.storage.log_dir) if not c.storage.shared_dir
-                    or not d.startswith(c.storage.shared_dir.rstrip("/") + "/")})
+    shared = c.storage.shared_dir.rstrip("/") + "/" if c.storage.shared_dir else None
+    local = [d for d in (c.storage.models_dir, c.storage.log_dir) if not shared or not d.startswith(shared)]
     if local:
-        lines.append("- **Node-local folders**: " + ", ".join(f"`{d}`" for d in local) + " on every tier node, with "
-                     "room for its models (`invoke preflight` checks the free space).")
+        lines.append("- **Folders on each tier node**: " + ", ".join(f"`{d}`" for d in local) + "; "
+                     f"`{c.storage.models_dir}` with room for the node's models (`invoke preflight` checks the free "
+                     "space).")
+    if shared and c.storage.log_dir.startswith(shared):
+        lines.append(f"- **Logs**: `{c.storage.log_dir}`, on the shared file system: the jobs write there on their "
+                     "nodes, and `invoke logs`, the keeper and the troubleshooting commands read it on the controller.")
     if c.engine.cuda_version:
         lines.append(f"- **CUDA {c.engine.cuda_version}** on every GPU node"
                      + (f", its libraries in `{c.engine.cuda_lib_dir}`" if c.engine.cuda_lib_dir else "")
@@ -871,25 +875,37 @@ def slurm_asks(c: Cluster) -> str:
     lines = ["# slurm.conf", "GresTypes=gpu", "PreemptType=preempt/qos", "PreemptMode=REQUEUE"]
     lines += [f"NodeName={n.name} Gres=gpu:{len(n.gpu_devices)} RealMemory={int(n.ram_gb * 1e9 / 2**20)}"
               "  # beside the node's other settings" for n in gpu_nodes]
-    lines += [f"PartitionName={p} Nodes={','.join(n.name for n in gpu_nodes)}  # beside its other settings"
-              for p in partitions]
-    lines.append("AuthInfo=cred_expire=30  # a requeued job waits 30 s, not SLURM's default 120 (the lab's, measured)"
-                 if not hold else f"AuthInfo=cred_expire={hold}  # as the cluster file declares")
     qos = {t.slurm.qos for t in tiers if t.slurm.qos}
+    grace = {}  # partition or QoS -> the longest grace time a tier's job there needs (SIGTERM to SIGKILL)
+    for t in tiers:
+        key = t.slurm.qos or t.slurm.partition
+        grace[key] = max(grace.get(key, 0), t.slurm.grace_seconds)
+    lines += [f"PartitionName={p} Nodes={','.join(n.name for n in gpu_nodes)}"
+              + (f" GraceTime={grace[p]}" if p in grace and p not in qos else "") + "  # beside its other settings"
+              for p in partitions]
+    requeued = [t for t in tiers if t.slurm.requeue]
+    if requeued:
+        lines.append("AuthInfo=cred_expire=30  # a requeued job waits 30 s, not SLURM's default 120 (the lab's, "
+                     "measured)" if not hold else f"AuthInfo=cred_expire={hold}  # as the cluster file declares")
     if qos and c.slurm_site:
         lines.append("# sacctmgr")
         for q in c.slurm_site.qos:
             if q.name in qos or q.preempts:
                 pre = f" preempt={','.join(q.preempts)}" if q.preempts else ""
-                lines.append(f"sacctmgr -i add qos {q.name} set priority={q.priority}{pre}")
+                time = f" gracetime={grace[q.name]}" if q.name in grace else ""
+                mode = (" preemptmode=cancel" if q.name in grace and not any(t.slurm.requeue for t in tiers
+                                                                               if t.slurm.qos == q.name) else "")
+                lines.append(f"sacctmgr -i add qos {q.name} set priority={q.priority}{pre}{time}{mode}")
     gres = sorted({t.slurm.gres for t in tiers if t.slurm.gres})
     return ("What the tiers' jobs ask SLURM for, and so what its administrators must have set up (clusterbook "
             f"does not configure this cluster's SLURM): the partition{'s' if len(partitions) > 1 else ''} "
             + ", ".join(f"`{p}`" for p in partitions) + (", the QoS " + ", ".join(f"`{q}`" for q in sorted(qos))
                                                            if qos else "")
             + (", the generic resource " + ", ".join(f"`{g}`" for g in gres) if gres else "")
-            + " on every GPU node, preemption that requeues, and the requeue hold the planner assumes. As "
-              "slurm.conf and sacctmgr lines:\n\n" + code("\n".join(lines), "text") + keeper_load(c, tiers))
+            + " on every GPU node, preemption with the grace time each job's shutdown needs (SIGTERM, then SIGKILL "
+              "after it)" + (", and the requeue hold the planner assumes" if requeued else
+                             ": a preempted job ends and the keeper submits it again, so no requeue hold applies")
+            + ". As slurm.conf and sacctmgr lines:\n\n" + code("\n".join(lines), "text") + keeper_load(c, tiers))
 
 
 def keeper_load(c: Cluster, tiers: list) -> str:

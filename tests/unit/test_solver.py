@@ -120,9 +120,14 @@ def test_the_slurm_administrators_asks_come_from_the_file(beefcake2):
 
     asks = slurm_asks(beefcake2)
     for line in ("GresTypes=gpu", "NodeName=vasp-01 Gres=gpu:1", "PartitionName=gpu_ai Nodes=vasp-01,vasp-02,vasp-03",
-                 "AuthInfo=cred_expire=30", "sacctmgr -i add qos vasp_priority set priority=1000 "
-                 "preempt=ai_opportunistic"):
+                 "sacctmgr -i add qos vasp_priority set priority=1000 preempt=ai_opportunistic",
+                 # both jobs are --no-requeue (D21): a preempted one ends within its 30 s grace, no requeue hold
+                 "sacctmgr -i add qos ai_opportunistic set priority=100 gracetime=30 preemptmode=cancel"):
         assert line in asks, line
+    assert "cred_expire" not in asks
+    requeued = beefcake2.model_copy(update={"tiers": [t.model_copy(update={"slurm": t.slurm.model_copy(
+        update={"requeue": True})}) for t in beefcake2.tiers]})
+    assert "AuthInfo=cred_expire=30" in slurm_asks(requeued) and "preemptmode" not in slurm_asks(requeued)
     assert slurm_asks(load_cluster(CLUSTERS["beefcake2"].parent / "lab/cluster-slurm.yaml")) == ""  # its own SLURM
 
 
