@@ -159,7 +159,7 @@ def _any_tier_task(action, doc):
 # deploy.<tier>, stop.<tier>, restart.<tier>, … for the tiers of the configured cluster file (clusterbook.cluster:
 # invoke's configuration files and INVOKE_CLUSTERBOOK_CLUSTER, as clusterbook/commands/settings.py reads them; invoke
 # makes its task list before it parses the command line); `deploy.tier --tier NAME` reaches any tier of any file
-collections = {name: Collection(name) for name in ("deploy", "models", "stop", "restart")}
+collections = {name: Collection(name) for name in ("deploy", "models", "stop", "restart", "restore")}
 for _op in commands.task_operations(commands.default_cluster()):
     collections[_op.collection].add_task(_operation_task(_op))
 collections["deploy"].add_task(_any_tier_task("deploy", "Deploy any tier of the cluster file by name (--tier NAME)."))

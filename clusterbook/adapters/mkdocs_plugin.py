@@ -21,7 +21,7 @@ from clusterbook.commands.docsite import (
 from clusterbook.pure import changelog
 from clusterbook.pure import docpages as pages
 from clusterbook.pure.mdtext import Markdown, active_content, code, escape_value, prose
-from clusterbook.pure.operations import cluster_command, tier_command
+from clusterbook.pure.operations import bringup, cluster_command, tier_command
 
 
 class ClusterbookPlugin(MacrosPlugin):
@@ -83,9 +83,8 @@ PRINTABLE = "runbooks/print.md"  # every runbook on one page, for paper (linked 
 
 
 def printable_runbooks(site: Site) -> str:
-    """Every runbook page of the site as one page, in the order of the nav."""
-    return pages.printable_runbooks([r.markdown for group in RUNBOOK_GROUPS.values() for name in group
-                                     for r in site.runbooks if r.page and r.runbook == name])
+    """Every runbook page of the site as one page, in the order of the nav (the bring-up's, then the others)."""
+    return pages.printable_runbooks([r.markdown for r in site.runbooks if r.page])
 
 
 def page_sources(site: Site, page: str) -> list[str]:
@@ -100,24 +99,21 @@ def page_sources(site: Site, page: str) -> list[str]:
     return [site.cluster_file, *own]
 
 
-RUNBOOK_GROUPS = {  # nav entry: the runbooks it lists (by id); the index page goes to the first group
-    "Deploy runbooks": ("install", "models", "router", "gateway", "slurm", "deploy-rpc", "deploy-router",
-                        "deploy-slurm", "monitoring"),
-    "Operate runbooks": ("status", "logs", "stop", "stop-slurm", "restart", "restart-slurm", "retire-legacy",
-                         "publish-docs"),
-}
+RUNBOOK_GROUPS = ("Deploy runbooks", "Operate runbooks")  # the bring-up's (operations.bringup), then the others
 
 
 def fill_runbook_groups(nav: list, site: Site) -> None:
-    """Put each runbook page under its nav group, wherever in the nav the group's entry is."""
+    """Put each runbook page under its nav group, wherever in the nav the group's entry is: the bring-up's runbooks
+    in the order they run (as the guide and the index list them), then every other."""
+    deploy = {op.runbook for op in bringup(site.cluster)}
     for entry in nav:
         if not isinstance(entry, dict):
             continue
         for key, value in entry.items():
             if key in RUNBOOK_GROUPS:
-                first = key == next(iter(RUNBOOK_GROUPS))
+                first = key == RUNBOOK_GROUPS[0]
                 entry[key] = (["runbooks/index.md"] if first else []) + [
-                    {r.title: r.page} for r in site.runbooks if r.page and r.runbook in RUNBOOK_GROUPS[key]] + (
+                    {r.title: r.page} for r in site.runbooks if r.page and (r.runbook in deploy) == first] + (
                     [] if first else [{"Every runbook, to print": PRINTABLE}])
             elif isinstance(value, list):
                 fill_runbook_groups(value, site)

@@ -18,7 +18,7 @@ from clusterbook.pure import charts, layout
 from clusterbook.pure import docpages as pages
 from clusterbook.pure.changelog import from_json
 from clusterbook.pure.charts import node_pictures
-from clusterbook.pure.operations import operations
+from clusterbook.pure.operations import bringup, operations
 from clusterbook.pure.planner.capacity import TierPlan, plan_cluster
 from clusterbook.pure.planner.residency import plan_residency
 from clusterbook.pure.render.artifacts import Artifact, published, render_artifacts
@@ -76,8 +76,9 @@ def _build_site(path: str, s: Settings, stamp: tuple) -> Site:
     c = load_cluster(path)
     books = available()
     # one page per operation this cluster offers (its tiers' managers decide which), plus status and logs
+    first = bringup(c)  # the bring-up's pages first, in the order it runs; then every other operation's
     entries = [(op.runbook, op.tier, op.command, {}, pages.slug(op.runbook, op.tier))
-               for op in operations(c) if op.part is None]
+               for op in first + [op for op in operations(c) if op not in first] if op.part is None]
     entries += [("status", None, "invoke status", {}, "status"), ("logs", None, "invoke logs", {}, "logs")]
     if c.gateway and c.gateway.docs_port:
         entries.append(("publish-docs", None, "invoke docs.publish", {"build_id": "BUILD-TIME"}, "publish-docs"))

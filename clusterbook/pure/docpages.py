@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import posixpath
 import re
 
 from clusterbook.model.crosscheck import FLASH_ATTN_MIN_CC, FLASH_ATTN_PROVEN_CC
@@ -14,7 +15,7 @@ from clusterbook.pure import topology as topo
 from clusterbook.pure.fixsteps import fix_step_commands
 from clusterbook.pure.mdtext import code as code_span
 from clusterbook.pure.mdtext import demoted, fence_for, mermaid_text, prose, prose_inline, text, title
-from clusterbook.pure.operations import cluster_command, tier_command
+from clusterbook.pure.operations import bringup, cluster_command, tier_command
 from clusterbook.pure.planner.capacity import GIB, TierPlan, plan_cluster
 from clusterbook.pure.planner.findings import evaluate_claim
 from clusterbook.pure.planner.loadtime import (
@@ -936,41 +937,54 @@ def deploy_order(c: Cluster) -> list[tuple[str, str]]:
 
 
 def bringup_steps(c: Cluster) -> str:
-    """The production guide's numbered bring-up, from the cluster and its plan: every task in the order it runs."""
+    """The production guide's numbered bring-up: every task of operations.bringup, in its order (the runbook index
+    and the navigation follow the same list), each with what it does on this cluster."""
     patched = (f" with {len(c.engine.patches)} patch(es) of its own (" + ", ".join(
         f"`{p.file}`: {text(p.about)}" for p in c.engine.patches) + "), each pinned by its sha256"
         if c.engine.patches else "")
-    steps = [f"{cluster_command(c, 'deploy.install')} — llama.cpp {c.engine.tag}{patched} on every tier node: "
-             f"{engine_install(c)}.",
-             f"`invoke models.fetch` — each node's models into `{c.storage.models_dir}`."]
-    if c.legacy:
+    notes = dict(deploy_order(c))
+    ordered = iter(c.tier(name) for name, _ in deploy_order(c))  # the tiers' places, in the plan's deploy order
+    steps = [bringup_text(c, op, patched, notes, next(ordered).name if op.tier else None) for op in bringup(c)]
+    steps.append("`invoke verify` — the acceptance scenarios against the cluster; a rollback returns to what "
+                 "they passed on.")
+    return "\n".join(f"{i}. {step}" for i, step in enumerate(steps, 1)) + "\n"
+
+
+def bringup_text(c: Cluster, op, patched: str, notes: dict[str, str], tier: str | None) -> str:
+    """One bring-up step: its command and what it does on this cluster (a tier's step: `tier`, the plan's next)."""
+    if tier:
+        t = c.tier(tier)
+        return (f"{tier_command(c, 'deploy', tier)} — the {tier} tier"
+                + (" (RPC workers first, then the head)" if t.kind == "rpc" else "") + "." + notes.get(tier, ""))
+    if op.task == "deploy.install":
+        return (f"{cluster_command(c, 'deploy.install')} — llama.cpp {c.engine.tag}{patched} on every tier node: "
+                f"{engine_install(c)}, into `{posixpath.dirname(c.engine.install_dir.rstrip('/'))}` (its own "
+                "folder: what ran before keeps its binaries).")
+    if op.task == "models.fetch":
+        return f"`invoke models.fetch` — each node's models into `{c.storage.models_dir}`."
+    if op.task == "stop.legacy":
         units = ", ".join(f"`{u.name}` on " + ", ".join(u.nodes) for u in c.legacy.units)
         held = [f"cancels the jobs {', '.join(f'`{j}`' for j in c.legacy.slurm_jobs)}"] if c.legacy.slurm_jobs else []
         held += [f"stops and disables {units}"] if c.legacy.units else []
         held += [f"moves {len(c.legacy.files)} files aside into `{c.storage.generations_dir}/legacy/` (the nginx "
                  "site, scripts and unit files; kept, not deleted)"] if c.legacy.files else []
-        steps.append(f"{cluster_command(c, 'stop.legacy')} — retires what ran before clusterbook "
-                     f"({text(c.legacy.source)}), which holds the GPUs and ports the tiers need: it "
-                     + "; ".join(held) + ".")
-    for name, note in deploy_order(c):
-        t = c.tier(name)
-        steps.append(f"{tier_command(c, 'deploy', name)} — the {name} tier"
-                     + (" (RPC workers first, then the head)" if t.kind == "rpc" else "") + "." + note)
-    steps.append(f"{cluster_command(c, 'deploy.router')} — the model selector"
-                 + (f" (`{c.router.script}`)" if c.router else "") + ".")
-    if c.gateway:
-        steps.append(f"{cluster_command(c, 'deploy.gateway')} — nginx on {c.gateway.node} and the endpoint "
-                     "updater" + (", published with `tailscale serve`" if c.gateway.tailscale_name else "") + ".")
-    if c.monitoring:
+        return (f"{cluster_command(c, 'stop.legacy')} — retires what ran before clusterbook "
+                f"({text(c.legacy.source)}), which holds the GPUs and ports the tiers need: it " + "; ".join(held)
+                + ". It runs once the build and the models are in place, so the earlier tiers serve until the new "
+                "ones start; `invoke restore.legacy` is the way back.")
+    if op.task == "deploy.router":
+        return f"{cluster_command(c, 'deploy.router')} — the model selector" + (
+            f" (`{c.router.script}`)" if c.router else "") + "."
+    if op.task == "deploy.gateway":
+        return (f"{cluster_command(c, 'deploy.gateway')} — nginx on {c.gateway.node} and the endpoint updater"
+                + (", published with `tailscale serve`" if c.gateway.tailscale_name else "") + ".")
+    if op.task == "deploy.monitoring":
         unrouted = (f" Its alerts reach no one yet (decision {text(c.monitoring.alerts_unrouted)}): give "
                     "`monitoring.alert_email` or `monitoring.alert_webhook` in the cluster file, drop "
                     "`alerts_unrouted` and deploy it again." if not mon.alert_destinations(c) else "")
-        steps.append(f"{cluster_command(c, 'deploy.monitoring')} — Prometheus and Alertmanager on "
-                     f"{c.monitoring.node}, the node exporter everywhere (see [monitoring](monitoring.md))."
-                     + unrouted)
-    steps.append("`invoke verify` — the acceptance scenarios against the cluster; a rollback returns to what "
-                 "they passed on.")
-    return "\n".join(f"{i}. {step}" for i, step in enumerate(steps, 1)) + "\n"
+        return (f"{cluster_command(c, 'deploy.monitoring')} — Prometheus and Alertmanager on {c.monitoring.node}, "
+                "the node exporter everywhere (see [monitoring](monitoring.md))." + unrouted)
+    return f"`{op.command}` — {text(op.doc)}"
 
 
 def engine_install(c: Cluster) -> str:

@@ -84,12 +84,18 @@ UNIT_RELOAD = {  # what a unit that is not a tier needs after its files are put 
 
 
 def cluster_operations(c: Cluster) -> list[Operation]:
-    """The runbook tasks that are not per tier; deploy.slurm only where clusterbook configures SLURM."""
+    """The runbook tasks that are not per tier, in bring-up order (operations() puts the tiers' where they go);
+    deploy.slurm only where clusterbook configures SLURM."""
+    return _before_tiers(c) + _after_tiers(c)
+
+
+def _before_tiers(c: Cluster) -> list[Operation]:
+    """SLURM (where clusterbook configures it), the engine and the models, then the earlier setup retired: what runs
+    before does not wait for what comes after, and the earlier tiers serve until the new ones take their GPUs."""
     ops = []
-    if c.legacy:
-        ops.append(Operation("stop", "legacy", "retire-legacy",
-                             f"Retire what ran before clusterbook ({c.legacy.source}): cancel its SLURM jobs, stop "
-                             "and disable its units, move its files aside into the generations folder (kept)."))
+    if c.slurm:
+        ops.append(Operation("deploy", "slurm", "slurm",
+                             "slurm.conf, munge, slurmctld and slurmd (SLURM that clusterbook configures)."))
     if c.engine.release_url or c.storage.shared_dir:  # a build from source reaches the nodes through shared_dir
         ops.append(Operation("deploy", "install", "install",
                              "Install the llama.cpp release on every tier node, each build in its own folder; "
@@ -99,9 +105,18 @@ def cluster_operations(c: Cluster) -> list[Operation]:
                              "Build llama.cpp from source on the build node with the CMake options the cluster's GPUs "
                              "call for, and leave the release tarball on the shared file system.",
                              part="build"))
-    ops += [Operation("models", "fetch", "models",
-                     "Fetch the models each node serves: resumable, parts joined, size and sha256 checked."),
-           Operation("deploy", "router", "router", "Install the model selector script (task -> model -> endpoint).")]
+    ops.append(Operation("models", "fetch", "models",
+                         "Fetch the models each node serves: resumable, parts joined, size and sha256 checked."))
+    if c.legacy:
+        ops.append(Operation("stop", "legacy", "retire-legacy",
+                             f"Retire what ran before clusterbook ({c.legacy.source}): cancel its SLURM jobs, stop "
+                             "and disable its units, move its files aside into the generations folder (kept)."))
+    return ops
+
+
+def _after_tiers(c: Cluster) -> list[Operation]:
+    """The selector, the gateway and monitoring, which point at the tiers; and the way back to the earlier setup."""
+    ops = [Operation("deploy", "router", "router", "Install the model selector script (task -> model -> endpoint).")]
     if c.gateway:
         ops.append(Operation("deploy", "gateway", "gateway",
                              "nginx on the gateway node, and the endpoint updater for SLURM tiers."))
@@ -109,14 +124,22 @@ def cluster_operations(c: Cluster) -> list[Operation]:
         ops.append(Operation("deploy", "monitoring", "monitoring",
                              "Prometheus, Alertmanager and the node exporters (GPU figures too); checks every scrape "
                              "job is up."))
-    if c.slurm:
-        ops.append(Operation("deploy", "slurm", "slurm",
-                             "slurm.conf, munge, slurmctld and slurmd (SLURM that clusterbook configures)."))
+    if c.legacy:
+        ops.append(Operation("restore", "legacy", "restore-legacy",
+                             f"The way back to what ran before clusterbook ({c.legacy.source}): its files put back "
+                             "from the generations folder, its units enabled and started (stop the tiers first)."))
     return ops
 
 
 def operations(c: Cluster) -> list[Operation]:
-    return cluster_operations(c) + tier_operations(c)
+    """Every operation, the bring-up's in the order it runs (bringup), then the rest."""
+    return _before_tiers(c) + tier_operations(c) + _after_tiers(c)
+
+
+def bringup(c: Cluster) -> list[Operation]:
+    """The first bring-up, in order: one list for the guide, the runbook index and the navigation."""
+    return [op for op in operations(c) if op.part is None and (
+        op.collection in ("deploy", "models") or op.task == "stop.legacy")]
 
 
 def cluster_command(c: Cluster, task: str) -> str:

@@ -265,14 +265,25 @@ def test_troubleshooting_follows_the_manager(beefcake2_site):
     assert "squeue -n llama-reasoning" in page and "scontrol requeue" in page
 
 
-def test_every_runbook_has_a_navigation_group():
-    """A runbook outside every group would build a page no navigation reaches."""
-    import yaml
+def test_the_navigation_lists_the_bring_up_in_the_guides_order_and_every_other_runbook_once():
+    """One bring-up order everywhere (operations.bringup): the guide's steps, the runbooks index and the Deploy
+    group of the navigation; every other runbook page under Operate, none twice, none left out."""
+    from clusterbook.adapters.mkdocs_plugin import fill_runbook_groups
+    from clusterbook.commands import settings
+    from clusterbook.commands.docsite import build_site
+    from clusterbook.pure.docpages import bringup_steps
 
-    from clusterbook.adapters.mkdocs_plugin import RUNBOOK_GROUPS
-    grouped = [rid for ids in RUNBOOK_GROUPS.values() for rid in ids]
-    ids = {yaml.safe_load(path.read_text())["id"] for path in (ROOT / "runbooks").glob("*.yaml")}
-    assert ids == set(grouped) and len(grouped) == len(set(grouped))
+    site = build_site(str(ROOT / "cluster.yaml"), settings.read())
+    nav = [{"Operators": [{"Deploy runbooks": []}, {"Operate runbooks": []}]}]
+    fill_runbook_groups(nav, site)
+    deploy, operate = (list(group.values())[0] for group in nav[0]["Operators"])
+    pages = [list(entry.values())[0] for entry in deploy[1:] + operate[:-1]]
+    assert sorted(pages) == sorted(r.page for r in site.runbooks if r.page) and len(pages) == len(set(pages))
+    commands = [r.command for r in site.runbooks if r.page and {r.title: r.page} in deploy]
+    guide = re.findall(r"^\d+\. `(invoke [^`]+)`", bringup_steps(site.cluster), re.M)
+    assert commands == [c for c in guide if c != "invoke verify"], (commands, guide)
+    assert guide.index("invoke deploy.install") < guide.index("invoke models.fetch") < \
+        guide.index("invoke stop.legacy") < guide.index("invoke deploy.fast")  # the earlier tiers serve meanwhile
 
 
 def test_what_the_seeds_knew_is_on_the_site(beefcake2_site):

@@ -39,10 +39,10 @@ def test_workers_bind_to_fabric_never_all_interfaces(beefcake2):
         assert not re.search(r"(?<![\d.])0\.0\.0\.0(?![\d/])", artifact.text), artifact.path
     argv = flags.worker_argv(beefcake2, beefcake2.tier("reasoning"), "vasp-03")
     assert argv[argv.index("--host") + 1] == "10.100.0.33"
-    assert argv[0] == "/opt/llama.cpp/build/bin/ggml-rpc-server"  # D17: b11434
+    assert argv[0] == "/opt/clusterbook/llama.cpp/bin/ggml-rpc-server"  # D17: b11434
     older = beefcake2.model_copy(update={"engine": beefcake2.engine.model_copy(update={"build": 7760})})
     old_argv = flags.worker_argv(older, older.tier("reasoning"), "vasp-03")  # the seeds' build: the older name
-    assert old_argv[0] == "/opt/llama.cpp/build/bin/rpc-server"
+    assert old_argv[0] == "/opt/clusterbook/llama.cpp/bin/rpc-server"
     assert old_argv[old_argv.index("--host") + 1] == "10.100.0.33"
 
 
