@@ -95,10 +95,8 @@ def device_cluster(src: dict, tier_name: str, bin_dir: str, models_dir: str, mod
 class NoGpu:
     """Stands in for Ballast and Sampler on a machine without GPUs (a smoke test of this script)."""
 
-    free_mib: list = []
-
     def __init__(self, *args):
-        pass
+        self.free_mib: list[int] = []
 
     def __enter__(self):
         return self

@@ -18,6 +18,7 @@ from clusterbook.commands.docsite import build_site, build_stamp, packed_site
 from clusterbook.commands.runbooks import run_runbook
 from clusterbook.commands.settings import Settings
 from clusterbook.effects.console import Failed, console
+from clusterbook.effects.files import no_links_inside
 from clusterbook.model.loader import load_cluster
 
 MERMAID = Path("docs/assets/vendor/mermaid.min.js")
@@ -37,6 +38,7 @@ def docs(s: Settings, cluster_file: str, out: str, serve: bool = False, address:
     from mkdocs.config import load_config
     from mkdocs.exceptions import MkDocsException
 
+    no_links_inside(Path(out))
     started = time.monotonic()
     warnings = _Collect()
     logging.getLogger("mkdocs").addHandler(warnings)

@@ -22,6 +22,17 @@ def inside(root: Path, *parts: str) -> Path:
     return path
 
 
+def no_links_inside(root: Path) -> None:
+    """Refuse a folder about to be written by a tool that follows links (MkDocs): any symbolic link inside it could
+    send a file outside it."""
+    for folder, dirs, files in os.walk(root, followlinks=False):
+        for name in dirs + files:
+            path = Path(folder) / name
+            if path.is_symlink():
+                raise OutsideFolder(f"{path} is a symbolic link (to {os.readlink(path)}): files written through it "
+                                    f"would land outside {root}; remove it first")
+
+
 def artifact_path(out_dir: Path, artifact: Artifact) -> Path:
     return inside(out_dir, artifact.node, artifact.path.lstrip("/"))
 

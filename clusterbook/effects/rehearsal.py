@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -127,15 +128,13 @@ class Rehearsal:
     def stop(self, name: str, grace_s: float = 1.0) -> None:
         """Stop one process as the job script's guard does (SIGTERM, a second one after grace_s, then SIGKILL) and
         forget it."""
-        for n, proc in [(n, p) for n, p in self.processes if n == name]:
+        for proc in [p for n, p in self.processes if n == name]:
             for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGTERM, 10), (signal.SIGKILL, 10)):
                 if proc.poll() is not None:
                     break
                 os.killpg(proc.pid, sig)
-                try:
+                with contextlib.suppress(subprocess.TimeoutExpired):
                     proc.wait(timeout=wait)
-                except subprocess.TimeoutExpired:
-                    pass
         self.processes = [(n, p) for n, p in self.processes if n != name]
 
     def __exit__(self, *exc) -> None:

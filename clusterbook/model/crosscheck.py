@@ -10,7 +10,9 @@ from clusterbook.model.hosts import build_node, resolve_hosts
 from clusterbook.model.ownedpaths import folder_findings, legacy_findings
 from clusterbook.model.problems import Path
 from clusterbook.model.quantization import SIZE_TOLERANCE, weights_bytes
-from clusterbook.model.schema import (
+from clusterbook.model.schema import (  # noqa: F401 (re-exported)
+    FLASH_ATTN_MIN_CC,
+    FLASH_ATTN_PROVEN_CC,
     LATEST_KNOWN_BUILD,
     PYPI_SDIST_BUILDS,
     QUANTIZED_CACHE_TYPES,
@@ -19,7 +21,6 @@ from clusterbook.model.schema import (
     RouterTier,
     RpcTier,
 )
-from clusterbook.model.schema import FLASH_ATTN_MIN_CC, FLASH_ATTN_PROVEN_CC  # noqa: F401 (re-exported)
 from clusterbook.model.templating import template_error
 
 Finding = tuple[Path, str]

@@ -83,6 +83,21 @@ class Access(Strict):
     connect_timeout: int = Field(10, ge=1, le=300, description="SSH connect timeout, seconds")
     jump_hosts: dict[Name, JumpHost] = Field(default_factory=dict, description="bastions by name")
 
+    @field_validator("known_hosts")
+    @classmethod
+    def _known_hosts_file(cls, value: str) -> str:
+        """Operator-side and written (ssh adds the keys it accepts): a file named known_hosts… in a folder of the
+        operator's, never a shell's or another tool's start-up file, never a device or a system folder."""
+        name = value.rstrip("/").rsplit("/", 1)[-1]
+        if not re.fullmatch(r"[A-Za-z0-9._-]*known_hosts[A-Za-z0-9._-]*", name):
+            raise ValueError("ssh writes the host keys it accepts into this file, so it is a file whose name says "
+                             "known_hosts, e.g. .clusterbook/known_hosts or ~/.ssh/known_hosts")
+        if value.startswith(("/dev/", "/proc/", "/sys/", "/etc/", "/usr/", "/bin/", "/sbin/", "/lib")) or \
+                "/../" in f"/{value}/":
+            raise ValueError("a known_hosts file lives in the operator's own folders (the project's "
+                             ".clusterbook/ or ~/.ssh/), not in a system folder")
+        return value
+
 
 class Network(Strict):
     """One IP network of the cluster."""
@@ -92,7 +107,7 @@ class Network(Strict):
     link: Literal["ethernet", "ipoib", "bridge"] = Field(description="what carries it")
     subnet: str = Field(description="CIDR, e.g. 10.100.0.0/24")
     mtu: int = Field(1500, ge=576, le=65520, description="MTU in bytes")
-    bandwidth_gbps: float = Field(gt=0, le=10_000, description="link bandwidth per node, Gbit/s")
+    bandwidth_gbps: float = Field(ge=0.01, le=10_000, description="link bandwidth per node, Gbit/s")
     carries_rpc: bool | None = Field(
         None, description="llama.cpp RPC goes over this network (default: the fabric network if any)")
 
@@ -115,8 +130,8 @@ class Gpu(Strict):
     memory_mib: int = Field(gt=0, le=2**20, description="memory per GPU, MiB")
     compute_capability: str = Field(pattern=r"^[0-9]{1,2}\.[0-9]{1,2}$",
                                     description='CUDA compute capability, e.g. "7.0"')
-    bandwidth_gbs: float = Field(gt=0, le=100_000, description="memory bandwidth per GPU, GB/s")
-    tflops: float | None = Field(None, gt=0, le=100_000,
+    bandwidth_gbs: float = Field(ge=10, le=100_000, description="memory bandwidth per GPU, GB/s")
+    tflops: float | None = Field(None, ge=0.1, le=100_000,
                                  description="dense FP16 tensor TFLOP/s (for the prompt estimate)")
     numa_node: int | None = Field(None, ge=0, le=255, description="NUMA node the GPU is attached to")
 
@@ -161,10 +176,10 @@ class Node(Strict):
     jump: Name | None = Field(None, description="jump host name from access.jump_hosts")
     gpus: list[Gpu] = Field(default_factory=list, description="GPUs in this node (empty: CPU only)")
     cpu_cores: int = Field(ge=1, le=8192, description="CPU cores")
-    ram_gb: float = Field(gt=0, le=65_536, description="system memory, GB")
-    cpu_bandwidth_gbs: float | None = Field(None, gt=0, le=100_000,
+    ram_gb: float = Field(ge=0.1, le=65_536, description="system memory, GB")
+    cpu_bandwidth_gbs: float | None = Field(None, ge=0.1, le=100_000,
                                             description="memory bandwidth for CPU inference, GB/s")
-    cpu_gflops: float | None = Field(None, gt=0, le=10_000_000, description="CPU GFLOP/s (for the prompt estimate)")
+    cpu_gflops: float | None = Field(None, ge=0.1, le=10_000_000, description="CPU GFLOP/s (for the prompt estimate)")
     os: OperatingSystem = Field(default_factory=lambda: OperatingSystem(**DEBIAN_12),
                                 description="operating system (default: Debian 12, the lab's)")
     nvidia_driver: str | None = Field(None, pattern=r"^[0-9]{2,4}(\.[0-9]{1,4}){1,2}$",
@@ -336,11 +351,11 @@ class Model(Strict):
     file: FileName = Field(pattern=r"\.gguf$", description="file name in storage.models_dir")
     source: ModelSource | None = Field(None, description="download source (none: copied by hand)")
     size_bytes: int | None = Field(None, gt=0, le=2**44, description="exact file size; checked after download")
-    approx_size_gb: float | None = Field(None, gt=0, le=17_000,
+    approx_size_gb: float | None = Field(None, ge=1e-6, le=17_000,
                                          description="size in GB (1e9) when the exact size is unknown")
     sha256: str | None = Field(None, pattern=r"^[0-9a-f]{64}$", description="checksum, when known")
     quantization: Quantization = Field(description="GGUF file type, e.g. Q8_0, Q4_K_M")
-    params_b: float | None = Field(None, gt=0, le=100_000, description="parameters, billions")
+    params_b: float | None = Field(None, ge=1e-6, le=100_000, description="parameters, billions")
     architecture: Architecture = Field(description="shape numbers")
     reasoning_content: bool = Field(False, description="emits chain-of-thought in message.reasoning_content")
     tags: list[Tag] = Field(default_factory=list, max_length=100, description="free-form tags")
@@ -642,10 +657,11 @@ class Claim(Strict):
     what: Line = Field(description="what the claim is about")
     metric: Literal["weights_gb", "decode_tps", "context"] = Field(
         description="weights_gb: model size; decode_tps: decode speed on a tier; context: context that fits a tier")
-    claimed: float = Field(gt=0, le=1e9, description="the claimed value")
+    claimed: float = Field(ge=1e-6, le=1e9, description="the claimed value")
     model: Name | None = Field(None, description="model id (or give params_b and quantization)")
     tier: Name | None = Field(None, description="tier whose hardware decodes it (decode_tps)")
-    params_b: float | None = Field(None, gt=0, le=100_000, description="parameters, billions (a model not in the file)")
+    params_b: float | None = Field(None, ge=1e-6, le=100_000,
+                                   description="parameters, billions (a model not in the file)")
     quantization: Quantization | None = Field(None, description="GGUF file type (a model not in the file)")
 
 
@@ -700,7 +716,7 @@ class Rehearsal(Strict):
     value: float = Field(ge=0, le=1_000_000, description="the figure")
     settings: RehearsedSettings = Field(description="what the tier ran with")
     card: Line = Field(description="the card it ran on and how it was held to this cluster's")
-    card_bandwidth_gbs: float | None = Field(None, gt=0, le=100_000,
+    card_bandwidth_gbs: float | None = Field(None, ge=10, le=100_000,
                                              description="that card's memory bandwidth, GB/s: a decode_tps figure "
                                                          "is compared with the planner's bound on it")
     source: Line = Field(description="where the raw figures are, e.g. benchmarks/results/h200x2-full-size")
@@ -913,17 +929,17 @@ class Planner(Strict):
     rpc_hop_ms: float = Field(0.8, ge=0, le=1000,
                               description="per-token cost of each RPC device: round trips and commands")
     headroom_pct: float = Field(5, ge=0, le=50, description="memory kept free on every device, %")
-    local_load_gbs: float = Field(5.7, gt=0, le=10_000,
+    local_load_gbs: float = Field(5.7, ge=0.01, le=10_000,
                                   description="how fast a head loads its own share from page cache onto "
                                                           "its devices, GB/s (measured: one H100, b11434, 8.54 GB "
                                                           "in 1.5 s)")
-    rpc_load_gbs: float = Field(0.40, gt=0, le=10_000,
+    rpc_load_gbs: float = Field(0.40, ge=0.01, le=10_000,
                                 description="how fast a worker's share travels through llama.cpp's RPC "
                                                          "at load, GB/s (2 x H100 over loopback TCP, b11434: one rate "
                                                          "for an 8.54 GB and a 3.84 GB model, split 1:1 and 3:1, "
                                                          "every load within 25 %; benchmarks/README.md; the RPC "
                                                          "network's bandwidth caps it)")
-    rpc_fast_load_gbs: float = Field(2.0, gt=0, le=10_000,
+    rpc_fast_load_gbs: float = Field(2.0, ge=0.01, le=10_000,
                                      description="the same with an engine patch that speeds up rpc_load (patches/"
                                                  "rpc-fast-load.patch), GB/s (2 x H200 over loopback TCP, b11434: "
                                                  "8.54 GB split 1:1 in 2.82 s against 13.34 s without it; "

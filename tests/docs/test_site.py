@@ -276,8 +276,8 @@ def test_the_navigation_lists_the_bring_up_in_the_guides_order_and_every_other_r
     site = build_site(str(ROOT / "cluster.yaml"), settings.read())
     nav = [{"Operators": [{"Deploy runbooks": []}, {"Operate runbooks": []}]}]
     fill_runbook_groups(nav, site)
-    deploy, operate = (list(group.values())[0] for group in nav[0]["Operators"])
-    pages = [list(entry.values())[0] for entry in deploy[1:] + operate[:-1]]
+    deploy, operate = (next(iter(group.values())) for group in nav[0]["Operators"])
+    pages = [next(iter(entry.values())) for entry in deploy[1:] + operate[:-1]]
     assert sorted(pages) == sorted(r.page for r in site.runbooks if r.page) and len(pages) == len(set(pages))
     commands = [r.command for r in site.runbooks if r.page and {r.title: r.page} in deploy]
     guide = re.findall(r"^\d+\. `(invoke [^`]+)`", bringup_steps(site.cluster), re.M)

@@ -151,3 +151,19 @@ def test_writing_refuses_anything_outside_its_folder(tmp_path):
     with pytest.raises(OutsideFolder):
         inside(out, "n1", "../../x")
     assert inside(out, "n1", "usr/x") == (out / "n1" / "usr/x").resolve()
+
+
+def test_the_docs_refuse_an_output_folder_with_a_link_inside(tmp_path):
+    """MkDocs writes through links: `invoke docs --out D` with D/files a link to elsewhere wrote 62 files there
+    (issue 44). Built in process, as invoke docs does; nothing is written outside."""
+    from clusterbook.commands import settings
+    from clusterbook.commands.site import docs
+    from clusterbook.effects.console import Failed
+
+    elsewhere, out = tmp_path / "elsewhere", tmp_path / "site"
+    elsewhere.mkdir()
+    out.mkdir()
+    (out / "files").symlink_to(elsewhere)
+    with pytest.raises((OutsideFolder, Failed)) as refused:
+        docs(settings.read(), str(ROOT / "tests/clusters/mini.yaml"), str(out))
+    assert "is a symbolic link" in str(refused.value) and not list(elsewhere.iterdir())

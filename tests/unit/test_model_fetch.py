@@ -18,7 +18,7 @@ GGUF = b"GGUF" + bytes(range(256)) * 4
 
 
 class Server(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):  # noqa: N802 (the http.server API)
+    def do_GET(self):
         if self.path.endswith("/redirect/m.gguf"):
             self.send_response(302)
             self.send_header("Location", "/cdn/m.gguf")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
 
-from clusterbook.model.schema import QUANTIZED_CACHE_TYPES as QUANTIZED_TYPES
 from clusterbook.model.schema import FLASH_ATTN_MIN_CC, Cluster, RouterTier, RpcTier
+from clusterbook.model.schema import QUANTIZED_CACHE_TYPES as QUANTIZED_TYPES
 from clusterbook.pure import topology as topo
 from clusterbook.pure.layersplit import CPU, place_layers
 from clusterbook.pure.planner.shape import Shape, from_declared, shape_of
