@@ -8,7 +8,7 @@ import gguf
 import numpy as np
 import torch
 
-from clusterbook.effects.lab.models import tensor_layout
+from clusterbook.effects.lab.models import add_byte_vocabulary, tensor_layout
 
 SHAPES = {"8b": (32, 4096, 32, 8, 14336, 128256, 8192), "3b": (28, 3072, 24, 8, 8192, 128256, 8192)}
 LAYERS, EMBD, HEADS, KV_HEADS, FF, VOCAB, CTX = SHAPES["8b"]
@@ -40,15 +40,7 @@ def main(path: str, shape: str = "8b") -> None:
     w.add_layer_norm_rms_eps(1e-5)
     w.add_rope_freq_base(500000.0)
     w.add_file_type(int(gguf.LlamaFileType.MOSTLY_Q8_0))
-    w.add_tokenizer_model("llama")
-    tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)]
-    tokens += [f"<unused{i}>" for i in range(VOCAB - len(tokens))]
-    w.add_token_list(tokens)
-    w.add_token_scores([0.0] * VOCAB)
-    w.add_token_types([2, 3, 3] + [6] * 256 + [5] * (VOCAB - 259))
-    w.add_bos_token_id(1)
-    w.add_eos_token_id(2)
-    w.add_unk_token_id(0)
+    add_byte_vocabulary(w, VOCAB)
     q8 = gguf.GGMLQuantizationType.Q8_0
     for name, rows, cols in tensor_layout(LAYERS, EMBD, KV_HEADS * (EMBD // HEADS), FF, VOCAB):
         if rows is None:

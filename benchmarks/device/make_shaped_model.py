@@ -16,6 +16,8 @@ import gguf
 import numpy as np
 import yaml
 
+from clusterbook.effects.lab.models import add_byte_vocabulary
+
 Q = gguf.GGMLQuantizationType
 CHUNK = 8 << 20  # bytes of random blocks drawn per type, repeated through each tensor
 
@@ -102,15 +104,7 @@ def main(cluster_file: str, model_id: str, out: str, layers: int | None = None) 
     w.add_layer_norm_rms_eps(1e-6)
     w.add_rope_freq_base(1000000.0)
     w.add_file_type(int(gguf.LlamaFileType.MOSTLY_Q4_K_M))
-    w.add_tokenizer_model("llama")
-    tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)]
-    tokens += [f"<unused{i}>" for i in range(vocab - len(tokens))]
-    w.add_token_list(tokens)
-    w.add_token_scores([0.0] * vocab)
-    w.add_token_types([2, 3, 3] + [6] * 256 + [5] * (vocab - 259))
-    w.add_bos_token_id(1)
-    w.add_eos_token_id(2)
-    w.add_unk_token_id(0)
+    add_byte_vocabulary(w, vocab)
     planned = []
     for name, qtype, rows, cols in tensors:
         if qtype is None:

@@ -31,6 +31,18 @@ class TinyModel:
 VOCAB = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)]
 
 
+def add_byte_vocabulary(writer, vocab: int) -> None:
+    """The tokenizer of a random-weights model: the 259 byte tokens, padded with unused ones to `vocab` (the
+    benchmarks' models, whose output layer has the real vocabulary's width)."""
+    writer.add_tokenizer_model("llama")
+    writer.add_token_list(VOCAB + [f"<unused{i}>" for i in range(vocab - len(VOCAB))])
+    writer.add_token_scores([0.0] * vocab)
+    writer.add_token_types([2, 3, 3] + [6] * 256 + [5] * (vocab - len(VOCAB)))
+    writer.add_bos_token_id(1)
+    writer.add_eos_token_id(2)
+    writer.add_unk_token_id(0)
+
+
 def tensor_layout(layers: int, embedding: int, kv_dim: int, feed_forward: int, vocab: int):
     """The llama architecture's tensors in file order: (name, rows, cols), or (name, None, None) for a norm."""
     yield "token_embd.weight", vocab, embedding
