@@ -37,6 +37,11 @@ def _unless_released(c: Cluster, tier: RouterTier | RpcTier) -> str:
     return f"test -e {released_marker(c, tier)}" if tier.on_demand else "false"
 
 
+def keeper_lock(c: Cluster, tier: RouterTier | RpcTier) -> str:
+    """The lock a submission and the keeper's pass over one job take, so that only one of them submits it."""
+    return f"{layout.keeper_marker_dir(c)}/{topo.units(tier).job}.lock"
+
+
 def submit(c: Cluster, tier: RouterTier | RpcTier, replace: str) -> tuple[str, str | None, str]:
     """(command, unless, label) that submits the tier's job. The keeper's mark is taken while the old job is
     cancelled (so the keeper does not submit it in between) and set again once sbatch took the new one; replace
@@ -44,8 +49,11 @@ def submit(c: Cluster, tier: RouterTier | RpcTier, replace: str) -> tuple[str, s
     again (a restart)."""
     job, script = topo.units(tier).job, layout.sbatch_path(c, tier)
     wanted = f"{layout.keeper_marker_dir(c)}/{job}.wanted"
-    command = (f"rm -f {wanted}; scancel -n {job} 2>/dev/null; "
-               f"while squeue -h -n {job} | grep -q .; do sleep 1; done; {sbatch_shell(script)} && touch {wanted}")
+    # under the keeper's lock of this job: a keeper pass that began before the mark was taken cannot submit a
+    # second job between the cancel and this sbatch (the keeper takes the same lock)
+    command = (f"mkdir -p {layout.keeper_marker_dir(c)} && (flock -w 120 9; rm -f {wanted}; "
+               f"scancel -n {job} 2>/dev/null; while squeue -h -n {job} | grep -q .; do sleep 1; done; "
+               f"{sbatch_shell(script)} && touch {wanted}) 9>{keeper_lock(c, tier)}")
     if replace == "always":  # a restart starts a released tier too
         command = (f"rm -f {released_marker(c, tier)}; " if tier.on_demand else "") + command
         return command, None, f"sbatch {script} (cancelling the running job first)"
