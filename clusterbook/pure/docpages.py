@@ -943,8 +943,8 @@ def bringup_steps(c: Cluster) -> str:
         f"`{p.file}`: {text(p.about)}" for p in c.engine.patches) + "), each pinned by its sha256"
         if c.engine.patches else "")
     notes = dict(deploy_order(c))
-    ordered = iter(c.tier(name) for name, _ in deploy_order(c))  # the tiers' places, in the plan's deploy order
-    steps = [bringup_text(c, op, patched, notes, next(ordered).name if op.tier else None) for op in bringup(c)]
+    ordered = iter(notes)  # the tiers' places in the bring-up, filled in the plan's deploy order
+    steps = [bringup_text(c, op, patched, notes, next(ordered) if op.tier else None) for op in bringup(c)]
     steps.append("`invoke verify` — the acceptance scenarios against the cluster; a rollback returns to what "
                  "they passed on.")
     return "\n".join(f"{i}. {step}" for i, step in enumerate(steps, 1)) + "\n"

@@ -242,7 +242,7 @@ FLASH_CACHE_TYPE = "q4_0"  # the most compact KV cache type llama.cpp's CUDA fla
 def flash_offer(c: Cluster, tier: RpcTier, shape: Shape) -> FlashOffer | None:
     """Where a tier's flash attention is off but every GPU of it has the kernels (compute capability 7.0 or more):
     the largest context that fits with it on and K and V at q4_0 (None where it is on already, or no context fits)."""
-    gpus = [g for d in topo.tier_devices(c, tier) if d.gpu for g in [d.gpu]]
+    gpus = [d.gpu for d in topo.tier_devices(c, tier) if d.gpu]
     if tier.flash_attn != "off" or not gpus or any(g.cc < FLASH_ATTN_MIN_CC for g in gpus):
         return None
     flashed = tier.model_copy(update={"flash_attn": "on", "cache_type_k": FLASH_CACHE_TYPE,

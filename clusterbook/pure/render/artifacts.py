@@ -79,13 +79,12 @@ def server_exec(c: Cluster, tier: RouterTier | RpcTier, numa_fallback: bool = Fa
     argv = fl.server_argv(c, tier)
     if isinstance(tier, RpcTier) and tier.numa_bind:
         numa = c.node(tier.head).gpu_devices[0].numa_node
-        binding = [f"--cpunodebind={numa}", f"--membind={numa}"]
+        numactl = f"/usr/bin/numactl --cpunodebind={numa} --membind={numa}"
         if numa_fallback:
-            script = ('numactl ' + " ".join(binding) + ' true 2>/dev/null && exec /usr/bin/numactl '
-                      + " ".join(binding) + ' "$@"; echo "NUMA node ' + str(numa) + " is outside the CPUs or memory "
-                      'SLURM gave this step: the head runs unbound" >&2; exec "$@"')
+            script = (f'{numactl} true 2>/dev/null && exec {numactl} "$@"; echo "NUMA node {numa} is outside the '
+                      'CPUs or memory SLURM gave this step: the head runs unbound" >&2; exec "$@"')
             return ["bash", "-c", script, "numa"] + argv
-        argv = ["/usr/bin/numactl", *binding] + argv
+        argv = numactl.split() + argv
     return argv
 
 
