@@ -15,7 +15,13 @@ beside it. Configurations:
 - file: the tier as the file has it; load time, peak memory through a full-context prompt, decode at an empty and a
   full context, and a worker crash recovered as the job script does (the head stopped, the worker started, the head
   started), beside the plan's prediction;
-- any NAME=key:value,key:value: the tier with those fields changed (fa128k=flash_attn:on,ctx_size:131072,...).
+- any NAME=key:value;key:value: the tier with those fields changed (fa128k=flash_attn:on;ctx_size:131072;...);
+  three keys are not fields: crash:1 adds the worker crash, one_device:1 runs the head alone with the whole model on
+  its GPU and no ballast (the local load rate and the one-GPU decode a split is compared with), load_mode:M passes
+  llama.cpp's --load-mode M (mmap, none, ...).
+
+Every run logs with timestamps, and samples loopback's received bytes every 100 ms through the load: the RPC
+transfer's window and rate beside the whole load's, so a slow load is split into its local and its RPC part.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -142,6 +149,52 @@ time.sleep(1e9)
         time.sleep(1)
 
 
+class LoopbackBytes:
+    """Loopback's received bytes every 100 ms (the RPC workers' weights arrive through it): when the transfer ran
+    and at what rate."""
+
+    def __init__(self):
+        self.samples: list[tuple[float, int]] = []
+        self._stop = threading.Event()
+
+    @staticmethod
+    def rx() -> int:
+        for line in Path("/proc/net/dev").read_text().splitlines():
+            name, _, rest = line.partition(":")
+            if name.strip() == "lo":
+                return int(rest.split()[0])
+        return 0
+
+    def __enter__(self) -> LoopbackBytes:
+        self.t0 = time.time()
+        def loop():
+            while not self._stop.is_set():
+                self.samples.append((time.time() - self.t0, self.rx()))
+                time.sleep(0.1)
+        self.thread = threading.Thread(target=loop, daemon=True)
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.thread.join()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def summary(self) -> dict:
+        """Seconds from the start when 1 % and 99 % of the bytes had arrived, and the rate between."""
+        if len(self.samples) < 2:
+            return {}
+        base, total = self.samples[0][1], self.samples[-1][1] - self.samples[0][1]
+        if total < 1e8:
+            return {"bytes": total}
+        start = next(t for t, b in self.samples if b - base >= 0.01 * total)
+        end = next(t for t, b in self.samples if b - base >= 0.99 * total)
+        return {"bytes": total, "start_s": round(start, 2), "end_s": round(end, 2),
+                "gbs": round(0.98 * total / max(end - start, 0.1) / 1e9, 2)}
+
+
 class Sampler:
     """nvidia-smi every 100 ms: each compute process's memory and each GPU's."""
 
@@ -204,7 +257,7 @@ def plan_rows(c: Cluster, plan, gpu_of: dict[str, int]) -> list[dict]:
 
 
 def run(c: Cluster, model_path: Path, out: Path, name: str, card_mib: int, prompt_tokens: int | None,
-        crash: bool = False, save=lambda result: None) -> dict:
+        crash: bool = False, save=lambda result: None, one_device: bool = False, head_extra: tuple = ()) -> dict:
     """One configuration: start the tier under the ballast, fill its context, sample memory; optionally crash a
     worker and bring the tier back as the job script does."""
     tier = c.tiers[0]
@@ -220,14 +273,19 @@ def run(c: Cluster, model_path: Path, out: Path, name: str, card_mib: int, promp
     url = f"http://{c.node(tier.head).addresses['management']}:{tier.port}"
     gpus = bool(os.environ.get("CUDA_VISIBLE_DEVICES", "x")) and subprocess.run(
         ["sh", "-c", "command -v nvidia-smi"], capture_output=True).returncode == 0
-    with (Ballast if gpus else NoGpu)(card_mib) as ballast, (Sampler if gpus else NoGpu)(out / name) as sampler:
+    with (Ballast if gpus and not one_device else NoGpu)(card_mib) as ballast, \
+            (Sampler if gpus else NoGpu)(out / name) as sampler:
         result["ballast_free_mib"] = ballast.free_mib
         time.sleep(0.5)
         baseline = {i: sampler.gpu_peak_mib(i) for i in range(len(ballast.free_mib))}
         t0 = time.time()
         try:
-            with Rehearsal(c, tier, logs, head_extra=("-lv", "4")) as r:
+            with LoopbackBytes() as lo, Rehearsal(c, tier, logs, one_device=one_device,
+                                                  head_extra=("-lv", "4", "--log-timestamps", *head_extra)) as r:
                 result["load_s"] = round(time.time() - t0, 2)
+                lo.stop()
+                result["rpc_transfer"] = lo.summary()
+                log(f"{name}: load {result['load_s']} s; RPC transfer {result['rpc_transfer']}")
                 save(result)
                 pids = {n: p.pid for n, p in r.processes}
                 time.sleep(1)
@@ -303,6 +361,8 @@ def main() -> None:
         changes = dict(kv.split(":", 1) for kv in spec.split(";") if kv) if spec else {}
         changes = {k: int(v) if v.isdigit() else v for k, v in changes.items()}
         crash = bool(changes.pop("crash", name == "file"))
+        one_device = bool(changes.pop("one_device", 0))
+        head_extra = ("--load-mode", changes.pop("load_mode")) if "load_mode" in changes else ()
         if name == "sweep":
             for ctx, k, v, fa, ub in SWEEP:
                 c = device_cluster(src, args.tier, args.bin, args.models, args.small_model, ctx_size=ctx,
@@ -313,9 +373,12 @@ def main() -> None:
             continue
         c = device_cluster(src, args.tier, args.bin, args.models, **changes)
         model = Path(args.models) / c.models[0].file
+        if from_gguf(model).layers != c.models[0].architecture.layers:  # a smoke test's 2-block model
+            c = device_cluster(src, args.tier, args.bin, args.models, c.models[0].file, **changes)
         def save(partial: dict) -> None:  # each phase as it ends: a run cut short keeps what it measured
             (out / "full-size.json").write_text(json.dumps(results + [partial], indent=1))
-        results.append(run(c, model, out, name, args.card_mib, c.tiers[0].ctx_size - 64, crash, save))
+        results.append(run(c, model, out, name, args.card_mib, None if one_device else c.tiers[0].ctx_size - 64,
+                           crash, save, one_device, head_extra))
         (out / "full-size.json").write_text(json.dumps(results, indent=1))
     log("done")
 
