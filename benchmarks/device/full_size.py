@@ -18,7 +18,7 @@ beside it. Configurations:
 - any NAME=key:value;key:value: the tier with those fields changed (fa128k=flash_attn:on;ctx_size:131072;...);
   three keys are not fields: crash:1 adds the worker crash, one_device:1 runs the head alone with the whole model on
   its GPU and no ballast (the local load rate and the one-GPU decode a split is compared with), load_mode:M passes
-  llama.cpp's --load-mode M (mmap, none, ...).
+  llama.cpp's --load-mode M (mmap, none, ...), prompt:0 leaves out the prompt that fills the context.
 
 Every run logs with timestamps, and samples loopback's received bytes every 100 ms through the load: the RPC
 transfer's window and rate beside the whole load's, so a slow load is split into its local and its RPC part.
@@ -362,6 +362,7 @@ def main() -> None:
         changes = {k: int(v) if v.isdigit() else v for k, v in changes.items()}
         crash = bool(changes.pop("crash", name == "file"))
         one_device = bool(changes.pop("one_device", 0))
+        prompt = bool(changes.pop("prompt", 1)) and not one_device
         head_extra = ("--load-mode", changes.pop("load_mode")) if "load_mode" in changes else ()
         if name == "sweep":
             for ctx, k, v, fa, ub in SWEEP:
@@ -377,7 +378,7 @@ def main() -> None:
             c = device_cluster(src, args.tier, args.bin, args.models, c.models[0].file, **changes)
         def save(partial: dict) -> None:  # each phase as it ends: a run cut short keeps what it measured
             (out / "full-size.json").write_text(json.dumps(results + [partial], indent=1))
-        results.append(run(c, model, out, name, args.card_mib, None if one_device else c.tiers[0].ctx_size - 64,
+        results.append(run(c, model, out, name, args.card_mib, c.tiers[0].ctx_size - 64 if prompt else None,
                            crash, save, one_device, head_extra))
         (out / "full-size.json").write_text(json.dumps(results, indent=1))
     log("done")

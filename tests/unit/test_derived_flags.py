@@ -21,7 +21,7 @@ def test_rpc_binary_name_can_be_given():
     assert Engine(build=11434, commit="abc1234", install_dir="/x", rpc_binary="my-rpc").rpc_worker_binary == "my-rpc"
 
 
-@pytest.mark.parametrize("build, spelled", [(7760, ["--mlock"]), (11434, ["--load-mode", "mlock"])])
+@pytest.mark.parametrize("build, spelled", [(7760, ["--mlock"]), (11434, ["--load-mode", "mmap+mlock"])])
 def test_mlock_spelling_follows_build(beefcake2, build, spelled):
     cluster = beefcake2.model_copy(update={"engine": beefcake2.engine.model_copy(update={"build": build})})
     argv = flags.server_argv(cluster, cluster.tier("reasoning"))

@@ -18,7 +18,9 @@ from clusterbook.pure.planner.capacity import (
     row_size,
     rpc_device_plans,
 )
+from clusterbook.pure import flags
 from clusterbook.pure.planner.findings import evaluate_claim, plan_findings
+from clusterbook.pure.planner.loadtime import predict_load
 from clusterbook.pure.planner.shape import from_declared, from_gguf
 
 from ..conftest import seeds_placement
@@ -100,6 +102,28 @@ def test_the_plan_is_the_full_size_rehearsal_within_5_percent():
         measured_pool = (run["peak_mib"]["rpc-vasp-03"] - run["idle_mib"]["rpc-vasp-03"]) * 2**20
         assert run["buffers"]["head"]["RPC0"]["compute"] * 2**20 == pytest.approx(worker.compute, rel=0.10), run["name"]
         assert measured_pool == pytest.approx(worker.pool, rel=0.10), run["name"]
+
+
+def test_the_load_and_recovery_are_the_full_size_rehearsal_within_25_percent():
+    """Issue 43's targets, held to the committed run: the load within 25 % of the prediction, a worker crash back
+    within 25 % and 30 s; the 128K flash-attention run (the plan's reach) within 5 % of its plan, no out-of-memory;
+    and the flag that made the difference: --load-mode mlock took 2.4 times as long as mmap+mlock."""
+    results = ROOT / "benchmarks/results/h200x2-full-size"
+    runs = {r["name"]: r for r in json.loads((results / "load-modes.json").read_text())}
+    beefcake2 = load_cluster(ROOT / "cluster.yaml")
+    tier = beefcake2.tier("reasoning")
+    load = predict_load(beefcake2, tier, plan_tier(beefcake2, tier))
+    rendered = runs["mmlock"]
+    assert rendered["load_s"] == pytest.approx(load.load_s, rel=0.25)
+    assert rendered["recovery"]["healthy_s"] == pytest.approx(load.recovery_s, rel=0.25)
+    assert rendered["recovery"]["healthy_s"] <= 30
+    assert "mmap+mlock" in flags.server_argv(beefcake2, tier)
+    assert runs["mlock"]["load_s"] > 2 * rendered["load_s"]
+    fa = next(r for r in json.loads((results / "fa128k-and-one-gpu.json").read_text()) if r["name"] == "fa128k")
+    plan = {d["device"]: d for d in fa["plan"]}
+    assert fa["ctx"] == 131072 and fa["full"]["prompt_tokens"] > 0.99 * 131072 and not any(fa["oom"].values())
+    assert fa["peak_mib"]["rpc-vasp-03"] / 1024 == pytest.approx(plan["RPC0"]["total_gib"], rel=0.05)
+    assert fa["peak_mib"]["head"] / 1024 == pytest.approx(plan["CUDA0"]["total_gib"], rel=0.05)
 
 
 def two_blocks(c):
