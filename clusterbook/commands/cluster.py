@@ -173,7 +173,9 @@ def solve_placements(cluster_file: str, as_json: bool, min_ctx: int | None,
                       + ", ".join(f"{k} {v:.1f}" for k, v in p.decode_tps.items()) + " tok/s · recovery "
                       + ", ".join(f"{k} {v:.0f}" for k, v in p.recovery_s.items())
                       + " s · slots " + ", ".join(f"{k} {n} × {p.slot_ctx[k]:,}" for k, n in p.slots.items())
-                      + f" tokens · least GPU headroom {p.headroom_gib:.2f} GiB\n     {escape(changes)}", markup=True,
+                      + f" tokens · least GPU headroom {p.headroom_gib:.2f} GiB"
+                      + ("".join(f" · [yellow]one preemption takes {escape(s)}[/]" for s in p.preempted_together))
+                      + f"\n     {escape(changes)}", markup=True,
                       highlight=False)
     if diff:
         console.print(f"the change for placement 1 (comments kept):\n{diff}", markup=False, highlight=False)

@@ -289,3 +289,18 @@ def test_with_a_context_floor_the_solver_gives_each_request_the_floor_and_serves
     _, doc = load_cluster_document(CLUSTERS["beefcake2"])
     edited = solver.yaml_edit(text, beefcake2, doc.lines, best.changes)
     assert edited.count("    parallel: 4\n") == 2
+
+
+def test_a_node_whose_preemption_takes_two_tiers_down_is_counted_and_ranked_after_one_that_does_not(tmp_path):
+    cluster, _ = beefcake2_with(tmp_path)  # the seeds: reasoning over all three nodes, fast on vasp-02
+    assert solver.judge(cluster, {}).preempted_together == ["vasp-02: fast, reasoning"]  # issue 43, row 11
+    best = solver.solve(cluster, best=1)[0]
+    assert best.preempted_together == [] and best.as_json()["preempted_together"] == []
+    alike = dict(changes={}, serving_together=True, feasible=True, targets_met=1, decode_tps={"a": 30.0},
+                 recovery_s={"a": 20.0}, headroom_gib=1.0)
+    apart = solver.Placement(**alike)
+    shared = solver.Placement(**alike, preempted_together=["n1: a, b"])
+    faster_but_shared = solver.Placement(**{**alike, "decode_tps": {"a": 40.0}}, preempted_together=["n1: a, b"])
+    assert sorted([faster_but_shared, shared, apart], key=lambda p: p.rank) == [apart, faster_but_shared, shared]
+    no_qos = cluster.model_copy(update={"slurm_site": None})  # nothing preempts: nothing to count
+    assert solver.judge(no_qos, {}).preempted_together == []

@@ -2,7 +2,8 @@
 split, a router tier's node, a smaller context down to a floor, server slots that each keep the floor, KV cache
 types from an allowed set, a SLURM job's --mem and --gres fitted to the plan), judged by the same planner as the
 file itself, ranked by what an operator wants first: the groups the file says must co-reside together, every tier
-serving at once, then targets met, decode speed, recovery, slots and headroom."""
+serving at once, then targets met, no node whose preemption takes two tiers down, decode speed, recovery, slots
+and headroom."""
 
 from __future__ import annotations
 
@@ -40,12 +41,15 @@ class Placement:
     co_resides: bool = True  # every group of planner.co_reside serves together
     slots: dict[str, int] = field(default_factory=dict)  # server slots per tier (--parallel)
     slot_ctx: dict[str, int] = field(default_factory=dict)  # the context each slot gets (ctx_size / parallel)
+    preempted_together: list[str] = field(default_factory=list)  # "node: tier, tier" where one preemption takes
+    # several tiers down (their jobs share the node, and another QoS preempts theirs)
 
     @property
     def rank(self) -> tuple:
         """Smaller is better: feasible, the declared groups together, every tier together, targets met, then decode,
         recovery, slots (each keeps the per-request context floor), headroom, and the fewest changes."""
         return (not self.feasible, not self.co_resides, not self.serving_together, -self.targets_met,
+                len(self.preempted_together),
                 -round(sum(self.decode_tps.values()), 1), round(sum(self.recovery_s.values())),
                 -sum(self.slots.values()), -round(self.headroom_gib, 2), sum(len(f) for f in self.changes.values()))
 
@@ -56,7 +60,7 @@ class Placement:
                 "decode_bound_tps": {k: round(v, 1) for k, v in self.decode_tps.items()},
                 "recovery_s": {k: round(v) for k, v in self.recovery_s.items()},
                 "least_gpu_headroom_gib": round(self.headroom_gib, 2),
-                "least_gpu_margin_gib": round(self.margin_gib, 2),
+                "least_gpu_margin_gib": round(self.margin_gib, 2), "preempted_together": self.preempted_together,
                 "problems": self.problems, "waits": self.waits}
 
 
@@ -240,7 +244,19 @@ def judge(c: Cluster, changes: dict[str, dict], known: dict[str, object] | None 
     return Placement(changes, not cplan.exclusions, fits and not overfull, met, decode, recovery, headroom,
                      problems, [f"{e.first} and {e.second}: {e.reason}" for e in cplan.exclusions], margin,
                      together, {t.name: t.parallel for t in placed.tiers},
-                     {t.name: t.ctx_size // t.parallel for t in placed.tiers})
+                     {t.name: t.ctx_size // t.parallel for t in placed.tiers}, preempted_together(placed))
+
+
+def preempted_together(c: Cluster) -> list[str]:
+    """Nodes where one preemption takes several tiers down: SLURM tiers whose QoS another QoS preempts, sharing the
+    node (a VASP job there ends both jobs)."""
+    preempted = {q for site in [c.slurm_site] if site for qos in site.qos for q in qos.preempts}
+    on_node: dict[str, list[str]] = {}
+    for t in c.tiers:
+        if t.manager == "slurm" and t.slurm and t.slurm.qos in preempted:
+            for node in dict.fromkeys(t.nodes):
+                on_node.setdefault(node, []).append(t.name)
+    return [f"{node}: {', '.join(tiers)}" for node, tiers in on_node.items() if len(tiers) > 1]
 
 
 def error_margin(c: Cluster, load) -> float:
