@@ -8,6 +8,7 @@ from collections import Counter
 
 from clusterbook.model.hosts import build_node, resolve_hosts
 from clusterbook.model.ownedpaths import folder_findings, legacy_findings
+from clusterbook.model.pathroles import path_role_findings
 from clusterbook.model.problems import Path
 from clusterbook.model.quantization import SIZE_TOLERANCE, weights_bytes
 from clusterbook.model.schema import (  # noqa: F401 (re-exported)
@@ -31,7 +32,8 @@ def check_cluster(c: Cluster) -> list[Finding]:
     """Every cross-field problem of a schema-valid cluster, as (path, message)."""
     findings: list[Finding] = []
     for rule in (_networks, _nodes, _hostnames, _jumps, _engine, _models, _tiers, _contexts, _ports, _router, _gateway,
-                 _on_demand, _co_reside, _targets, _unique_ids, _slurm, folder_findings, legacy_findings, _memory_max,
+                 _on_demand, _co_reside, _targets, _unique_ids, _slurm, path_role_findings, folder_findings, legacy_findings,
+                 _memory_max,
                  _compilers, _alert_receivers, _monitoring_releases):
         findings.extend(rule(c))
     return findings

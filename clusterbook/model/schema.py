@@ -768,7 +768,12 @@ class Legacy(Strict):
     SLURM jobs cancelled (in the tiers' partitions only), its units stopped and disabled, its files moved aside."""
 
     source: Line = Field(description="where it is described, e.g. seed 004")
-    slurm_jobs: list[SlurmName] = Field(default_factory=list, max_length=50, description="job names to cancel")
+    slurm_jobs: list[Annotated[str, Field(pattern=LEGACY_UNIT, max_length=64)]] = Field(
+        default_factory=list, max_length=50, description="job names to cancel: an inference service's (llama…, ai-…, "
+                                                         "vllm…, ollama…), and only slurm_user's")
+    slurm_user: UserName | None = Field(None, description="the user whose jobs they are (seed 004: root); scancel "
+                                                          "and squeue take --user, so no other user's job of that "
+                                                          "name is touched")
     units: list[LegacyUnit] = Field(default_factory=list, max_length=50, description="systemd units to stop")
     files: list[LegacyFile] = Field(default_factory=list, max_length=200, description="files to move aside")
     models_dir: AbsPath | None = Field(None, description="where the earlier setup kept its model files: models.fetch "

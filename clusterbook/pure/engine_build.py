@@ -89,7 +89,8 @@ def plan_build(c: Cluster) -> BuildPlan:
     return BuildPlan(node=build_node(c), version=c.engine.build, key=key,
                      root=posixpath.join(c.engine.build_dir, f"b{c.engine.build}-{key}"), options=options,
                      targets=made, cuda=bool(cuda_architectures(c)),
-                     release=posixpath.join(c.storage.shared_dir, "releases", name) if c.storage.shared_dir else None)
+                     release=(posixpath.join(c.storage.shared_dir, "clusterbook", "releases", name)
+                              if c.storage.shared_dir else None))
 
 
 def install_root(c: Cluster) -> str:

@@ -8,6 +8,7 @@ import typing
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
+from clusterbook.model.pathroles import PATH_ROLES
 from clusterbook.model.schema import Cluster
 
 START, END = "<!-- cluster-reference:start -->", "<!-- cluster-reference:end -->"
@@ -97,8 +98,10 @@ def reference_markdown(root: type[BaseModel] = Cluster) -> str:
             kind = field.title if field.title and field.annotation is str else type_name(field.annotation)
             if span := number_range(field):
                 kind += f" ({span})"
-            rows.append(f"| `{name}` | {kind} | {_default(field)} | "
-                        f"{(field.description or '').replace('|', '/')} |")
+            meaning = field.description or ""
+            if role := PATH_ROLES.get((model.__name__, name)):
+                meaning += f" ({role.text})"
+            rows.append(f"| `{name}` | {kind} | {_default(field)} | {meaning.replace('|', '/')} |")
         parts.append(f"#### {model.__name__}\n\n{doc}\n\n" + "\n".join(rows))
     return "\n\n".join(parts) + "\n"
 

@@ -39,7 +39,7 @@ def test_fresh_deploy_brings_both_tiers_up(fresh_lab, lab_cluster, ssh):
                  r"lab1\s+changed\s+configure \(RPC\)", r"lab1\s+changed\s+build llama-server",
                  r"lab1\s+changed\s+pack llama.cpp-b11434-"):
         assert re.search(step, result.stdout), f"expected /{step}/ in the install's output:\n{result.stdout[:3000]}"
-    assert ssh.run("lab1", "cd /cluster/shared/releases && sha256sum -c llama.cpp-b11434-*.sha256").ok
+    assert ssh.run("lab1", "cd /cluster/shared/clusterbook/releases && sha256sum -c llama.cpp-b11434-*.sha256").ok
     for node in ("lab1", "lab2", "lab3"):  # the patched build (engine.patches): its own folder, b11434-p<digest>
         assert ssh.run(node, "readlink /opt/llama.cpp/bin").stdout.strip() == f"{lab_cluster.engine.tag}/bin"
     assert re.search(r"lab1\s+changed\s+patch -p1 < ", result.stdout), result.stdout[:3000]

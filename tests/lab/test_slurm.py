@@ -60,11 +60,11 @@ def test_stop_is_clean_within_the_grace_time(slurm_lab, ssh):
     assert result.returncode == 0, result.stderr
     assert time.monotonic() - started < 10 + 15  # grace_seconds of the lab's tiers, plus SSH and polling
     assert ssh.run("lab1", "squeue -h -n llama-fast").stdout.strip() == ""
-    assert not ssh.run("lab1", "test -e /cluster/shared/endpoints/fast.json").ok, "record left behind"
-    log = ssh.run("lab1", "cat /cluster/shared/logs/llama-fast-*.log").stdout
+    assert not ssh.run("lab1", "test -e /cluster/shared/ai/endpoints/fast.json").ok, "record left behind"
+    log = ssh.run("lab1", "cat /cluster/shared/ai/logs/llama-fast-*.log").stdout
     assert "SIGTERM (preemption or scancel), shutting down" in log
     assert invoke("deploy.fast", cluster=SLURM_LAB).returncode == 0
-    record = json.loads(ssh.run("lab1", "cat /cluster/shared/endpoints/fast.json").stdout)
+    record = json.loads(ssh.run("lab1", "cat /cluster/shared/ai/endpoints/fast.json").stdout)
     assert record["tier"] == "fast" and record["port"] == 8180
 
 
@@ -81,7 +81,7 @@ def test_a_cancelled_rpc_job_stops_its_head_before_its_workers(slurm_lab, ssh):
         while ssh.run("lab1", f"squeue -h -j {job} 2>/dev/null").stdout.strip() and time.monotonic() - started < 40:
             time.sleep(0.5)
         left = time.monotonic() - started
-        logs = "/cluster/shared/logs/llama-reasoning-" + job
+        logs = "/cluster/shared/ai/logs/llama-reasoning-" + job
         if left >= 10:  # not after KillWait (30 s): say what SLURM and the job script did meanwhile
             said = ssh.run("lab1", f"grep -h 'JobId={job}\\b' /var/log/slurm/slurmctld.log | tail -n 20; "
                                    f"tail -n 20 {logs}.log; tail -n 5 {logs}-*.log").stdout
@@ -108,7 +108,7 @@ def test_a_job_cancelled_with_a_request_in_flight_leaves_the_queue_at_once(slurm
         "lab1", "curl -s -o /dev/null -m 30 http://10.213.0.11:8181/completion "
                 "-d '{\"prompt\": \"hello\", \"n_predict\": 1500, \"ignore_eos\": true}'"))
     request.start()
-    logs = "/cluster/shared/logs/llama-reasoning-" + job
+    logs = "/cluster/shared/ai/logs/llama-reasoning-" + job
     try:
         deadline = time.monotonic() + 10
         while "processing task" not in ssh.run("lab1", f"tail -n 3 {logs}-head.log").stdout:

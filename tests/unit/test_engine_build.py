@@ -47,7 +47,7 @@ def test_other_options_are_another_build_and_release():
     other = type(c).model_validate(data)
     a, b = plan_build(c), plan_build(other)
     assert a.key != b.key and a.root != b.root and a.release != b.release
-    assert a.release == f"/cluster/shared/releases/llama.cpp-{c.engine.tag}-{a.key}.tar.gz"
+    assert a.release == f"/cluster/shared/clusterbook/releases/llama.cpp-{c.engine.tag}-{a.key}.tar.gz"
     assert plan_build(c) == a  # deterministic
 
 

@@ -45,7 +45,7 @@ def keeper(tmp_path):
         count = len(sub.read_text().splitlines()) if sub.exists() else 0
         if count:  # the last job ran and left its log
             (logs / f"{job}-{count}.log").write_text("reasoning: waiting for /health\n" + (
-                "reasoning: healthy; endpoint registered in /cluster/shared/endpoints/reasoning.json\n"
+                "reasoning: healthy; endpoint registered in /cluster/shared/ai/endpoints/reasoning.json\n"
                 if served else "reasoning: head ended (exit status 1)\n"))
         (tmp_path / "now").write_text(str(at))
         subprocess.run(["bash", str(path)], env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"},
