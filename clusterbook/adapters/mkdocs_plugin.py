@@ -1,6 +1,7 @@
 """The MkDocs plugin `clusterbook`: mkdocs-macros with one macro per page section, the cluster's name, and the
 runbook pages, pictures and file downloads added as generated files, all from one already-computed Site."""
 
+import json
 from pathlib import Path
 
 from mkdocs.config.config_options import Type
@@ -20,7 +21,7 @@ from clusterbook.commands.docsite import (
 )
 from clusterbook.pure import changelog
 from clusterbook.pure import docpages as pages
-from clusterbook.pure.mdtext import Markdown, active_content, code, escape_value, prose
+from clusterbook.pure.mdtext import Markdown, active_content, code, escape_value, nav_title, prose, text
 from clusterbook.pure.operations import bringup, cluster_command, tier_command
 
 
@@ -70,7 +71,8 @@ class ClusterbookPlugin(MacrosPlugin):
     def on_files(self, files, config):
         for r in (r for r in self.site.runbooks if r.page):
             # generated pages hold shell: keep Jinja (the macros) away from them
-            files.append(File.generated(config, r.page, content="---\nrender_macros: false\n---\n\n" + r.markdown))
+            files.append(File.generated(config, r.page, content=f"---\nrender_macros: false\ntitle: "
+                                        f"{json.dumps(nav_title(r.title))}\n---\n\n" + r.markdown))
         files.append(File.generated(config, PRINTABLE, content=printable_runbooks(self.site)))
         for name, svg in self.site.pictures.items():
             files.append(File.generated(config, name, content=svg))
@@ -113,7 +115,8 @@ def fill_runbook_groups(nav: list, site: Site) -> None:
             if key in RUNBOOK_GROUPS:
                 first = key == RUNBOOK_GROUPS[0]
                 entry[key] = (["runbooks/index.md"] if first else []) + [
-                    {r.title: r.page} for r in site.runbooks if r.page and (r.runbook in deploy) == first] + (
+                    {nav_title(r.title): r.page}  # the theme shows nav titles raw
+                    for r in site.runbooks if r.page and (r.runbook in deploy) == first] + (
                     [] if first else [{"Every runbook, to print": PRINTABLE}])
             elif isinstance(value, list):
                 fill_runbook_groups(value, site)
@@ -156,7 +159,7 @@ def _sections(site: Site) -> dict:
         "files_index": lambda: pages.files_index(site.artifacts),
         "files_verbatim": lambda: pages.files_verbatim(site.artifacts),
         "runbook_index": lambda: pages.table(["runbook", "command", "page"], [
-            [r.title, f"`{r.command}`", f"[{r.page.split('/')[-1][:-3]}]({r.page.split('/')[-1]})" if r.page
+            [text(r.title), f"`{r.command}`", f"[{r.page.split('/')[-1][:-3]}]({r.page.split('/')[-1]})" if r.page
              else f"not on this cluster: {r.unavailable}"] for r in site.runbooks]),
         "tier_command": lambda action, tier: tier_command(c, action, tier),
         "cluster_command": lambda task: cluster_command(c, task),

@@ -15,8 +15,9 @@ JINJA_OPTIONS = {"undefined": jinja2.StrictUndefined, "autoescape": False, "trim
 
 
 @cache
-def _env() -> jinja2.Environment:
-    env = jinja2.sandbox.SandboxedEnvironment(keep_trailing_newline=False, **JINJA_OPTIONS)
+def _env(finalize=None) -> jinja2.Environment:
+    """The sandbox; with finalize, every value an expression prints passes through it first (a page's escaping)."""
+    env = jinja2.sandbox.SandboxedEnvironment(keep_trailing_newline=False, finalize=finalize, **JINJA_OPTIONS)
     env.globals["required"] = required
     return env
 
@@ -29,21 +30,22 @@ def required(value: object, message: str) -> object:
 
 
 @cache
-def _template(text: str) -> jinja2.Template:
+def _template(text: str, finalize=None) -> jinja2.Template:
     """A compiled template, once per text per process: a runbook step renders once for each of its hosts."""
-    return _env().from_string(text)
+    return _env(finalize).from_string(text)
 
 
 MARKUP = ("{{", "{%", "{#!")  # what starts an expression, a statement and a comment in clusterbook's Jinja
 
 
-def render_string(text: str, **context: object) -> str:
+def render_string(text: str, finalize=None, **context: object) -> str:
     """Render a template; a text with no markup is its own rendering, as Jinja would return it (line ends as \\n,
-    one trailing newline dropped), without compiling it (a runbook's plain lines and titles)."""
+    one trailing newline dropped), without compiling it (a runbook's plain lines and titles). finalize: what every
+    printed value passes through (mdtext.escape_value for prose bound for a page)."""
     if not any(m in text for m in MARKUP):
         plain = text.replace("\r\n", "\n").replace("\r", "\n")
         return plain.removesuffix("\n")
-    return _template(text).render(**context)
+    return _template(text, finalize).render(**context)
 
 
 # A cluster file's command template is a command line with values in it: bounded work by construction. Loops may

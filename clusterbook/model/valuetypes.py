@@ -13,6 +13,9 @@ from urllib.parse import urlsplit
 from pydantic import AfterValidator, Field
 
 CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")  # every control character but tab and newline
+# Characters that change how text around them reads without showing themselves: bidirectional overrides and
+# isolates (Trojan Source), zero-width spaces and joiners, line and paragraph separators, the byte-order mark.
+INVISIBLE = re.compile("[\u200b-\u200f\u2028-\u202e\u2060-\u2064\u2066-\u2069\ufeff]")
 PATH_PART = r"[A-Za-z0-9_@+-][A-Za-z0-9._@+-]*"
 ABS_PATH = re.compile(rf"^(/{PATH_PART})+/?$|^/$")
 HOST_LABEL = r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
@@ -26,13 +29,21 @@ def _single_line(value: str) -> str:
         raise ValueError("must be one line (no line breaks)")
     if "\t" in value or CONTROL.search(value):
         raise ValueError("must not contain control characters")
+    _visible(value)
+    return value
+
+
+def _visible(value: str) -> str:
+    if found := INVISIBLE.search(value):
+        raise ValueError(f"must not contain invisible or direction-changing characters (U+{ord(found[0]):04X}): "
+                         "what a page or a terminal shows would differ from what runs")
     return value
 
 
 def _multi_line(value: str) -> str:
     if CONTROL.search(value.replace("\r\n", "\n")):
         raise ValueError("must not contain control characters")
-    return value
+    return _visible(value)
 
 
 def _absolute_path(value: str) -> str:

@@ -770,16 +770,16 @@ def files_verbatim(artifacts: list[Artifact]) -> str:
 
 def runbook_page(expansion: Expansion) -> str:
     """The same expansion `--dry` prints: every step, every host, the exact commands and files."""
-    out = [f"# {expansion.title}\n", expansion.explain + "\n"]
+    out = [f"# {expansion.page_title}\n", expansion.page_explain + "\n"]
     if expansion.generation:
         out.append("!!! note \"Generations\"\n    Every file this runbook replaces (and the engine link it moves) is "
                    "kept on its node as a generation (`storage.generations_dir`): `invoke rollback` puts it back, "
                    "and `invoke apply` does so by itself when the scenarios fail after a change. See "
                    "[Changes](../changes.md).\n")
     for i, step in enumerate(expansion.steps, 1):
-        out.append(f"## {i}. {step.title}\n")
-        if step.explain:
-            out.append(step.explain + "\n")
+        out.append(f"## {i}. {step.page_title}\n")
+        if step.page_explain:
+            out.append(step.page_explain + "\n")
         for host, actions in step.hosts.items():
             lines = []
             for a in actions:

@@ -31,6 +31,26 @@ def text(value: object) -> str:
     return _escape_markdown(html.escape(s.replace("\r", " ").replace("\n", " "), quote=True))
 
 
+# What a value may hold and still stand in a runbook's prose as it is, in running text or in a code span: nothing
+# in it opens a link, an image, code, HTML or an attribute list. Anything else is escaped as text (a code span
+# then shows the backslashes: better than a value that becomes markup).
+SAFE_IN_PROSE = re.compile(r"[A-Za-z0-9 ,/:@%=+._~-]*")
+
+
+def nav_title(value: object) -> str:
+    """A title for a page's <title> and the navigation: the theme puts both in the page raw, after unescaping
+    entities (striptags), so no escaping survives: HTML's <, > and & become look-alikes that mean nothing."""
+    return " ".join(str(value).translate({ord("<"): "‹", ord(">"): "›", ord("&"): "＆"}).split())
+
+
+def prose_value(value: object) -> object:
+    """The finalize of a runbook's titles and explanations bound for a page (runbooks.expand): a value stays as it
+    is where that cannot change the page, else it is text."""
+    if value is None or isinstance(value, (bool, int, float, Markdown)):
+        return value
+    return value if isinstance(value, str) and SAFE_IN_PROSE.fullmatch(value) else text(value)
+
+
 def _escape_markdown(escaped_html: str) -> str:
     """Backslash-escape Markdown punctuation outside the entities html.escape wrote."""
     parts = re.split(r"(&(?:amp|lt|gt|quot|#x27);)", escaped_html)

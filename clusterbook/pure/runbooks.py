@@ -20,6 +20,7 @@ from clusterbook.model.yamlsource import YamlDocument, load_yaml
 from clusterbook.pure import engine_build as eb
 from clusterbook.pure import flags as fl
 from clusterbook.pure import layout, slurmjob, waits
+from clusterbook.pure.mdtext import prose_value
 from clusterbook.pure import topology as topo
 from clusterbook.pure.packages import install_command, pip_python, toolset_bin
 from clusterbook.pure.render import monitoring as mon
@@ -122,6 +123,8 @@ class ExpandedStep:
     hosts: dict[str, list[Concrete]]
     handlers: dict[str, dict[str, str]] = field(default_factory=dict)  # host -> handler name -> command
     parts: tuple[str, ...] = ()  # the runbook parts the step belongs to
+    page_title: str = ""  # title and explain as a page shows them: the cluster's values escaped as Markdown text
+    page_explain: str = ""
 
 
 @dataclass(frozen=True)
@@ -132,6 +135,8 @@ class Expansion:
     tier: str | None
     steps: list[ExpandedStep]
     generation: bool = False  # the runbook keeps what it replaces (a generation on each node)
+    page_title: str = ""  # as ExpandedStep's: for the docs site, where a value is text, never Markdown or HTML
+    page_explain: str = ""
 
 
 def models_for_host(c: Cluster, host: str, tier: RouterTier | RpcTier | None = None) -> list:
@@ -218,16 +223,20 @@ def expand(book: RunbookFile, c: Cluster, tier_name: str | None = None, only: li
     problems = []
     expanded = []
 
-    def tpl(text: str, path: tuple, **ctx) -> str:
+    def tpl(text: str, path: tuple, finalize=None, **ctx) -> str:
         try:
-            return render_string(text, **ctx)
+            return render_string(text, finalize, **ctx)
         except (jinja2.TemplateError, KeyError, ValueError, AttributeError) as exc:
             problems.append(doc.problem(path, f"template error: {exc}"))
             return ""
 
+    def prose(text: str, path: tuple) -> tuple[str, str]:
+        """A title or explanation as the console shows it, and as a page does (values escaped as text)."""
+        return tpl(text, path, **base), tpl(text, path, prose_value, **base)
+
     base = template_context(c, tier, None, variables)
-    title = tpl(rb.title, ("title",), **base)
-    explain = tpl(rb.explain, ("explain",), **base)
+    title, page_title = prose(rb.title, ("title",))
+    explain, page_explain = prose(rb.explain, ("explain",))
     for i, step in enumerate(rb.steps):
         if (steps and step.id not in steps) or (part and part not in step.parts):
             continue
@@ -263,12 +272,14 @@ def expand(book: RunbookFile, c: Cluster, tier_name: str | None = None, only: li
             per_host[host] = actions
             notified = {n for a in actions for n in a.notify}
             handlers[host] = {n: tpl(rb.handlers[n].run, ("handlers", n, "run"), **ctx) for n in sorted(notified)}
-        expanded.append(ExpandedStep(step.id, tpl(step.title, ("steps", i, "title"), **base),
-                                     tpl(step.explain, ("steps", i, "explain"), **base), per_host, handlers,
-                                     tuple(step.parts)))
+        step_title, step_page_title = prose(step.title, ("steps", i, "title"))
+        step_explain, step_page_explain = prose(step.explain, ("steps", i, "explain"))
+        expanded.append(ExpandedStep(step.id, step_title, step_explain, per_host, handlers, tuple(step.parts),
+                                     step_page_title, step_page_explain))
     if problems:
         raise InputError(problems)
-    return Expansion(rb.id, title, explain, tier.name if tier else None, expanded, rb.generation)
+    return Expansion(rb.id, title, explain, tier.name if tier else None, expanded, rb.generation, page_title,
+                     page_explain)
 
 
 def _tier(c: Cluster, rb: Runbook, tier_name: str | None) -> RouterTier | RpcTier | None:

@@ -26,6 +26,7 @@ PROSE = (f"{SCRIPT} [x](javascript:alert(1)) {{: onmouseover=alert(2) }} <img sr
 BEEFCAKE2 = (ROOT / "cluster.yaml").read_text()
 PROSE_FIELDS = {"description", "cause", "context", "why"}  # may span lines (cluster.description too)
 LINE = "<img src=x onerror=alert(6)> [y](javascript:alert(7)) {: onclick=alert(8) } `x` | ]]"
+TITLE = "x </title><script>alert(10)</script> <img src=x onerror=alert(11)> & [z](https://elsewhere.example)"
 
 
 def hostile_cluster(tmp_path: Path) -> Path:
@@ -43,6 +44,7 @@ def hostile_cluster(tmp_path: Path) -> Path:
     data["router"]["rules"][0]["why"] = PROSE
     data["slurm_site"]["qos"][0]["used_by"] = '"><svg onload=alert(9)>'
     data["slurm_site"]["partitions"] = {name: LINE for name in data["slurm_site"]["partitions"]}
+    data["legacy"]["source"] = TITLE  # in runbook titles: the page's <title> and the navigation of every page
     path = tmp_path / "hostile.yaml"
     path.write_text(yaml.safe_dump(data, allow_unicode=True, sort_keys=False))
     return path
@@ -67,6 +69,12 @@ def test_payloads_show_as_text_and_nothing_is_active(tmp_path):
     for page, html in contents.items():
         assert active_content(html) == [], page
         assert "<script" not in html, page
+    for page in (tmp_path / "site").rglob("*.html"):  # the whole page: <title> and navigation too (issue 44)
+        whole = page.read_text()
+        assert "<script>alert" not in whole and "onerror=alert(11)>" not in whole.replace("&gt;", ""), page
+        assert 'href="https://elsewhere.example"' not in whole, page
+    retire = (tmp_path / "site/runbooks/retire-legacy/index.html").read_text()
+    assert "<title>Retire what ran before clusterbook (x ‹/title›‹script›alert(10)" in retire
     everything = "\n".join(contents.values())
     assert "&lt;script&gt;alert" in everything  # shown, as text
     assert "&lt;img src=x onerror=alert(6)&gt;" in everything

@@ -166,3 +166,15 @@ def test_the_docs_refuse_an_output_folder_with_a_link_inside(tmp_path):
     with pytest.raises(OutsideFolder) as refused:
         docs(settings.read(), str(ROOT / "tests/clusters/mini.yaml"), str(out))
     assert "is a symbolic link" in str(refused.value) and not list(elsewhere.iterdir())
+
+
+@pytest.mark.parametrize("char", ["\u202e", "\u2066", "\u200b", "\ufeff", "\u2028"])
+def test_invisible_and_direction_changing_characters_are_refused_in_text(char):
+    """Trojan Source: a bidirectional override in a description or a title makes a page or a terminal show other
+    text than what runs (issue 44)."""
+    text = (ROOT / "cluster.yaml").read_text().replace("source: seeds 000-004", f"source: seeds {char}000-004")
+    line = next(i for i, x in enumerate(text.splitlines(), 1) if x.startswith("  source: seeds "))
+    with pytest.raises(InputError) as refused:
+        validate_document(parse_yaml(text, "x.yaml"), Cluster)
+    (problem,) = refused.value.problems  # by the schema, or by the YAML reader before it (U+2028, U+FEFF)
+    assert problem.line == line and f"U+{ord(char):04X}" in problem.message
