@@ -9,6 +9,7 @@ from collections import Counter
 from clusterbook.model.hosts import build_node, resolve_hosts
 from clusterbook.model.ownedpaths import folder_findings, legacy_findings
 from clusterbook.model.pathroles import path_role_findings
+from clusterbook.model.readonly import not_read_only
 from clusterbook.model.problems import Path
 from clusterbook.model.quantization import SIZE_TOLERANCE, weights_bytes
 from clusterbook.model.schema import (  # noqa: F401 (re-exported)
@@ -464,11 +465,8 @@ def _targets(c: Cluster) -> list[Finding]:
     return out
 
 
-# what a diagnosis must not do (it would change something), how a command never returns, and a placeholder the
-# operator would have to fill in at 3 a.m. (issue 32)
-ACTING = re.compile(r"\b(systemctl\s+(re)?start|systemctl\s+(stop|kill|disable|enable|reload|try-restart)|"
-                    r"scontrol\s+(requeue|update|reconfigure|release|hold)|scancel|sbatch|srun|kill(all)?\s|"
-                    r"rm\s|mv\s|invoke\s+(deploy|stop|restart|apply|rollback|bench|models\.fetch(?!\s+--dry)))")
+# how a command never returns, and a placeholder the operator would have to fill in at 3 a.m. (issue 32); what a
+# diagnosis may run is readonly.py's list
 UNBOUNDED = re.compile(r"\bwatch\s|\btail\s+(-\S*\s+)*-[a-zA-Z]*[fF]\b|\bjournalctl\b[^|;&]*\s-f\b|"
                        r"\bnvidia-smi\b[^|;&]*\s-l(ms)?\b|\btop\b(?![^|;&]*\s-b)|\bping\s(?![^|;&]*\s-c)")
 PLACEHOLDER = re.compile(r"(?<![\w$.{-])(JOBID|JOB_ID|PID|NODE|HOSTNAME|TOKEN)(?![\w=])|=\.\.\.|<[a-z]+[ _-][a-z _-]*>")
@@ -478,8 +476,8 @@ def fix_lint(run: str, act: bool) -> list[str]:
     """What is wrong with a troubleshooting command as an operator would paste it: a diagnosis that acts, a command
     that never returns (unless under `timeout`), a placeholder left to fill in."""
     out = []
-    if not act and (m := ACTING.search(run)):
-        out.append(f"'{m.group(0).strip()}' changes something: mark the step act: true and say what it disturbs "
+    if not act and (part := not_read_only(run)):
+        out.append(f"'{part[:80]}' is not known to only read: mark the step act: true and say what it disturbs "
                    "(disturbs: …), so the page shows it apart from the read-only diagnosis")
     if (m := UNBOUNDED.search(run)) and not re.search(r"\btimeout\s+\d", run):
         out.append(f"'{m.group(0).strip()}' never returns on its own: bound it (timeout 10 …, -n, a count) so the "

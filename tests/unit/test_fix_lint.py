@@ -9,12 +9,12 @@ from clusterbook.model.crosscheck import fix_lint
 @pytest.mark.parametrize("run, act, expected", [
     ("squeue -n llama-reasoning -o '%i %T'", False, []),
     ("sacct --name llama-reasoning --format=JobID,State,ExitCode -P | tail -n 5", False, []),
-    ("scontrol requeue $(squeue -h -n llama-reasoning -o %i)", False, ["'scontrol requeue' changes something"]),
+    ("scontrol requeue $(squeue -h -n llama-reasoning -o %i)", False, ["'scontrol requeue' is not known to only read"]),
     ("scontrol requeue $(squeue -h -n llama-reasoning -o %i)", True, []),
-    ("systemctl restart llama-reasoning", False, ["'systemctl restart' changes something"]),
+    ("systemctl restart llama-reasoning", False, ["'systemctl restart' is not known to only read"]),
     ("systemctl status llama-reasoning --no-pager", False, []),
     ("invoke models.fetch --dry", False, []),
-    ("invoke bench --tier fast --quick", False, ["'invoke bench' changes something"]),
+    ("invoke bench --tier fast --quick", False, ["'invoke bench' is not known to only read"]),
     ("nvidia-smi --query-gpu=memory.used --format=csv -l 2", False, ["never returns"]),
     ("timeout 10 nvidia-smi --query-gpu=memory.used --format=csv -l 2", False, []),
     ("tail -f /var/log/llama/x.log", False, ["never returns"]),
@@ -23,7 +23,8 @@ from clusterbook.model.crosscheck import fix_lint
     ("watch -n 1 squeue", False, ["never returns"]),
     ("sacct -j JOBID --format=JobID -P", False, ["'JOBID' is a placeholder"]),
     ("curl -H 'Authorization: Bearer KEY=...' http://x", False, ["'=...' is a placeholder"]),
-    ("ssh <node name> uptime", False, ["'<node name>' is a placeholder"]),
+    ("sinfo -n NODE", False, ["'NODE' is a placeholder"]),
+    ("echo '<node name>'", False, ["'<node name>' is a placeholder"]),
     ("sbatch --export=ALL,GGML_RPC_DEBUG=1 job.sbatch", True, []),  # ALL and an env assignment are not placeholders
 ])
 def test_lint(run, act, expected):
