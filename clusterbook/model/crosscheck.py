@@ -9,9 +9,9 @@ from collections import Counter
 from clusterbook.model.hosts import build_node, resolve_hosts
 from clusterbook.model.ownedpaths import folder_findings, legacy_findings
 from clusterbook.model.pathroles import path_role_findings
-from clusterbook.model.readonly import not_read_only
 from clusterbook.model.problems import Path
 from clusterbook.model.quantization import SIZE_TOLERANCE, weights_bytes
+from clusterbook.model.readonly import not_read_only
 from clusterbook.model.schema import (  # noqa: F401 (re-exported)
     FLASH_ATTN_MIN_CC,
     FLASH_ATTN_PROVEN_CC,
@@ -33,8 +33,8 @@ def check_cluster(c: Cluster) -> list[Finding]:
     """Every cross-field problem of a schema-valid cluster, as (path, message)."""
     findings: list[Finding] = []
     for rule in (_networks, _nodes, _hostnames, _jumps, _engine, _models, _tiers, _contexts, _ports, _router, _gateway,
-                 _on_demand, _co_reside, _targets, _unique_ids, _slurm, path_role_findings, folder_findings, legacy_findings,
-                 _memory_max,
+                 _on_demand, _co_reside, _targets, _unique_ids, _slurm, path_role_findings, folder_findings,
+                 legacy_findings, _memory_max,
                  _compilers, _alert_receivers, _monitoring_releases):
         findings.extend(rule(c))
     return findings
@@ -167,19 +167,41 @@ def _contexts(c: Cluster) -> list[Finding]:
     return out
 
 
+MAX_JUMP_CHAIN = 8  # bastions in front of one node: a real site has one or two; ssh opens every one in turn
+
+
 def _jumps(c: Cluster) -> list[Finding]:
+    """Each jump host's chain of `via`, walked once in all (a file of thousands of hops checks in linear time): an
+    unknown name, a loop, or a chain longer than MAX_JUMP_CHAIN."""
     out: list[Finding] = []
-    for name, host in c.access.jump_hosts.items():
-        seen, cur = {name}, host
-        while cur.via:
-            if cur.via not in c.access.jump_hosts:
-                out.append((("access", "jump_hosts", name, "via"), f"unknown jump host '{cur.via}'"))
+    hosts = c.access.jump_hosts
+    depth: dict[str, int | None] = {}  # hops behind each host; None: its chain is broken (reported once)
+    for name in hosts:
+        path: list[str] = []
+        on_path: set[str] = set()
+        cur: str | None = name
+        while cur is not None and cur not in depth:
+            if cur in on_path:
+                out.append((("access", "jump_hosts", path[-1], "via"), f"jump hosts form a loop through '{cur}'"))
+                depth[cur] = None
                 break
-            if cur.via in seen:
-                out.append((("access", "jump_hosts", name, "via"), f"jump hosts form a loop through '{cur.via}'"))
+            path.append(cur)
+            on_path.add(cur)
+            via = hosts[cur].via
+            if via is not None and via not in hosts:
+                out.append((("access", "jump_hosts", cur, "via"), f"unknown jump host '{via}'"))
+                depth[cur] = None
+                path.pop()
                 break
-            seen.add(cur.via)
-            cur = c.access.jump_hosts[cur.via]
+            cur = via
+        below = depth.get(cur) if cur is not None else -1
+        for host in reversed(path):
+            below = None if below is None else below + 1
+            depth[host] = below
+            if below == MAX_JUMP_CHAIN:
+                out.append((("access", "jump_hosts", host, "via"), f"{host} is reached through {below} other jump "
+                                                                   f"hosts: at most {MAX_JUMP_CHAIN - 1} are allowed"))
+                below = None
     return out
 
 

@@ -11,7 +11,7 @@ from pathlib import Path as FsPath
 from pydantic import BaseModel, ValidationError
 
 from clusterbook.model.crosscheck import check_cluster
-from clusterbook.model.problems import InputError, Path, Problem
+from clusterbook.model.problems import InputError, Path, Problem, shown
 from clusterbook.model.schema import Cluster
 from clusterbook.model.yamlsource import YamlDocument, load_yaml
 
@@ -99,7 +99,7 @@ def _to_problem(doc: YamlDocument, model: type[BaseModel], err: dict) -> Problem
     elif msg.startswith("Value error, "):
         msg = msg[len("Value error, "):]
     if kind not in ("missing", "extra_forbidden") and "input" in err and not isinstance(err["input"], (dict, list)):
-        msg += f" (got {err['input']!r})" + _type_trap(kind, err["input"], doc.plain.get(path))
+        msg += f" (got {shown(err['input'])})" + _type_trap(kind, err["input"], doc.plain.get(path))
     return doc.problem(path, msg)
 
 

@@ -20,7 +20,22 @@ class Problem:
     def __str__(self) -> str:
         where = f"{self.file}:{self.line}" if self.line else self.file
         field = self.label or format_path(self.path)
-        return f"{where}: {field}: {self.message}" if field else f"{where}: {self.message}"
+        message = cut(self.message, MAX_MESSAGE)
+        return f"{where}: {field}: {message}" if field else f"{where}: {message}"
+
+
+MAX_MESSAGE = 900  # characters of one problem's message: a value echoed in it is cut long before (shown)
+MAX_SHOWN = 120  # characters of a value a message repeats
+
+
+def cut(text: str, limit: int) -> str:
+    """Text as a message shows it: at most limit characters, the rest counted."""
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text) - limit:,} more characters)"
+
+
+def shown(value: object) -> str:
+    """A value a message repeats, as Python writes it, cut to MAX_SHOWN characters."""
+    return cut(repr(value), MAX_SHOWN)
 
 
 class InputError(Exception):

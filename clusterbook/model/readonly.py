@@ -34,14 +34,14 @@ IP_VERBS = {"show", "list", "ls", "get"}
 OPTIONS = {
     "curl": ("sSfiIvkLgmwHo", {"--max-time", "--connect-timeout", "--write-out", "--header", "--include", "--head",
                                "--fail", "--silent", "--show-error", "--output", "--location", "--insecure"}),
-    "journalctl": ("utnbpkoqxegrSUf", {"--follow", "--unit", "--identifier", "--lines", "--no-pager", "--boot", "--since",
-                                      "--until", "--priority", "--dmesg", "--output", "--quiet", "--grep",
+    "journalctl": ("utnbpkoqxegrSUf", {"--follow", "--unit", "--identifier", "--lines", "--no-pager", "--boot",
+                                       "--since", "--until", "--priority", "--dmesg", "--output", "--quiet", "--grep",
                                       "--reverse", "--no-hostname", "--catalog", "--pager-end", "--utc"}),
     "dmesg": ("TlkxtHLfP", {"--ctime", "--level", "--kernel", "--decode", "--notime", "--human", "--color",
                             "--facility", "--nopager"}),
     "firewall-cmd": ("", {"--list-", "--get-", "--query-", "--info-", "--zone", "--state", "--permanent"}),
-    "nvidia-smi": ("qLidxcml", {"--loop", "--loop-ms", "--query-gpu", "--query-compute-apps", "--format", "--id", "--display",
-                               "--list-gpus", "--query"}),
+    "nvidia-smi": ("qLidxcml", {"--loop", "--loop-ms", "--query-gpu", "--query-compute-apps", "--format", "--id",
+                                "--display", "--list-gpus", "--query"}),
     "numactl": ("Hs", {"--hardware", "--show"}),
 }
 FIND_TESTS = {"-name", "-iname", "-path", "-ipath", "-type", "-maxdepth", "-mindepth", "-mmin", "-mtime", "-newer",

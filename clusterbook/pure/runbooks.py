@@ -20,8 +20,8 @@ from clusterbook.model.yamlsource import YamlDocument, load_yaml
 from clusterbook.pure import engine_build as eb
 from clusterbook.pure import flags as fl
 from clusterbook.pure import layout, slurmjob, waits
-from clusterbook.pure.mdtext import prose_value
 from clusterbook.pure import topology as topo
+from clusterbook.pure.mdtext import prose_value
 from clusterbook.pure.packages import install_command, pip_python, toolset_bin
 from clusterbook.pure.render import monitoring as mon
 from clusterbook.pure.render.artifacts import Artifact, RenderedOnDemand, ld_library_path

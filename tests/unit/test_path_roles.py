@@ -81,12 +81,11 @@ def test_beefcake2_the_labs_and_the_fixtures_pass():
         assert problems_of((ROOT / path).read_text()) == [], path
 
 
+FAST = "tiers:\n  - name: fast\n    kind: router\n"
 HOSTILE = [  # (old text of cluster.yaml, new text, field named in the message, what the message says)
     # 1: paths clusterbook writes pointed at system files
-    ("tiers:\n  - name: fast\n    kind: router\n", "tiers:\n  - name: fast\n    kind: router\n    api_key: {file: /etc/shadow}\n",
-     "tiers[fast].api_key.file", "a folder of its own"),
-    ("tiers:\n  - name: fast\n    kind: router\n", "tiers:\n  - name: fast\n    kind: router\n    api_key: {file: /etc/nologin}\n",
-     "tiers[fast].api_key.file", "a folder of its own"),
+    (FAST, FAST + "    api_key: {file: /etc/shadow}\n", "tiers[fast].api_key.file", "a folder of its own"),
+    (FAST, FAST + "    api_key: {file: /etc/nologin}\n", "tiers[fast].api_key.file", "a folder of its own"),
     ("router:\n  default_model:", "router:\n  script: /etc/profile.d/llama.sh\n  default_model:", "router.script",
      "a folder of its own"),
     ("router:\n  default_model:", "router:\n  script: /usr/local/bin/sbatch\n  default_model:", "router.script",
@@ -103,8 +102,9 @@ HOSTILE = [  # (old text of cluster.yaml, new text, field named in the message, 
     ("cuda_lib_dir: /usr/local/cuda-12.2/lib64", "cuda_lib_dir: /tmp", "engine.cuda_lib_dir", "/tmp or /var/tmp"),
     ("env_dir: /etc/llama", "env_dir: /tmp/llama", "storage.env_dir", "/tmp or /var/tmp"),
     ("endpoint_dir: /cluster/shared/ai/endpoints", "endpoint_dir: /tmp/ai", "storage.endpoint_dir", "/tmp or /var/tmp"),
-    ("install_dir: /opt/clusterbook/llama.cpp/bin", "install_dir: /opt/clusterbook/llama.cpp/bin\n  build_dir: /var/tmp/llama",
-     "engine.build_dir", "/tmp or /var/tmp"),
+    ("install_dir: /opt/clusterbook/llama.cpp/bin",
+     "install_dir: /opt/clusterbook/llama.cpp/bin\n  build_dir: /var/tmp/llama", "engine.build_dir",
+     "/tmp or /var/tmp"),
     # 5: operator-side files
     ("known_hosts: .clusterbook/known_hosts", "known_hosts: ~/.bashrc_known_hosts", "access.known_hosts",
      "operator-side"),

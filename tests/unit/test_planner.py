@@ -9,6 +9,7 @@ import pytest
 
 from clusterbook.effects.lab.models import TinyModel, write_model
 from clusterbook.model.loader import load_cluster
+from clusterbook.pure import flags
 from clusterbook.pure.planner.capacity import (
     GIB,
     compute_bytes,
@@ -18,7 +19,6 @@ from clusterbook.pure.planner.capacity import (
     row_size,
     rpc_device_plans,
 )
-from clusterbook.pure import flags
 from clusterbook.pure.planner.findings import evaluate_claim, plan_findings
 from clusterbook.pure.planner.loadtime import predict_load
 from clusterbook.pure.planner.shape import from_declared, from_gguf
