@@ -77,7 +77,7 @@ class ClusterbookPlugin(MacrosPlugin):
         for name, svg in self.site.pictures.items():
             files.append(File.generated(config, name, content=svg))
         for a in self.site.artifacts:
-            files.append(File.generated(config, f"files/{a.node}{a.path}", content=a.text))
+            files.append(File.generated(config, pages.download_path(a), content=a.text))
         return files
 
 

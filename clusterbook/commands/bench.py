@@ -8,6 +8,7 @@ import statistics
 import subprocess
 from pathlib import Path
 
+from rich.markup import escape
 from rich.table import Table
 
 from clusterbook.commands.arguments import tier_named
@@ -238,7 +239,7 @@ def recovery(s: Settings, cluster_file: str, tier_name: str | None, cases: tuple
                                    progress=lambda text, label=label: status.update(f"{label}: {text}"))
                 results.append(run)
                 steps = ", ".join(f"{name} {seconds:g} s" for name, seconds in ordered(run.phases))
-                console.print(f"[bold]{label}[/]: " + (f"[red]{run.error}[/]" if run.error else steps))
+                console.print(f"[bold]{label}[/]: " + (f"[red]{escape(run.error)}[/]" if run.error else steps))
     rows = []
     for case in cases:
         for cache in caches:

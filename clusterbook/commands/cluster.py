@@ -75,7 +75,7 @@ def check(cluster_file: str) -> None:
     console.print(table)
     failed = [v for v in verdicts if not v.ok]
     for v in failed:
-        console.print(f"[red]{v.node}:{v.path}[/] ({v.validator}):\n{v.output}", markup=True)
+        console.print(f"[red]{v.node}:{v.path}[/] ({v.validator}):\n{escape(v.output)}", markup=True)
     if failed:
         raise Failed(f"{len(failed)} of {len(verdicts)} checks failed")
     console.print(f"[green]all {len(verdicts)} checks passed[/]")
@@ -216,7 +216,7 @@ def _print_residency(cplan) -> None:
     console.print(table)
     console.print("  run at the same time: " + "; ".join(" + ".join(g) for g in cplan.groups))
     for sentence in exclusion_text(cplan):
-        console.print(f"  [yellow]{sentence}[/]")
+        console.print(f"  [yellow]{escape(sentence)}[/]")
 
 
 def models_hash(cluster_file: str) -> None:

@@ -100,9 +100,9 @@ DIFF_LINES, DIFF_WIDTH = 400, 1000  # a longer diff (a packed file, a big rewrit
 
 def dry_run(expansion: Expansion, state_dir: Path) -> None:
     """Print the plan: per step and host the exact commands and the files that would change. Connects to nothing."""
-    console.print(f"[bold]{expansion.title}[/] [dim](dry run: nothing is contacted)[/]")
+    console.print(f"[bold]{escape(expansion.title)}[/] [dim](dry run: nothing is contacted)[/]")
     for index, step in enumerate(expansion.steps, 1):
-        console.print(f"\n[bold][{index}/{len(expansion.steps)}] {step.title}[/]  [dim]({step.id})[/]")
+        console.print(f"\n[bold]\\[{index}/{len(expansion.steps)}] {escape(step.title)}[/]  [dim]({step.id})[/]")
         for host, actions in step.hosts.items():
             for action in actions:
                 if isinstance(action, PutFile):

@@ -753,8 +753,20 @@ def on_demand_note(c: Cluster, t: RouterTier | RpcTier, plan: TierPlan) -> str:
 
 
 def files_index(artifacts: list[Artifact]) -> str:
-    rows = [[a.node, f"[`{a.path}`](files/{a.node}{a.path})", a.about] for a in artifacts]
+    rows = [[a.node, f"[`{a.path}`]({download_path(a)})", a.about] for a in artifacts]
     return table(["node", "file (download)", "what"], rows)
+
+
+# What a generated file may end in and be offered for download under its own name; any other (.md, which MkDocs
+# would render through the macros engine as a page, .html or .svg, which a browser would run) gets .txt added.
+DOWNLOAD_SUFFIXES = frozenset({"", ".service", ".timer", ".socket", ".conf", ".env", ".yml", ".yaml", ".ini", ".nft",
+                               ".json", ".sbatch", ".diff", ".sh", ".py", ".rules", ".txt"})
+
+
+def download_path(a: Artifact) -> str:
+    """Where the site offers a generated file, relative to the files pages."""
+    suffix = posixpath.splitext(a.path)[1]
+    return f"files/{a.node}{a.path}" + ("" if suffix in DOWNLOAD_SUFFIXES else ".txt")
 
 
 def files_verbatim(artifacts: list[Artifact]) -> str:
@@ -763,7 +775,7 @@ def files_verbatim(artifacts: list[Artifact]) -> str:
     for a in artifacts:  # each file folded (pymdownx.details): the page lists them all, opened one at a time
         block = code(a.text, lang.get(a.kind, "text"))
         body = "\n".join(("    " + line) if line else "" for line in block.splitlines())
-        out.append(f"### {a.node}: `{a.path}`\n\n{a.about} · [download](files/{a.node}{a.path})\n\n"
+        out.append(f"### {a.node}: `{a.path}`\n\n{a.about} · [download]({download_path(a)})\n\n"
                    f'??? note "{a.path} ({len(a.text.splitlines())} lines)"\n\n{body}\n')
     return "\n".join(out)
 
