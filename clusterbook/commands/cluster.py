@@ -11,11 +11,13 @@ from typing import get_args
 from rich.markup import escape
 from rich.table import Table
 
+from clusterbook.commands import acceptance
 from clusterbook.commands.arguments import tier_named
 from clusterbook.effects.console import Failed, console
 from clusterbook.effects.files import write_tree
 from clusterbook.effects.ssh import SshTransport
 from clusterbook.effects.validators import MissingTools, validate
+from clusterbook.model.crosscheck import criteria_findings
 from clusterbook.model.loader import load_cluster, load_cluster_document
 from clusterbook.model.problems import InputError, Problem
 from clusterbook.model.schema import CacheType
@@ -46,7 +48,8 @@ def checked_cluster(cluster_file: str):
     """The cluster, valid by the schema, the cross-field rules and its capacity plan; else InputError."""
     cluster, doc = load_cluster_document(cluster_file)
     findings = (plan_findings(cluster, plan_cluster(cluster)) + path_collisions(cluster, render_artifacts(cluster))
-                + fix_findings(cluster) + alert_findings(cluster))
+                + fix_findings(cluster) + alert_findings(cluster)
+                + criteria_findings(cluster, {s.name for s in acceptance.scenarios()}))
     if any(path[:2] == ("planner", "co_reside") for path, _ in findings):  # name the placement that keeps them
         hint = placement_hint(cluster)
         findings = [(path, f"{message}; {hint}" if hint and path[:2] == ("planner", "co_reside") else message)

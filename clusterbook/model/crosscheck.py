@@ -27,6 +27,8 @@ from clusterbook.model.templating import template_error
 
 Finding = tuple[Path, str]
 SSH_PORT = 22
+SLURMCTLD_PORT, SLURMD_PORT, SLURMDBD_PORT = 6817, 6818, 6819
+ALERTMANAGER_CLUSTER_PORT = 9094  # its gossip port, open by default
 
 
 def check_cluster(c: Cluster) -> list[Finding]:
@@ -64,10 +66,12 @@ def _networks(c: Cluster) -> list[Finding]:
 
 def _nodes(c: Cluster) -> list[Finding]:
     out: list[Finding] = []
-    names = [n.name for n in c.nodes]
+    names = [n.name.casefold() for n in c.nodes]  # host names and unit names do not tell case apart
     for dup in _duplicates(names):
-        second = [i for i, n in enumerate(names) if n == dup][1]
-        out.append((("nodes", second, "name"), f"node name '{dup}' is used twice; names must be unique"))
+        first, second = [i for i, n in enumerate(names) if n == dup][:2]
+        same = "" if c.nodes[first].name == c.nodes[second].name else f" (as '{c.nodes[first].name}')"
+        out.append((("nodes", second, "name"), f"node name '{c.nodes[second].name}' is used twice{same}; names "
+                                               "must be unique in any case"))
     seen: dict[str, str] = {}
     mgmt = c.management_network if any(n.role == "management" for n in c.networks.values()) else None
     for i, node in enumerate(c.nodes):
@@ -304,6 +308,14 @@ def _ports(c: Cluster) -> list[Finding]:
 
     for node in c.nodes:  # the ports the cluster's own services hold come first: a tier cannot take them
         claim(node.name, SSH_PORT, "sshd (clusterbook reaches every node through it)", ("nodes",))
+    if any(t.manager == "slurm" for t in c.tiers):  # SLURM's own daemons (slurm.conf's defaults)
+        for node in c.nodes:
+            claim(node.name, SLURMD_PORT, "slurmd", ("nodes",))
+        if c.slurm_controller:
+            claim(c.slurm_controller, SLURMCTLD_PORT, "slurmctld", ("nodes",))
+            claim(c.slurm_controller, SLURMDBD_PORT, "slurmdbd", ("nodes",))
+    if c.monitoring:
+        claim(c.monitoring.node, ALERTMANAGER_CLUSTER_PORT, "Alertmanager's cluster port", ("monitoring",))
     if c.gateway:
         for j, route in enumerate(c.gateway.routes):
             claim(c.gateway.node, route.port, f"gateway route {route.path}", ("gateway", "routes", j, "port"))
@@ -494,6 +506,15 @@ UNBOUNDED = re.compile(r"\bwatch\s|\btail\s+(-\S*\s+)*-[a-zA-Z]*[fF]\b|\bjournal
 PLACEHOLDER = re.compile(r"(?<![\w$.{-])(JOBID|JOB_ID|PID|NODE|HOSTNAME|TOKEN)(?![\w=])|=\.\.\.|<[a-z]+[ _-][a-z _-]*>")
 
 
+def criteria_findings(c: Cluster, scenario_names: set[str]) -> list[Finding]:
+    """A criterion names acceptance scenarios that exist (by name, in any case): a misspelt one checks nothing."""
+    known = {n.casefold() for n in scenario_names}
+    return [(("criteria", i, "scenarios", j), f"no acceptance scenario is named '{name}' (the {len(known)} "
+                                              "Scenario lines of tests/features/*.feature name them)")
+            for i, criterion in enumerate(c.criteria) for j, name in enumerate(criterion.scenarios)
+            if name.casefold() not in known]
+
+
 def fix_lint(run: str, act: bool) -> list[str]:
     """What is wrong with a troubleshooting command as an operator would paste it: a diagnosis that acts, a command
     that never returns (unless under `timeout`), a placeholder left to fill in."""
@@ -535,6 +556,22 @@ def _slurm(c: Cluster) -> list[Finding]:
                     "SLURM jobs write their logs on the nodes they run on, and the keeper, invoke logs and the "
                     "troubleshooting commands read them on the controller: put log_dir under storage.shared_dir "
                     + (f"({c.storage.shared_dir})" if shared else "(give one: a folder every node mounts)")))
+    if c.slurm_site:  # the site's SLURM: a tier runs in a partition it lists, under a QoS that preempts nothing
+        preempting = {q.name: q for q in c.slurm_site.qos if q.preempts}
+        qos_names = {q.name for q in c.slurm_site.qos}
+        for i, tier in enumerate(c.tiers):
+            if not tier.slurm:
+                continue
+            if c.slurm_site.partitions and tier.slurm.partition not in c.slurm_site.partitions:
+                out.append((("tiers", i, "slurm", "partition"), f"'{tier.slurm.partition}' is not one of the "
+                            f"site's partitions ({', '.join(c.slurm_site.partitions)})"))
+            if tier.slurm.qos in preempting:
+                q = preempting[tier.slurm.qos]
+                out.append((("tiers", i, "slurm", "qos"), f"'{q.name}' is the QoS of {q.used_by}: it preempts "
+                            f"{', '.join(q.preempts)}; a tier takes the QoS the site gives it, which yields"))
+            elif qos_names and tier.slurm.qos and tier.slurm.qos not in qos_names:
+                out.append((("tiers", i, "slurm", "qos"), f"'{tier.slurm.qos}' is not one of the site's QoS "
+                            f"({', '.join(sorted(qos_names))})"))
     by_name = {n.name: n for n in c.nodes}
     for i, tier in enumerate(c.tiers):
         if tier.manager != "slurm":

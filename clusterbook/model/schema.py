@@ -160,6 +160,17 @@ class OperatingSystem(Strict):
                                                 "nvcc's host compiler); Rocky 8's own GCC 8.5 cannot build it")
 
 
+    @model_validator(mode="after")
+    def _family_of_id(self) -> OperatingSystem:
+        if OS_FAMILY.get(self.id) != self.family:
+            known = ", ".join(f"{i} ({f})" for i, f in OS_FAMILY.items())
+            raise ValueError(f"os id '{self.id}' is not a {self.family} system: clusterbook knows {known}"
+                             if self.id in OS_FAMILY else f"os id '{self.id}' is not one clusterbook knows: {known}")
+        return self
+
+
+OS_FAMILY = {"debian": "debian", "ubuntu": "debian", "rocky": "el", "rhel": "el", "almalinux": "el", "centos": "el",
+             "ol": "el"}  # /etc/os-release's ID, and the family whose package manager and firewall its steps use
 DEBIAN_12 = {"family": "debian", "id": "debian", "version": "12"}
 
 
@@ -589,7 +600,8 @@ class Gateway(Strict):
     """nginx in front of the tiers, published with tailscale serve."""
 
     node: Name = Field(description="node running nginx")
-    listen: list[IpAddress] = Field(default_factory=lambda: ["127.0.0.1"], description="addresses nginx listens on")
+    listen: list[IpAddress] = Field(default_factory=lambda: ["127.0.0.1"], description="addresses nginx listens on "
+                                                                                      "(each a specific one)")
     routes: list[GatewayRoute] = Field(min_length=1, description="path -> tier")
     tailscale_name: HostName | None = Field(None, description="Tailscale DNS name (tailscale serve publishes it)")
     path_port: Port | None = Field(None, description="also serve every route by its path on this port "
@@ -601,6 +613,15 @@ class Gateway(Strict):
     docs_dir: AbsPath = Field("/var/www/clusterbook", description="where docs.publish unpacks the site")
     wake_port: Port = Field(8079, description="loopback port of the wake service that holds a request to a tier on "
                                               "demand while it starts (only with on_demand tiers)")
+
+    @field_validator("listen")
+    @classmethod
+    def _specific(cls, value: list[str]) -> list[str]:
+        for address in value:
+            if ipaddress.ip_address(address).is_unspecified:
+                raise ValueError(f"{address} listens on every address of the node, the tailnet's and the "
+                                 "fabric's too: give each address nginx should answer on (e.g. 127.0.0.1)")
+        return value
 
     @property
     def url(self) -> str | None:

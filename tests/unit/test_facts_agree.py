@@ -1,0 +1,51 @@
+"""Facts the cluster file states that must agree with each other and with what clusterbook knows (issue 44): an OS
+family from its id, the site's QoS for the tiers, ports SLURM and Alertmanager hold, specific listen addresses,
+node names unique in any case, criteria naming real scenarios."""
+
+import pytest
+
+from .test_path_roles import edit, line_of, problems_of
+
+FAST_JOB = "slurm: {partition: gpu_ai, qos: ai_opportunistic, mem: 64G"
+CASES = [  # (old text of cluster.yaml, new text, field named, what the message says)
+    ("os: &rocky {family: el, id: rocky,", "os: &rocky {family: debian, id: rocky,", "nodes[vasp-01].os",
+     "not a debian system"),
+    ("os: &rocky {family: el, id: rocky,", "os: &rocky {family: el, id: gentoo,", "nodes[vasp-01].os",
+     "not one clusterbook knows"),
+    (FAST_JOB, FAST_JOB.replace("qos: ai_opportunistic", "qos: vasp_priority"), "tiers[fast].slurm.qos",
+     "the QoS of VASP jobs"),
+    (FAST_JOB, FAST_JOB.replace("partition: gpu_ai", "partition: gpu_x"), "tiers[fast].slurm.partition",
+     "not one of the site's partitions"),
+    ("    port: 8080\n", "    port: 6818\n", "tiers[fast].port", "slurmd"),
+    ("    - {path: /, tier: fast, port: 8080}", "    - {path: /, tier: fast, port: 9094}", "gateway.routes[0].port",
+     "Alertmanager's cluster port"),
+    ("  listen: [127.0.0.1, 10.0.0.5]", "  listen: [0.0.0.0]", "gateway.listen", "every address"),
+    ("  - name: vasp-02\n", "  - name: VASP-01\n", "nodes[VASP-01].name", "unique in any case"),
+    ("scenarios: [Every RPC worker is active and listens on its fabric address only]",
+     "scenarios: [Every RPC worker is active]", "criteria[2].scenarios[0]", "no acceptance scenario is named"),
+]
+
+
+@pytest.mark.parametrize("old, new, field, says", CASES, ids=[c[2] + f":{i}" for i, c in enumerate(CASES)])
+def test_a_fact_the_file_contradicts_is_refused_at_its_line(old, new, field, says):
+    text = edit(old, new)
+    problems = problems_of(text) + criteria_problems(text)
+    hits = [p for p in problems if f": {field}: " in p and says in p]
+    assert hits, problems
+    assert any(f"edited.yaml:{line_of(text, new.strip().splitlines()[0])}:" in p for p in hits), hits
+
+
+def criteria_problems(text: str) -> list[str]:
+    """What invoke check adds with the scenario names (the model layer does not read the features)."""
+    from clusterbook.commands.acceptance import scenarios
+    from clusterbook.model.crosscheck import criteria_findings
+    from clusterbook.model.loader import validate_document
+    from clusterbook.model.problems import InputError
+    from clusterbook.model.schema import Cluster
+    from clusterbook.model.yamlsource import parse_yaml
+    doc = parse_yaml(text, "edited.yaml")
+    try:
+        cluster = validate_document(doc, Cluster)
+    except InputError:
+        return []
+    return [str(doc.problem(p, m)) for p, m in criteria_findings(cluster, {s.name for s in scenarios()})]
