@@ -7,7 +7,16 @@ import ipaddress
 import re
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from clusterbook.model.valuetypes import (
     AbsPath,
@@ -651,23 +660,30 @@ class Targets(Strict):
     recovery_s: Level | None = Field(None, description="answer again after a worker crash, seconds, lower is better")
     api_response_s: Level | None = Field(None, description="a short request answers within, seconds, lower is better")
 
-    @model_validator(mode="after")
-    def _ordered(self) -> Targets:
-        for metric in LOWER_IS_BETTER | HIGHER_IS_BETTER:
-            level = getattr(self, metric)
-            if level is None:
-                continue
-            if metric == "gpu_util_pct" and max(level.target, level.acceptable, level.critical) > 100:
-                raise ValueError(f"{metric}: a utilisation is at most 100 %")
-            lo_first = metric in LOWER_IS_BETTER
-            seq = [level.target, level.acceptable, level.critical]
-            if seq != sorted(seq, reverse=not lo_first):
-                order = "target <= acceptable <= critical" if lo_first else "target >= acceptable >= critical"
-                raise ValueError(f"{metric}: levels must be ordered {order}")
-        return self
+    @field_validator("decode_tps", "ttft_s", "gpu_util_pct", "gpu_mem_gib", "fabric_gbps", "recovery_s",
+                     "api_response_s")
+    @classmethod
+    def _meaningful(cls, level: Level | None, info: ValidationInfo) -> Level | None:
+        """Each metric's levels within what it can mean, ordered from the best."""
+        if level is None:
+            return level
+        metric = info.field_name
+        if max(level.target, level.acceptable, level.critical) > LEVEL_MAX[metric][0]:
+            most, unit = LEVEL_MAX[metric]
+            raise ValueError(f"a level is at most {most:,} {unit}")
+        lo_first = metric in LOWER_IS_BETTER
+        seq = [level.target, level.acceptable, level.critical]
+        if seq != sorted(seq, reverse=not lo_first):
+            raise ValueError("levels must be ordered " + ("target <= acceptable <= critical" if lo_first
+                                                          else "target >= acceptable >= critical"))
+        return level
 
 
 LOWER_IS_BETTER = {"ttft_s", "gpu_mem_gib", "recovery_s", "api_response_s"}
+LEVEL_MAX = {  # the most a level can mean: past it, a target is a typo (or an alert that waits for ever)
+    "decode_tps": (100_000, "tok/s"), "ttft_s": (3_600, "s"), "gpu_util_pct": (100, "%"),
+    "gpu_mem_gib": (4_096, "GiB"), "fabric_gbps": (10_000, "Gbit/s"), "recovery_s": (86_400, "s (a day)"),
+    "api_response_s": (3_600, "s")}
 HIGHER_IS_BETTER = {"decode_tps", "gpu_util_pct", "fabric_gbps"}
 
 

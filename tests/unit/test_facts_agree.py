@@ -1,13 +1,15 @@
 """Facts the cluster file states that must agree with each other and with what clusterbook knows (issue 44): an OS
 family from its id, the site's QoS for the tiers, ports SLURM and Alertmanager hold, specific listen addresses,
-node names unique in any case, criteria naming real scenarios."""
+node names unique in any case, criteria naming real scenarios, levels within what they can mean."""
 
 import pytest
 
-from .test_path_roles import edit, line_of, problems_of
+from .test_path_roles import ROOT, edit, line_of, problems_of
 
 FAST_JOB = "slurm: {partition: gpu_ai, qos: ai_opportunistic, mem: 64G"
 CASES = [  # (old text of cluster.yaml, new text, field named, what the message says)
+    ("recovery_s: {target: 30, acceptable: 60, critical: 360}", "recovery_s: {target: 30, acceptable: 60, "
+     "critical: 999999}", "targets[0].recovery_s", "a level is at most 86,400 s"),
     ("os: &rocky {family: el, id: rocky,", "os: &rocky {family: debian, id: rocky,", "nodes[vasp-01].os",
      "not a debian system"),
     ("os: &rocky {family: el, id: rocky,", "os: &rocky {family: el, id: gentoo,", "nodes[vasp-01].os",
@@ -49,3 +51,13 @@ def criteria_problems(text: str) -> list[str]:
     except InputError:
         return []
     return [str(doc.problem(p, m)) for p, m in criteria_findings(cluster, {s.name for s in scenarios()})]
+
+
+def test_an_alert_waits_whole_seconds(tmp_path):
+    from clusterbook.model.loader import load_cluster
+    from clusterbook.pure.render.artifacts import render_artifacts
+    (tmp_path / "patches").symlink_to(ROOT / "patches")
+    (tmp_path / "cluster.yaml").write_text(edit("recovery_s: {target: 30, acceptable: 60, critical: 360}",
+                                                "recovery_s: {target: 30, acceptable: 60, critical: 86399.5}"))
+    rules = [a.text for a in render_artifacts(load_cluster(tmp_path / "cluster.yaml")) if "alert: TierDown" in a.text]
+    assert rules and all("for: 86400s" in r and "e+" not in r for r in rules)

@@ -5,6 +5,7 @@ tests that prove each alert fires past its threshold and stays quiet inside it."
 from __future__ import annotations
 
 import json
+import math
 import posixpath
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
@@ -203,6 +204,7 @@ def waits_beside(c: Cluster) -> dict[str, list[str]]:
 def _tier_alerts(c: Cluster, tier: RouterTier | RpcTier, targets, n: int, partners: list[str]) -> list[Alert]:
     name, label = tier.name, {"tier": tier.name}
     recovery = c.recovery_level(name).critical
+    hold = f"{math.ceil(recovery)}s"  # promtool reads whole seconds; 1e+06s it refuses
     down = f"tier {name} has not answered for {recovery:g} s (its recovery target's critical level)"
     trouble = _entry(c, "rpc-worker-down" if isinstance(tier, RpcTier) else "gateway-connection-refused")
     probe = f'clusterbook_tier_healthy{{tier="{name}"}}'
@@ -225,14 +227,14 @@ def _tier_alerts(c: Cluster, tier: RouterTier | RpcTier, targets, n: int, partne
 
     if isinstance(tier, RouterTier):  # metrics come per loaded model: the probe's /health tells whether it is down
         bad = [_series(probe, f"0x{n}")]
-        cases = [Alert(_rule("TierDown", f"{fresh(c, probe, '== 0')}{unless}", f"{recovery:g}s", "critical", label,
+        cases = [Alert(_rule("TierDown", f"{fresh(c, probe, '== 0')}{unless}", hold, "critical", label,
                              down, trouble),
                        bad + alone, [_series(probe, f"1x{n}"), left(probe, 0)], quiet=quiet(bad))]
     else:
         scrape = f'up{{job="{job(tier)}"}}'
         # down, beside an up target of an earlier configuration whose last sample is still in the lookback
         bad = [_series(scrape, f"0x{n}"), _series(f'up{{job="{job(tier)}", instance="left"}}', f"1 _x{n}")]
-        cases = [Alert(_rule("TierDown", f"absent({fresh_up(c, job(tier))}){unless}", f"{recovery:g}s", "critical",
+        cases = [Alert(_rule("TierDown", f"absent({fresh_up(c, job(tier))}){unless}", hold, "critical",
                              label, down, trouble),
                        bad + alone, [_series(scrape, f"1x{n}")],
                        wait_m=_minutes(f"{3 * c.monitoring.scrape_interval_s}s"),
@@ -241,12 +243,12 @@ def _tier_alerts(c: Cluster, tier: RouterTier | RpcTier, targets, n: int, partne
         registered, pending = (f'clusterbook_tier_{what}{{tier="{name}"}}' for what in ("registered", "pending"))
         job_name = topo.units(tier).job
         cases += [
-            Alert(_rule("EndpointMissing", f"{fresh(c, registered, '== 0')}{unless}", f"{recovery:g}s", "critical",
+            Alert(_rule("EndpointMissing", f"{fresh(c, registered, '== 0')}{unless}", hold, "critical",
                         label, f"tier {name} has had no record in the endpoint registry for {recovery:g} s: its job "
                         "does not run, or has not registered", _entry(c, "job-not-starting")),
                   [_series(registered, f"0x{n}"), *alone], [_series(registered, f"1x{n}"), left(registered, 0)],
                   quiet=quiet([_series(registered, f"0x{n}")])),
-            Alert(_rule("TierPending", f"{fresh(c, pending, '== 1')}{waiting}", f"{recovery:g}s", "warning", label,
+            Alert(_rule("TierPending", f"{fresh(c, pending, '== 1')}{waiting}", hold, "warning", label,
                         f"SLURM has held tier {name}'s job ({job_name}) pending for {recovery:g} s",
                         _entry(c, "job-not-starting")),
                   [_series(pending, f"1x{n}"), *alone], [_series(pending, f"0x{n}"), left(pending, 1)],
