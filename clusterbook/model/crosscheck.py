@@ -37,7 +37,7 @@ def check_cluster(c: Cluster) -> list[Finding]:
     for rule in (_networks, _nodes, _hostnames, _jumps, _engine, _models, _tiers, _contexts, _ports, _router, _gateway,
                  _on_demand, _co_reside, _targets, _unique_ids, _slurm, path_role_findings, folder_findings,
                  legacy_findings, _memory_max,
-                 _compilers, _alert_receivers, _monitoring_releases):
+                 _compilers, _alert_receivers, _monitoring_releases, _fetched_over_https):
         findings.extend(rule(c))
     return findings
 
@@ -406,6 +406,23 @@ def _on_demand(c: Cluster) -> list[Finding]:
                                "gateway's wake service marks a released tier wanted for the keeper, so both must "
                                "share a node"))
     return out
+
+
+def _fetched_over_https(c: Cluster) -> list[Finding]:
+    """What a production cluster's nodes download comes over https (its sha256 pins the bytes; https also keeps a
+    network in between from stalling or steering the download); a lab's or example's may use http."""
+    if c.cluster.kind != "production":
+        return []
+    fetched: list[tuple[Path, str | None]] = [(("engine", "release_url"), c.engine.release_url)]
+    if c.engine.source:
+        fetched.append((("engine", "source", "tarball"), c.engine.source.tarball))
+    fetched += [(("models", i, "source", "base_url"), m.source.base_url) for i, m in enumerate(c.models) if m.source]
+    if c.monitoring and c.monitoring.el_releases:
+        fetched += [(("monitoring", "el_releases", name, "url"), getattr(c.monitoring.el_releases, name).url)
+                    for name in type(c.monitoring.el_releases).model_fields
+                    if getattr(c.monitoring.el_releases, name) is not None]
+    return [(where, f"{url}: a production cluster's nodes download over https") for where, url in fetched
+            if url and not url.startswith("https://")]
 
 
 def _monitoring_releases(c: Cluster) -> list[Finding]:

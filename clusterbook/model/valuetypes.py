@@ -89,6 +89,9 @@ def _url(value: str) -> str:
     parts = urlsplit(value)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValueError("must be an http:// or https:// URL with a host")
+    if "@" in parts.netloc:
+        raise ValueError("must not carry credentials (user:password@): the docs, the logs and every node's command "
+                         "lines would show them")
     _host(parts.hostname)
     return value
 

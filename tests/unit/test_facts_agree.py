@@ -7,7 +7,12 @@ import pytest
 from .test_path_roles import ROOT, edit, line_of, problems_of
 
 FAST_JOB = "slurm: {partition: gpu_ai, qos: ai_opportunistic, mem: 64G"
+SOURCE = "source: {repo: mradermacher/OR1-Behemoth-GGUF, files: [OR1-Behemoth.Q4_K_M.gguf]}"
 CASES = [  # (old text of cluster.yaml, new text, field named, what the message says)
+    (SOURCE, SOURCE.replace("{repo:", '{base_url: "http://huggingface.co", repo:'),
+     "models[OR1-Behemoth].source.base_url", "download over https"),
+    (SOURCE, SOURCE.replace("{repo:", '{base_url: "https://me:secret@huggingface.co", repo:'),
+     "models[OR1-Behemoth].source.base_url", "must not carry credentials"),
     ("recovery_s: {target: 30, acceptable: 60, critical: 360}", "recovery_s: {target: 30, acceptable: 60, "
      "critical: 999999}", "targets[0].recovery_s", "a level is at most 86,400 s"),
     ("os: &rocky {family: el, id: rocky,", "os: &rocky {family: debian, id: rocky,", "nodes[vasp-01].os",
