@@ -9,6 +9,9 @@ from .test_path_roles import ROOT, edit, line_of, problems_of
 FAST_JOB = "slurm: {partition: gpu_ai, qos: ai_opportunistic, mem: 64G"
 SOURCE = "source: {repo: mradermacher/OR1-Behemoth-GGUF, files: [OR1-Behemoth.Q4_K_M.gguf]}"
 CASES = [  # (old text of cluster.yaml, new text, field named, what the message says)
+    ("    ctx_size: 32768\n    parallel: 1\n    threads: 40\n    systemd: {restart: always, restart_sec: 10, "
+     "limit_nofile: 65535}\n", "    parallel: 64\n    ctx_size: 256\n    threads: 40\n    systemd: {restart: "
+     "always, restart_sec: 10, limit_nofile: 65535}\n", "tiers[fast].parallel", "4 each, fewer than 1,024"),
     (SOURCE, SOURCE.replace("{repo:", '{base_url: "http://huggingface.co", repo:'),
      "models[OR1-Behemoth].source.base_url", "download over https"),
     (SOURCE, SOURCE.replace("{repo:", '{base_url: "https://me:secret@huggingface.co", repo:'),
@@ -66,3 +69,13 @@ def test_an_alert_waits_whole_seconds(tmp_path):
                                                 "recovery_s: {target: 30, acceptable: 60, critical: 86399.5}"))
     rules = [a.text for a in render_artifacts(load_cluster(tmp_path / "cluster.yaml")) if "alert: TierDown" in a.text]
     assert rules and all("for: 86400s" in r and "e+" not in r for r in rules)
+
+
+def test_a_split_that_leaves_a_worker_no_layer_is_refused():
+    """1,000,000:1:1 over the seeds' three GPUs: the last worker holds nothing and still costs a hop per token."""
+    from ..conftest import seeds_placement
+    text = seeds_placement((ROOT / "cluster.yaml").read_text()).replace(
+        "tensor_split: {vasp-01: 26, vasp-02: 27, vasp-03: 27}",
+        "tensor_split: {vasp-01: 1000000, vasp-02: 1, vasp-03: 1}")
+    problems = problems_of(text)
+    assert any(": tiers[reasoning].tensor_split: " in p and "RPC1 on vasp-03 no layer" in p for p in problems), problems

@@ -27,7 +27,12 @@ def problems_of(text: str) -> list[str]:
         cluster = validate_document(doc, Cluster)
     except InputError as e:
         return [str(p) for p in e.problems]
-    return [str(doc.problem(p, m)) for p, m in check_cluster(cluster)]
+    found = check_cluster(cluster)
+    if not found:  # then the plan's findings, as invoke check adds them
+        from clusterbook.pure.planner.capacity import plan_cluster
+        from clusterbook.pure.planner.findings import plan_findings
+        found = plan_findings(cluster, plan_cluster(cluster))
+    return [str(doc.problem(p, m)) for p, m in found]
 
 
 def line_of(text: str, needle: str) -> int:

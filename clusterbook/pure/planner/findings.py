@@ -27,6 +27,9 @@ class ClaimVerdict:
         return {"weights_gb": "GB", "decode_tps": "tok/s", "context": "tokens"}[self.claim.metric]
 
 
+MIN_SLOT_CTX = 1024  # tokens a server slot keeps at least: below it a request's prompt and answer do not fit
+
+
 class ClaimPlans(dict):
     """The tiers' plans, and each tier's plan with a claim's model once it is made: many claims of one model and
     tier plan it once (a file of 10,000 claims checks in linear time)."""
@@ -61,6 +64,14 @@ def plan_findings(c: Cluster, plans: dict[str, TierPlan], cplan=None) -> list[tu
     out: list[tuple[Path, str]] = []
     for i, tier in enumerate(c.tiers):
         plan = plans[tier.name]
+        idle = [d for d in plan.devices if d.blocks == 0 and not d.output]
+        if isinstance(tier, RpcTier) and idle:
+            out.append((("tiers", i, "tensor_split"), f"tier {tier.name}'s split gives {idle[0].device} on "
+                        f"{idle[0].node} no layer: a worker that holds nothing still costs a hop per token"))
+        if tier.ctx_size // tier.parallel < MIN_SLOT_CTX:
+            out.append((("tiers", i, "parallel"), f"{tier.parallel} slots share {tier.ctx_size:,} tokens: "
+                        f"{tier.ctx_size // tier.parallel:,} each, fewer than {MIN_SLOT_CTX:,} (a prompt and "
+                        "its answer); give fewer slots or a larger context"))
         for d in plan.devices:
             if not d.fits:
                 where = f"{d.device} on {d.node}" + (f" ({d.gpu})" if d.gpu else "")
