@@ -1,5 +1,7 @@
 """invoke tasks: parse arguments, call clusterbook.commands. No logic lives here."""
 
+import sys
+
 from invoke import Collection, task
 
 from clusterbook import commands
@@ -156,11 +158,12 @@ def _any_tier_task(action, doc):
     return run
 
 
-# deploy.<tier>, stop.<tier>, restart.<tier>, … for the tiers of the configured cluster file (clusterbook.cluster:
-# invoke's configuration files and INVOKE_CLUSTERBOOK_CLUSTER, as clusterbook/commands/settings.py reads them; invoke
-# makes its task list before it parses the command line); `deploy.tier --tier NAME` reaches any tier of any file
+# deploy.<tier>, stop.<tier>, restart.<tier>, … for the tiers of the command line's --cluster file, else the
+# configured one (clusterbook.cluster: invoke's configuration files and INVOKE_CLUSTERBOOK_CLUSTER, as
+# clusterbook/commands/settings.py reads them; invoke makes its task list before it parses the command line);
+# `deploy.tier --tier NAME` reaches any tier of any file
 collections = {name: Collection(name) for name in ("deploy", "models", "stop", "restart", "restore")}
-for _op in commands.task_operations(commands.default_cluster()):
+for _op in commands.command_line_operations(sys.argv):
     collections[_op.collection].add_task(_operation_task(_op))
 collections["deploy"].add_task(_any_tier_task("deploy", "Deploy any tier of the cluster file by name (--tier NAME)."))
 

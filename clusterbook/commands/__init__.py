@@ -15,7 +15,7 @@ WHERE = {  # name tasks.py uses -> (module under clusterbook.commands, or a full
     "preflight": ("preflight", "preflight"),
     **{n: ("lab", n) for n in ("lab_down", "lab_restart", "lab_status", "lab_up", "ssh_command")},
     **{n: ("runbooks", n) for n in ("logs", "run_named", "run_operation", "run_runbook", "status")},
-    **{n: ("tasklist", n) for n in ("default_cluster", "task_operations")},
+    **{n: ("tasklist", n) for n in ("default_cluster", "task_operations", "command_line_operations")},
     "LAB_CLUSTER": ("settings", "LAB_CLUSTER"),
     "LAB_SLURM_CLUSTER": ("settings", "LAB_SLURM_CLUSTER"),
     "SETTINGS_DEFAULTS": ("settings", "DEFAULTS"),
