@@ -22,6 +22,7 @@ from clusterbook.effects.benchmark import (
     markdown,
     run_bench,
 )
+from clusterbook.effects.connections import connect
 from clusterbook.effects.console import Failed, console
 from clusterbook.effects.fabric import measure
 from clusterbook.effects.probes import api_key
@@ -29,7 +30,6 @@ from clusterbook.effects.recovery import PAGE_CACHE, run_case
 from clusterbook.effects.rehearsal import Rehearsal, gpu_assignment, head_first_gpu, localize
 from clusterbook.effects.splitcost import SplitCost, engine_decode, fits_one_device, served_decode
 from clusterbook.effects.splitcost import markdown as split_markdown
-from clusterbook.effects.ssh import SshTransport
 from clusterbook.effects.tuning import change_to_make
 from clusterbook.effects.tuning import tune as run_tune
 from clusterbook.model.loader import load_cluster
@@ -83,7 +83,7 @@ def bench(s: Settings, cluster_file: str, tier_name: str | None, quick: bool) ->
     cluster = load_cluster(cluster_file)
     tier = _bench_tier(cluster, tier_name)
     model = tier.models[0] if tier.kind == "router" else tier.model
-    key = api_key(SshTransport(cluster), cluster, tier)
+    key = api_key(connect(cluster), cluster, tier)
     options = {"repeats": 1, "tokens": 32, "clients": (1, 2), "contexts": (128,)} if quick else {}
     with console.status("bench …") as status:
         report = run_bench(topo.endpoint_url(cluster, tier), model, key, tier.name,
@@ -222,7 +222,7 @@ def recovery(s: Settings, cluster_file: str, tier_name: str | None, cases: tuple
     tier = _bench_tier(cluster, tier_name)
     if not isinstance(tier, RpcTier):
         raise Failed(f"tier {tier.name} has no RPC workers: bench.recovery disrupts an RPC tier")
-    transport = SshTransport(cluster)
+    transport = connect(cluster)
     predicted = load_json(cluster, tier, plan_tier(cluster, tier))
     predicted_load = predict_load(cluster, tier, plan_tier(cluster, tier)).load_s  # unrounded, for the ratio
     target = cluster.recovery_level(tier.name).target
@@ -293,7 +293,7 @@ def fabric(s: Settings, cluster_file: str, tier_name: str | None, seconds: int) 
     if not tiers:
         raise Failed(f"no RPC tier{' named ' + tier_name if tier_name else ''} in {cluster_file}: the fabric carries "
                      "RPC traffic between a head and its workers")
-    transport = SshTransport(cluster)
+    transport = connect(cluster)
     network = cluster.networks[cluster.rpc_network]
     links, verdicts = [], []
     for tier in tiers:

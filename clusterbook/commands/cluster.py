@@ -13,9 +13,9 @@ from rich.table import Table
 
 from clusterbook.commands import acceptance
 from clusterbook.commands.arguments import tier_named
+from clusterbook.effects.connections import connect
 from clusterbook.effects.console import Failed, console
 from clusterbook.effects.files import write_tree
-from clusterbook.effects.ssh import SshTransport
 from clusterbook.effects.validators import MissingTools, validate
 from clusterbook.model.crosscheck import criteria_findings
 from clusterbook.model.loader import load_cluster, load_cluster_document
@@ -231,7 +231,7 @@ def models_hash(cluster_file: str) -> None:
     for node in cluster.nodes:
         for model in models_for_host(cluster, node.name):
             holder.setdefault(model.id, node.name)
-    transport = SshTransport(cluster)
+    transport = connect(cluster)
 
     def one(model_id: str) -> tuple[str, str, str]:
         model, node = cluster.model(model_id), holder[model_id]

@@ -9,8 +9,8 @@ from concurrent.futures import ThreadPoolExecutor
 from rich.table import Table
 
 from clusterbook.commands.arguments import nodes_named
+from clusterbook.effects.connections import connect
 from clusterbook.effects.console import Failed, console
-from clusterbook.effects.ssh import SshTransport
 from clusterbook.effects.transport import Result
 from clusterbook.model.loader import load_cluster
 from clusterbook.pure.preflight import Check, facts_command, judge, parse_facts
@@ -26,7 +26,7 @@ def judged(cluster, node: str, out: Result, asked_at: float) -> list[Check]:
 
 def preflight_checks(cluster, nodes: list[str]) -> list:
     """Run the facts command on each node at once and judge what it printed against the cluster file."""
-    transport = SshTransport(cluster)
+    transport = connect(cluster)
 
     def one(node: str) -> list[Check]:
         started = time.time()

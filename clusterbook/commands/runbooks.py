@@ -12,11 +12,11 @@ from clusterbook.commands.arguments import nodes_named, tier_named
 from clusterbook.commands.preflight import judged, print_preflight
 from clusterbook.commands.reportstamp import file_digest
 from clusterbook.commands.settings import Settings
+from clusterbook.effects.connections import connect
 from clusterbook.effects.console import Failed, console
 from clusterbook.effects.executor import Executor
 from clusterbook.effects.probes import prometheus_query
 from clusterbook.effects.reporters import ConsoleReporter, RunLog, dry_run, recap, step_times
-from clusterbook.effects.ssh import SshTransport
 from clusterbook.effects.verified import state_dir
 from clusterbook.model.loader import load_cluster
 from clusterbook.pure import generations as gen
@@ -52,7 +52,7 @@ def run_runbook(s: Settings, runbook_id: str, cluster_file: str, tier: str | Non
     log = s.runs / f"{stamp}-{cluster.cluster.name}-{runbook_id}{'-' + tier if tier else ''}.jsonl"
     started = _time.monotonic()
     recording = generation_recording(cluster, cluster_file, expansion) if expansion.generation else None
-    executor = Executor(SshTransport(cluster), deployed, [ConsoleReporter(), RunLog(log)], recording=recording)
+    executor = Executor(connect(cluster), deployed, [ConsoleReporter(), RunLog(log)], recording=recording)
     known = None
     if preflight and hosts:  # the preflight's facts travel in the look-ahead's round trip (both only read)
         with console.status(f"preflight of {', '.join(hosts)} …"):
@@ -178,7 +178,7 @@ def decode_text(tokens: str | None, seconds: str | None) -> str:
 def _live_figures(cluster) -> None:
     """Each tier's decode speed and requests in flight, and each GPU's memory, as Prometheus has them now."""
 
-    transport = SshTransport(cluster)
+    transport = connect(cluster)
     try:
         age = prometheus_query(transport, cluster,
                                f'time() - max(node_textfile_mtime_seconds{{file=~".*{PROBE_TEXTFILE}"}})')

@@ -12,10 +12,10 @@ from typing import Protocol
 
 from rich.table import Table
 
+from clusterbook.effects.connections import connect
 from clusterbook.effects.console import Failed, console
 from clusterbook.effects.executor import Executor
 from clusterbook.effects.reporters import ConsoleReporter, RunLog
-from clusterbook.effects.ssh import SshTransport
 from clusterbook.effects.verified import listings, mark_verified, remember_verified, state_dir, verified_file
 from clusterbook.model.loader import load_cluster
 from clusterbook.model.problems import InputError
@@ -103,7 +103,7 @@ class ChangeEngine:
         started = time.monotonic()
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
         log = self.runs / f"{stamp}-{cluster.cluster.name}-rollback-{unit}.jsonl"
-        report = Executor(SshTransport(cluster), state_dir(cluster) / "deployed",
+        report = Executor(connect(cluster), state_dir(cluster) / "deployed",
                           [ConsoleReporter(), RunLog(log)]).run(ch.rollback_expansion(cluster, unit, chosen))
         if report.failure:
             return Rollback(restored, time.monotonic() - started, False, report.failure)

@@ -6,8 +6,8 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from clusterbook.effects.connections import connect
 from clusterbook.effects.console import Failed
-from clusterbook.effects.ssh import SshTransport
 from clusterbook.model.schema import Cluster
 from clusterbook.pure import generations as gen
 
@@ -35,7 +35,7 @@ def remember_verified(cluster_file: str, cluster: Cluster) -> None:
 
 def on_each(cluster: Cluster, hosts: list[str], command_of) -> dict[str, str]:
     """A command per host, in parallel, over SSH; each host's stdout (a failure ends the command, naming it)."""
-    transport = SshTransport(cluster)
+    transport = connect(cluster)
     with ThreadPoolExecutor(max_workers=max(1, len(hosts))) as pool:
         results = list(pool.map(lambda h: transport.run(h, command_of(h), timeout=60), hosts))
     bad = [r for r in results if not r.ok]

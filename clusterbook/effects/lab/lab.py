@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from clusterbook.effects.connections import connect
 from clusterbook.effects.console import Failed
 from clusterbook.effects.lab import machines, network
 from clusterbook.effects.lab.llama_build import sdist
@@ -18,7 +19,6 @@ from clusterbook.effects.lab.machines import STATE, Machine
 from clusterbook.effects.lab.models import TinyModel, write_model
 from clusterbook.effects.lab.progress import step
 from clusterbook.effects.lab.rootfs import ensure_rootfs
-from clusterbook.effects.ssh import SshTransport
 from clusterbook.model.schema import Cluster
 
 REQUIRED = {"systemd-nspawn": "systemd-container", "debootstrap": "debootstrap", "ip": "iproute2",
@@ -58,7 +58,7 @@ class Lab:
         self.c = cluster
         self.base_dir = base_dir
         self.state = STATE / cluster.cluster.name
-        self.ssh = SshTransport(cluster, base_dir)
+        self.ssh = connect(cluster, base_dir)
 
     def machine(self, name: str) -> Machine:
         return Machine(self.c.cluster.name, name)
