@@ -17,7 +17,7 @@ from clusterbook.effects.connections import connect
 from clusterbook.effects.console import Failed, console
 from clusterbook.effects.files import write_tree
 from clusterbook.effects.validators import MissingTools, validate
-from clusterbook.model.crosscheck import criteria_findings
+from clusterbook.model.fixlint import criteria_findings
 from clusterbook.model.loader import load_cluster, load_cluster_document
 from clusterbook.model.problems import InputError, Problem
 from clusterbook.model.schema import CacheType

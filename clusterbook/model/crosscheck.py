@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import ipaddress
-import re
 from collections import Counter
 
+from clusterbook.model.fixlint import fix_lint
 from clusterbook.model.hosts import build_node, resolve_hosts
 from clusterbook.model.ownedpaths import folder_findings, legacy_findings
 from clusterbook.model.pathroles import path_role_findings
+from clusterbook.model.portcheck import port_findings
 from clusterbook.model.problems import Path
 from clusterbook.model.quantization import SIZE_TOLERANCE, weights_bytes
-from clusterbook.model.readonly import not_read_only
 from clusterbook.model.schema import (  # noqa: F401 (re-exported)
     FLASH_ATTN_MIN_CC,
     FLASH_ATTN_PROVEN_CC,
@@ -26,18 +26,15 @@ from clusterbook.model.schema import (  # noqa: F401 (re-exported)
 from clusterbook.model.templating import template_error
 
 Finding = tuple[Path, str]
-SSH_PORT = 22
-SLURMCTLD_PORT, SLURMD_PORT, SLURMDBD_PORT = 6817, 6818, 6819
-ALERTMANAGER_CLUSTER_PORT = 9094  # its gossip port, open by default
 
 
 def check_cluster(c: Cluster) -> list[Finding]:
     """Every cross-field problem of a schema-valid cluster, as (path, message)."""
     findings: list[Finding] = []
-    for rule in (_networks, _nodes, _hostnames, _jumps, _engine, _models, _tiers, _contexts, _ports, _router, _gateway,
-                 _on_demand, _co_reside, _targets, _unique_ids, _slurm, path_role_findings, folder_findings,
-                 legacy_findings, _memory_max,
-                 _compilers, _alert_receivers, _monitoring_releases, _fetched_over_https):
+    for rule in (_networks, _nodes, _hostnames, _jumps, _engine, _models, _tiers, _contexts, port_findings, _router,
+                 _gateway, _on_demand, _co_reside, _targets, _unique_ids, _slurm, path_role_findings, folder_findings,
+                 legacy_findings, _memory_max, _compilers, _alert_receivers, _monitoring_releases,
+                 _fetched_over_https):
         findings.extend(rule(c))
     return findings
 
@@ -295,52 +292,6 @@ def _rpc_tier(c: Cluster, tier: RpcTier, base: Path, nodes: dict, models: set, r
     return out
 
 
-def _ports(c: Cluster) -> list[Finding]:
-    """No two services may listen on the same port of one node."""
-    used: dict[tuple[str, int], str] = {}
-    out: list[Finding] = []
-
-    def claim(node: str, port: int, what: str, path: Path) -> None:
-        if (node, port) in used:
-            out.append((path, f"port {port} on {node} is already used by {used[(node, port)]}"))
-        else:
-            used[(node, port)] = what
-
-    for node in c.nodes:  # the ports the cluster's own services hold come first: a tier cannot take them
-        claim(node.name, SSH_PORT, "sshd (clusterbook reaches every node through it)", ("nodes",))
-    if any(t.manager == "slurm" for t in c.tiers):  # SLURM's own daemons (slurm.conf's defaults)
-        for node in c.nodes:
-            claim(node.name, SLURMD_PORT, "slurmd", ("nodes",))
-        if c.slurm_controller:
-            claim(c.slurm_controller, SLURMCTLD_PORT, "slurmctld", ("nodes",))
-            claim(c.slurm_controller, SLURMDBD_PORT, "slurmdbd", ("nodes",))
-    if c.monitoring:
-        claim(c.monitoring.node, ALERTMANAGER_CLUSTER_PORT, "Alertmanager's cluster port", ("monitoring",))
-    if c.gateway:
-        for j, route in enumerate(c.gateway.routes):
-            claim(c.gateway.node, route.port, f"gateway route {route.path}", ("gateway", "routes", j, "port"))
-        if c.gateway.path_port:
-            claim(c.gateway.node, c.gateway.path_port, "the gateway's path port", ("gateway", "path_port"))
-        if c.gateway.docs_port:
-            claim(c.gateway.node, c.gateway.docs_port, "the gateway's docs port", ("gateway", "docs_port"))
-        if any(t.on_demand for t in c.tiers):
-            claim(c.gateway.node, c.gateway.wake_port, "the gateway's wake service", ("gateway", "wake_port"))
-    if c.monitoring:
-        m = c.monitoring
-        claim(m.node, m.port, "Prometheus", ("monitoring", "port"))
-        claim(m.node, m.alertmanager_port, "Alertmanager", ("monitoring", "alertmanager_port"))
-        for node in c.nodes:
-            claim(node.name, m.node_exporter_port, "the node exporter", ("monitoring", "node_exporter_port"))
-    for i, tier in enumerate(c.tiers):
-        if isinstance(tier, RouterTier):
-            claim(tier.node, tier.port, f"tier {tier.name}", ("tiers", i, "port"))
-        else:
-            claim(tier.head, tier.port, f"tier {tier.name} (head)", ("tiers", i, "port"))
-            for w in tier.workers:
-                claim(w, tier.rpc_port, f"tier {tier.name} (RPC worker)", ("tiers", i, "rpc_port"))
-    return out
-
-
 def _router(c: Cluster) -> list[Finding]:
     if not c.router:
         return []
@@ -513,38 +464,6 @@ def _targets(c: Cluster) -> list[Finding]:
             if error := template_error(step.run):
                 out.append((("troubleshooting", i, "fix", j, "run"), error))
             out += [(("troubleshooting", i, "fix", j, "run"), problem) for problem in fix_lint(step.run, step.act)]
-    return out
-
-
-# how a command never returns, and a placeholder the operator would have to fill in at 3 a.m. (issue 32); what a
-# diagnosis may run is readonly.py's list
-UNBOUNDED = re.compile(r"\bwatch\s|\btail\s+(-\S*\s+)*-[a-zA-Z]*[fF]\b|\bjournalctl\b[^|;&]*\s-f\b|"
-                       r"\bnvidia-smi\b[^|;&]*\s-l(ms)?\b|\btop\b(?![^|;&]*\s-b)|\bping\s(?![^|;&]*\s-c)")
-PLACEHOLDER = re.compile(r"(?<![\w$.{-])(JOBID|JOB_ID|PID|NODE|HOSTNAME|TOKEN)(?![\w=])|=\.\.\.|<[a-z]+[ _-][a-z _-]*>")
-
-
-def criteria_findings(c: Cluster, scenario_names: set[str]) -> list[Finding]:
-    """A criterion names acceptance scenarios that exist (by name, in any case): a misspelt one checks nothing."""
-    known = {n.casefold() for n in scenario_names}
-    return [(("criteria", i, "scenarios", j), f"no acceptance scenario is named '{name}' (the {len(known)} "
-                                              "Scenario lines of tests/features/*.feature name them)")
-            for i, criterion in enumerate(c.criteria) for j, name in enumerate(criterion.scenarios)
-            if name.casefold() not in known]
-
-
-def fix_lint(run: str, act: bool) -> list[str]:
-    """What is wrong with a troubleshooting command as an operator would paste it: a diagnosis that acts, a command
-    that never returns (unless under `timeout`), a placeholder left to fill in."""
-    out = []
-    if not act and (part := not_read_only(run)):
-        out.append(f"'{part[:80]}' is not known to only read: mark the step act: true and say what it disturbs "
-                   "(disturbs: …), so the page shows it apart from the read-only diagnosis")
-    if (m := UNBOUNDED.search(run)) and not re.search(r"\btimeout\s+\d", run):
-        out.append(f"'{m.group(0).strip()}' never returns on its own: bound it (timeout 10 …, -n, a count) so the "
-                   "commands after it run")
-    if m := PLACEHOLDER.search(run):
-        out.append(f"'{m.group(0)}' is a placeholder the operator must fill in: compute it in the command "
-                   "(e.g. $(squeue -h -n JOB -o %i)) or take it from the cluster file")
     return out
 
 

@@ -48,7 +48,7 @@ def test_a_fact_the_file_contradicts_is_refused_at_its_line(old, new, field, say
 def criteria_problems(text: str) -> list[str]:
     """What invoke check adds with the scenario names (the model layer does not read the features)."""
     from clusterbook.commands.acceptance import scenarios
-    from clusterbook.model.crosscheck import criteria_findings
+    from clusterbook.model.fixlint import criteria_findings
     from clusterbook.model.loader import validate_document
     from clusterbook.model.problems import InputError
     from clusterbook.model.schema import Cluster

@@ -3,7 +3,7 @@ has nothing left to fill in; what acts is marked, and says what it disturbs."""
 
 import pytest
 
-from clusterbook.model.crosscheck import fix_lint
+from clusterbook.model.fixlint import fix_lint
 
 
 @pytest.mark.parametrize("run, act, expected", [

@@ -3,7 +3,7 @@ readonly.py's list (issue 44: pkill, find -delete and systemctl --no-block resta
 
 import pytest
 
-from clusterbook.model.crosscheck import fix_lint
+from clusterbook.model.fixlint import fix_lint
 from clusterbook.model.readonly import not_read_only
 
 READS = [

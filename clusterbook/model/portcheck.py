@@ -1,0 +1,58 @@
+"""Ports: no two services listen on one port of a node, and a tier never takes a port of a service clusterbook
+deploys or knows is there (sshd, SLURM's daemons, Alertmanager's cluster port)."""
+
+from __future__ import annotations
+
+from clusterbook.model.problems import Path
+from clusterbook.model.schema import Cluster, RouterTier
+
+Finding = tuple[Path, str]
+SSH_PORT = 22
+SLURMCTLD_PORT, SLURMD_PORT, SLURMDBD_PORT = 6817, 6818, 6819  # slurm.conf's defaults
+ALERTMANAGER_CLUSTER_PORT = 9094  # its gossip port, open by default
+
+
+def port_findings(c: Cluster) -> list[Finding]:
+    """No two services may listen on the same port of one node."""
+    used: dict[tuple[str, int], str] = {}
+    out: list[Finding] = []
+
+    def claim(node: str, port: int, what: str, path: Path) -> None:
+        if (node, port) in used:
+            out.append((path, f"port {port} on {node} is already used by {used[(node, port)]}"))
+        else:
+            used[(node, port)] = what
+
+    for node in c.nodes:  # the ports the cluster's own services hold come first: a tier cannot take them
+        claim(node.name, SSH_PORT, "sshd (clusterbook reaches every node through it)", ("nodes",))
+    if any(t.manager == "slurm" for t in c.tiers):  # SLURM's own daemons (slurm.conf's defaults)
+        for node in c.nodes:
+            claim(node.name, SLURMD_PORT, "slurmd", ("nodes",))
+        if c.slurm_controller:
+            claim(c.slurm_controller, SLURMCTLD_PORT, "slurmctld", ("nodes",))
+            claim(c.slurm_controller, SLURMDBD_PORT, "slurmdbd", ("nodes",))
+    if c.monitoring:
+        claim(c.monitoring.node, ALERTMANAGER_CLUSTER_PORT, "Alertmanager's cluster port", ("monitoring",))
+    if c.gateway:
+        for j, route in enumerate(c.gateway.routes):
+            claim(c.gateway.node, route.port, f"gateway route {route.path}", ("gateway", "routes", j, "port"))
+        if c.gateway.path_port:
+            claim(c.gateway.node, c.gateway.path_port, "the gateway's path port", ("gateway", "path_port"))
+        if c.gateway.docs_port:
+            claim(c.gateway.node, c.gateway.docs_port, "the gateway's docs port", ("gateway", "docs_port"))
+        if any(t.on_demand for t in c.tiers):
+            claim(c.gateway.node, c.gateway.wake_port, "the gateway's wake service", ("gateway", "wake_port"))
+    if c.monitoring:
+        m = c.monitoring
+        claim(m.node, m.port, "Prometheus", ("monitoring", "port"))
+        claim(m.node, m.alertmanager_port, "Alertmanager", ("monitoring", "alertmanager_port"))
+        for node in c.nodes:
+            claim(node.name, m.node_exporter_port, "the node exporter", ("monitoring", "node_exporter_port"))
+    for i, tier in enumerate(c.tiers):
+        if isinstance(tier, RouterTier):
+            claim(tier.node, tier.port, f"tier {tier.name}", ("tiers", i, "port"))
+        else:
+            claim(tier.head, tier.port, f"tier {tier.name} (head)", ("tiers", i, "port"))
+            for w in tier.workers:
+                claim(w, tier.rpc_port, f"tier {tier.name} (RPC worker)", ("tiers", i, "rpc_port"))
+    return out
