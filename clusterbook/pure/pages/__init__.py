@@ -1,0 +1,1 @@
+"""The docs site's generated sections, a module per group of pages."""

@@ -1,0 +1,224 @@
+"""The API page and the home page's quick start: base URLs, examples in curl and Python, clients'
+retries."""
+
+from __future__ import annotations
+
+import json
+import math
+
+from clusterbook.model.schema import Cluster, RouterTier, RpcTier
+from clusterbook.pure import topology as topo
+from clusterbook.pure.mdtext import text
+from clusterbook.pure.pages.markdown import code, slot_context, table, tabs
+from clusterbook.pure.planner.capacity import TierPlan, plan_cluster
+from clusterbook.pure.planner.loadtime import (
+    cold_start_at_most_s,
+    cold_start_s,
+    predict_load,
+    wait_cap_s,
+    whole_s,
+)
+from clusterbook.pure.planner.residency import exclusion_text, plan_residency
+
+
+def tier_summary(c: Cluster) -> str:
+    rows = []
+    for t in c.tiers:
+        nodes = ", ".join(t.nodes)
+        what = ", ".join(t.served_models)
+        kind = "router mode" if t.kind == "router" else "split over RPC"
+        manager = "SLURM job" if t.manager == "slurm" else "systemd"
+        rows.append([f"**{t.name}**", f"{kind}, {manager}", what, nodes, f"`{topo.client_url(c, t)}`"])
+    out = table(["tier", "how", "models", "nodes", "URL (the [API page](api.md) has the others)"], rows)
+    for sentence in exclusion_text(plan_residency(c, plan_cluster(c))):
+        out += f'\n!!! warning "Not at the same time"\n    {sentence} See the [capacity plan](capacity.md).\n'
+    return out
+
+
+def _example_request(c: Cluster, tier: RouterTier | RpcTier) -> tuple[str, str, int, str]:
+    """(base URL, model id, max_tokens, where the API key is found or "") of a tier's examples."""
+    model = tier.served_models[0]
+    url = topo.client_url(c, tier)
+    key = ""
+    if tier.api_key:
+        key = f"the file {tier.api_key.file}" if tier.api_key.file else f"${tier.api_key.env}"
+    # a reasoning model writes its chain of thought first: the seeds advise 500 tokens or more
+    tokens = 500 if c.model(model).reasoning_content else 100
+    return url, model, tokens, key
+
+
+def curl_example(c: Cluster, tier: RouterTier | RpcTier, stream: bool = False) -> str:
+    url, model, tokens, key = _example_request(c, tier)
+    auth = ' \\\n  -H "Authorization: Bearer $KEY"' if key else ""
+    body = {"model": model, "messages": [{"role": "user", "content": "Hello!"}], "max_tokens": tokens}
+    if stream:
+        body["stream"] = True
+    key_line = f"KEY=...  # the tier's API key: {key}\n" if key else ""
+    return code(f"{key_line}curl -s{'N' if stream else ''} {url}/v1/chat/completions \\\n"
+                f"  -H 'Content-Type: application/json'{auth} \\\n  -d '{json.dumps(body)}'")
+
+
+def client_retries(seconds: float) -> int:
+    """Retries the openai client needs to outlast `seconds`: it waits 0.5, 1, 2, 4, then at most 8 s between tries
+    (Retry-After instead when that is 60 s or less)."""
+    return 4 + max(0, math.ceil((seconds - 7.5) / 8))
+
+
+def python_example(c: Cluster, tier: RouterTier | RpcTier, recovery_s: float | None, stream: bool = False) -> str:
+    """The same request through the `openai` client; with retries that outlast the tier's predicted recovery."""
+    url, model, tokens, key = _example_request(c, tier)
+    lines = (["import os", ""] if key else []) + ["from openai import OpenAI", ""]
+    lines.append(f"# the tier's API key ({key}) in the environment as KEY" if key else
+                 "# the tier needs no key, but the client wants one")
+    api_key = 'os.environ["KEY"]' if key else '"none"'
+    options = f"base_url={json.dumps(url + '/v1')}, api_key={api_key}"
+    if recovery_s:
+        lines.append(f"# max_retries: the client's backoff outlasts a recovery of about {whole_s(recovery_s)} s")
+        options += f", max_retries={client_retries(recovery_s)}"
+    lines += ["client = OpenAI(" + ",\n                ".join(options.split(", ")) + ")"]
+    call = (f"client.chat.completions.create(model={json.dumps(model)}, max_tokens={tokens},\n"
+            '    messages=[{"role": "user", "content": "Hello!"}]' + (", stream=True)" if stream else ")"))
+    reasoning = c.model(model).reasoning_content
+    if stream:
+        lines += [f"for chunk in {call}:", "    delta = chunk.choices[0].delta"]
+        shown = 'getattr(delta, "reasoning_content", None) or delta.content' if reasoning else "delta.content"
+        lines += [f'    print({shown} or "", end="", flush=True)']
+    else:
+        lines += [f"reply = {call}"]
+        if reasoning:
+            lines += ['print(getattr(reply.choices[0].message, "reasoning_content", None))  # the chain of thought']
+        lines += ["print(reply.choices[0].message.content)"]
+    return code("\n".join(lines), "python")
+
+
+def example_response(c: Cluster, tier: RouterTier | RpcTier) -> str:
+    """The shape of llama-server's answer to a non-streamed chat completion, with the tier's model id."""
+    model = tier.served_models[0]
+    message = {"role": "assistant", "content": "<the answer>"}
+    if c.model(model).reasoning_content:
+        message["reasoning_content"] = "<the chain of thought>"
+    body = {"choices": [{"finish_reason": "stop", "index": 0, "message": message}], "created": "<unix time>",
+            "model": model, "system_fingerprint": f"b{c.engine.build}-...", "object": "chat.completion",
+            "usage": {"completion_tokens": "<n>", "prompt_tokens": "<n>", "total_tokens": "<n>"},
+            "id": "chatcmpl-...", "timings": {"prompt_n": "<n>", "prompt_ms": "<ms>", "prompt_per_second":
+                                              "<tokens/s>", "predicted_n": "<n>", "predicted_ms": "<ms>",
+                                              "predicted_per_second": "<tokens/s>"}}
+    return code(json.dumps(body, indent=2), "json")
+
+
+def quick_start(c: Cluster) -> str:
+    parts = []
+    for t in c.tiers:
+        parts.append(f"**{t.name}** — {text(t.description or t.kind)}\n\n{curl_example(c, t)}")
+    return "\n".join(parts)
+
+
+def _base_urls(c: Cluster, t: RouterTier | RpcTier) -> list[list[str]]:
+    rows = []
+    if topo.gateway_url(c, t.name):
+        rows.append(["through the gateway's Tailscale name (clients)", f"`{topo.gateway_url(c, t.name)}`"])
+    for route in (c.gateway.routes if c.gateway else []):
+        if route.tier == t.name:
+            for address in c.gateway.listen:
+                rows.append([f"through the gateway on {c.gateway.node}, the tier's own port",
+                             f"`http://{address}:{route.port}`"])
+            if c.gateway.path_port:
+                rows.append([f"through the gateway on {c.gateway.node}, by path",
+                             f"`http://{c.gateway.listen[0]}:{c.gateway.path_port}{route.path.rstrip('/')}`"])
+    where = ("where its SLURM job runs (the gateway follows it; the endpoint registry records it)"
+             if t.manager == "slurm" else "direct, on the tier's node (cluster networks only)")
+    rows.append([where, f"`{topo.endpoint_url(c, t)}`"])
+    return rows
+
+
+def tailnet_access(c: Cluster) -> str:
+    """Who may reach the published API: a Tailscale grant for the gateway's HTTPS port (tailscale serve)."""
+    if not c.gateway or not c.gateway.tailscale_name:
+        return ""
+    policy = {"tagOwners": {"tag:ai-gateway": ["autogroup:admin"]},
+              "grants": [{"src": ["group:ai-users"], "dst": ["tag:ai-gateway"], "ip": ["tcp:443"]}]}
+    return ("## Who can reach it\n\nThrough `tailscale serve`, every device of the tailnet reaches "
+            f"`{c.gateway.url}` by default. To let only some users in, tag {c.gateway.node} (`tag:ai-gateway` "
+            "below) and grant HTTPS to a group in the tailnet policy file (admin console, Access controls); "
+            "`group:ai-users` is yours to define:\n\n" + code(json.dumps(policy, indent=2), "json") +
+            '\n!!! warning "The gateway\'s own ports"\n    nginx also listens on ' +
+            ", ".join(f"`{a}`" for a in c.gateway.listen) + " (ports " +
+            ", ".join(str(r.port) for r in c.gateway.routes) + "): anyone on those networks passes the grant "
+            "by. The tiers' API key, where one is set, still applies.\n")
+
+
+def api(c: Cluster) -> str:
+    out = []
+    plans = plan_cluster(c)
+    for t in c.tiers:
+        base = topo.client_url(c, t)
+        out.append(f"## {t.name}\n")
+        if t.description:
+            out.append(f"{text(t.description)}\n")
+        out.append(table(["base URL", "reached"], [[u, w] for w, u in _base_urls(c, t)]))
+        out.append("\n**Model ids** (the `model` field of a request):\n")
+        out.append(table(["model id", "context (tokens)", "reasoning_content"],
+                         [[f"`{m}`", slot_context(t), "yes" if c.model(m).reasoning_content else "no"]
+                          for m in t.served_models]))
+        if isinstance(t, RouterTier):
+            most = f"at most {t.models_max} at once" if t.models_max else "no limit on how many at once"
+            out.append(f"\nRouter mode: a model loads on its first request ({most}); "
+                       "`GET /v1/models` shows which are loaded. A model id the tier does not serve gets an error "
+                       "naming it (see Troubleshooting, \"model not found\").\n")
+        out.append("\n**Endpoints**\n")
+        rows = [["`POST`", f"`{base}/v1/chat/completions`", "OpenAI-compatible chat completion"],
+                ["`GET`", f"`{base}/v1/models`", "models this tier serves" + (" (and their load state)"
+                                                                              if isinstance(t, RouterTier) else "")],
+                ["`GET`", f"`{base}/health`", "200 when ready, 503 while loading; never needs the API key"]]
+        if isinstance(t, RpcTier):
+            rows.append(["`GET`", f"`{base}/metrics`", "Prometheus metrics (`--metrics` is on)"])
+        out.append(table(["method", "URL", "what"], rows))
+        if t.api_key:
+            out.append("\nRequests need `Authorization: Bearer <key>`; without it the tier answers 401. The key "
+                       f"is in {_example_request(c, t)[3]}.\n")
+        load = predict_load(c, t, plans[t.name])
+        recovery = load.recovery_s if isinstance(t, RpcTier) or t.manager == "slurm" else None
+        out.append("\n**Examples**\n")
+        out.append(tabs({"curl": curl_example(c, t), "Python (openai)": python_example(c, t, recovery),
+                         "Streaming (curl)": curl_example(c, t, stream=True),
+                         "Streaming (Python)": python_example(c, t, recovery, stream=True),
+                         "Example response": example_response(c, t)}))
+        reasoning = [m for m in t.served_models if c.model(m).reasoning_content]
+        if reasoning:
+            out.append(f'\n!!! tip "Reasoning models"\n    {", ".join(reasoning)} returns its chain of thought in '
+                       "`choices[0].message.reasoning_content` (streamed as `delta.reasoning_content`) and the answer "
+                       "in `content`. The chain of thought comes first: give `max_tokens` room for both (500 or "
+                       "more), or the answer is cut off before it starts.\n")
+        if recovery is not None:
+            cause = "a worker crash" if isinstance(t, RpcTier) else "a crash of its server"
+            seconds = whole_s(recovery)
+            preempted = ("" if load.new_job_recovery_s is None else "; after a preemption it waits until SLURM "
+                         f"gives its GPUs back, and is back about {whole_s(load.new_job_recovery_s)} s after that")
+            routed = c.gateway and any(r.tier == t.name for r in c.gateway.routes)
+            got = (f"new ones get `503` with `Retry-After: {seconds}` and a JSON `unavailable_error` from the "
+                   "gateway" if routed else "new ones are refused, or get `503` \"Loading model\" while it loads")
+            out.append(f'\n!!! note "During a recovery"\n    After {cause} the tier is gone for about '
+                       f"{seconds} s (the capacity plan's prediction){preempted}: requests in flight end without an "
+                       f"answer (a stream stops without an error event), {got}. Retry with a backoff for that long "
+                       "(the `openai` client retries a 503 only twice by default: the Python examples raise its "
+                       "`max_retries`); `/health` answers 200 again when the tier is back.\n")
+        if t.on_demand:
+            out.append(on_demand_note(c, t, plans[t.name]))
+    out.append(tailnet_access(c))
+    return "\n".join(out)
+
+
+def on_demand_note(c: Cluster, t: RouterTier | RpcTier, plan: TierPlan) -> str:
+    """What a tier on demand costs a client: its idle time, the wait of a first request, the cap and past it."""
+    cold, cap = whole_s(cold_start_s(c, t, plan)), wait_cap_s(c, t, plan)
+    after_pass = whole_s(cold_start_at_most_s(c, t, plan))
+    return (f'\n!!! note "On demand: the first request after a quiet spell waits about {cold} s"\n'
+            f"    After {t.on_demand.idle_s:,} s without a request (and none in flight) the tier gives its GPUs "
+            "back to the queue. The next request starts it again and waits at the gateway while it does: about "
+            f"{cold} s (the capacity plan's predicted cold start; {after_pass} s when SLURM has just run a "
+            f"scheduling pass: it starts no job within {c.slurm_batch_sched_delay_s} s of one), at most {cap} s; "
+            "the answer then comes as usual. "
+            f"Past {cap} s (the GPUs are busy, or its operator stopped the tier) it gets `503` with "
+            f"`Retry-After: {cold}`. Give the first request's client a timeout above {cap} s; concurrent first "
+            "requests start the tier once.\n")
+

@@ -1,0 +1,238 @@
+"""The pages an operator works from: maintenance, on-call index, troubleshooting, decisions,
+targets, files and runbooks."""
+
+from __future__ import annotations
+
+import posixpath
+import re
+
+from clusterbook.model.schema import HIGHER_IS_BETTER, Cluster
+from clusterbook.pure import topology as topo
+from clusterbook.pure.fixsteps import fix_step_commands
+from clusterbook.pure.mdtext import code as code_span
+from clusterbook.pure.mdtext import prose, text
+from clusterbook.pure.operations import tier_command
+from clusterbook.pure.pages.markdown import METRICS, code, table
+from clusterbook.pure.planner.capacity import TierPlan
+from clusterbook.pure.planner.findings import evaluate_claim
+from clusterbook.pure.render import monitoring as mon
+from clusterbook.pure.render.artifacts import Artifact
+from clusterbook.pure.runbooks import Expansion, PutFile
+
+
+def fix_commands(c: Cluster, trouble) -> str:
+    """The entry's read-only diagnosis as one block to paste, then each step that acts under a warning that says
+    what it disturbs."""
+    looks = [line for step in trouble.fix if not step.act for line in fix_step_commands(c, trouble, step)]
+    out = ["**Diagnose** (read-only, each command returns on its own):\n\n" + code("\n".join(looks))] if looks else []
+    for step in (s for s in trouble.fix if s.act):
+        block = code("\n".join(fix_step_commands(c, trouble, step)))
+        out.append(f'!!! warning "Act: this changes the cluster"\n    It disturbs {text(step.disturbs)}.\n\n'
+                   + "\n".join(f"    {line}" if line else "" for line in block.splitlines()) + "\n")
+    return "\n".join(out)
+
+
+def maintenance(c: Cluster) -> str:
+    """The four routine procedures, with this cluster's hosts, tiers and files: a node out for other work, a model
+    added, an API key rotated, llama.cpp upgraded."""
+    def ssh(host: str, command: str) -> str:
+        return topo.ssh_route(c, host).command(command)
+
+    def task(action: str, tier: str) -> str:
+        return tier_command(c, action, tier).strip("`")
+
+    out = ["## Take a node out for other work (VASP, hardware) { #drain }\n"]
+    ctl = c.slurm_controller
+    for node in (n for n in c.nodes if any(n.name in t.nodes for t in c.tiers)):
+        tiers = [t for t in c.tiers if node.name in t.nodes]
+        slurm = ctl is not None and any(t.manager == "slurm" for t in tiers)
+        drain = [ssh(ctl, f"scontrol update NodeName={node.name} State=DRAIN Reason=maintenance")] if slurm else []
+        drain += [task("restart" if t.manager == "slurm" else "stop", t.name) for t in tiers]
+        back = [ssh(ctl, f"scontrol update NodeName={node.name} State=RESUME")] if slurm else []
+        back += [task("deploy", t.name) for t in tiers if t.manager != "slurm"]
+        how = []
+        if slurm:
+            how.append("SLURM stops placing jobs on it" + ("" if c.slurm else " (as a SLURM administrator: this "
+                       "cluster's SLURM is managed elsewhere)") + ", and a SLURM tier's job is submitted again and "
+                       "starts where the queue allows (a tier pinned to this node waits until it is back)")
+        if any(t.manager != "slurm" for t in tiers):
+            how.append("a systemd tier stops, and starts again with its deploy")
+        out.append(f"**{text(node.name)}** holds {', '.join(text(t.name) for t in tiers)}: " + "; ".join(how)
+                   + ".\n\n" + code("\n".join(drain)) + "When the work is done:\n\n" + code("\n".join(back)))
+    out.append("## Add a model { #add-a-model }\n\nAdd it to `models:` in the cluster file (id, file, url, size), "
+               "to a tier (`models:` of a router tier, or `model:` of an RPC tier) and, for a task type, to the "
+               "router's rules. Then take its checksum from a node that fetched it, check the plan, and let "
+               "`apply` deploy it (it runs the tier's scenarios and rolls back a change that fails them):\n\n"
+               + code("\n".join(["invoke models.fetch", "invoke models.hash   # paste each sha256 into the file",
+                                 "invoke check && invoke plan", "invoke apply"])))
+    keyed = [t for t in c.tiers if t.api_key and t.api_key.file]
+    out.append("## Rotate an API key { #rotate-a-key }\n")
+    if not keyed:
+        out.append("No tier reads its API key from a file here: nothing to rotate.\n")
+    for t in keyed:
+        out.append(f"**{text(t.name)}**: the deploy makes a new random key where the file is missing, and the tier "
+                   "reads it when it starts. Hand the new key to the tier's clients (they get 401 until they "
+                   "have it):\n\n" + code("\n".join([ssh(t.nodes[0], f"rm -f {t.api_key.file}"),
+                                                      task("deploy", t.name), task("restart", t.name),
+                                                      ssh(t.nodes[0], f"cat {t.api_key.file}")])))
+    out.append("## Upgrade llama.cpp { #upgrade-llama-cpp }\n\nSet `engine.build` (and the sha256 of every patch "
+               "in `engine.patches` that still applies) in the cluster file. `apply` builds the new release beside "
+               "the running one, links it, restarts each tier and runs its scenarios; a tier that fails them is "
+               "rolled back to the build before, which stays on every node:\n\n"
+               + code("\n".join(["invoke check", "invoke apply --dry   # what will change, node by node",
+                                 "invoke apply"]))
+               + "Later, should a tier need the build before:\n\n"
+               + code("\n".join(f"invoke rollback --tier {t.name}" for t in c.tiers)))
+    return "\n".join(out)
+
+
+def owner(c: Cluster) -> str:
+    """Who answers for the cluster and the escalation after them, or that the cluster file does not say."""
+    o = c.owner
+    if o is None:
+        return (f"!!! warning \"No owner recorded\"\n    The cluster file does not say who answers for "
+                f"{text(c.cluster.name)}: add an `owner:` section (name, contact, escalation) and rebuild the site.\n")
+    rows = [["owner", text(o.name), text(o.contact), text(o.when) or "first"]]
+    rows += [[f"escalation {i}", text(e.name), text(e.contact), text(e.when) or "–"]
+             for i, e in enumerate(o.escalation, 1)]
+    return table(["", "who", "how to reach them", "when"], rows)
+
+
+def when_index(c: Cluster) -> str:
+    """What an operator sees, each line leading to its troubleshooting entry: HTTP statuses, then alerts, then
+    every entry's symptom in the words it is written in."""
+    ids = {t.id for t in c.troubleshooting}
+    rows: list[tuple[int, str, str]] = []
+    for t in c.troubleshooting:
+        for status in sorted(set(re.findall(r"\b([45]\d\d)\b", t.symptom))):
+            rows.append((0, f"HTTP {status}: {text(t.symptom)}", t.id))
+    for rule in mon.alerts(c) if c.monitoring else []:
+        entry = rule["annotations"].get("troubleshooting")
+        if entry in ids:
+            tier = rule["labels"].get("tier")
+            rows.append((1, f"alert {code_span(rule['alert'])}" + (f" (tier {text(tier)})" if tier else "")
+                         + f": {text(rule['annotations']['summary'])}", entry))
+    rows += [(2, text(t.symptom), t.id) for t in c.troubleshooting]
+    if not rows:
+        return ""
+    return table(["when you see", "go to"], [[what, f"[{entry}](#{entry})"] for _, what, entry in
+                                            sorted(rows, key=lambda r: r[0])])
+
+
+def troubleshooting(c: Cluster) -> str:
+    out = []
+    for t in c.troubleshooting:
+        out.append(f"## {text(t.symptom)} {{ #{t.id} }}\n\n**Cause.**\n\n{prose(t.cause)}\n**Fix.**\n\n"
+                   f"{fix_commands(c, t)}")  # the id is the entry's anchor: alerts link to it
+    return "\n".join(out) or "No entries.\n"
+
+
+def decisions(c: Cluster, plans: dict[str, TierPlan] | None = None) -> str:
+    out = []
+    for d in c.decisions:
+        out.append(f"## {d.id} {{ #{d.id.lower()} }}\n\n### {text(d.title)}\n\n*{d.date}"
+                   + (f" · sources: {text(', '.join(d.sources))}" if d.sources else "") + "*\n")
+        out.append(f"**Context.**\n\n{prose(d.context)}\n**Decision.**\n\n{prose(d.decision)}\n"
+                   f"**Consequences.**\n\n{prose(d.consequences)}\n")
+        for claim in d.claims:
+            v = evaluate_claim(c, claim, plans or {})
+            if v.computed is not None:
+                out.append(f"> {text(claim.source)} claimed {claim.claimed:,g} {v.unit} for {text(claim.what)}; "
+                           f"computed: "
+                           f"**{v.computed:,.1f} {v.unit}** ({'impossible' if v.refuted else 'possible'}).\n")
+    return "\n".join(out) or "No decisions recorded.\n"
+
+
+def targets(c: Cluster) -> str:
+    rows = []
+    for t in c.targets:
+        for metric, (label, unit) in METRICS.items():
+            level = getattr(t, metric)
+            if level is None:
+                continue
+            cmp = "≥" if metric in HIGHER_IS_BETTER else "≤"
+            bad = "<" if metric in HIGHER_IS_BETTER else ">"
+            rows.append([t.tier, label, f"{cmp} {level.target:g} {unit}", f"{cmp} {level.acceptable:g} {unit}",
+                         f"{bad} {level.critical:g} {unit}"])
+    return table(["tier", "metric", "target", "acceptable", "critical"], rows) if rows else "No targets.\n"
+
+
+def files_index(artifacts: list[Artifact]) -> str:
+    rows = [[a.node, f"[`{a.path}`]({download_path(a)})", a.about] for a in artifacts]
+    return table(["node", "file (download)", "what"], rows)
+
+
+# What a generated file may end in and be offered for download under its own name; any other (.md, which MkDocs
+# would render through the macros engine as a page, .html or .svg, which a browser would run) gets .txt added.
+DOWNLOAD_SUFFIXES = frozenset({"", ".service", ".timer", ".socket", ".conf", ".env", ".yml", ".yaml", ".ini", ".nft",
+                               ".json", ".sbatch", ".diff", ".sh", ".py", ".rules", ".txt"})
+
+
+def download_path(a: Artifact) -> str:
+    """Where the site offers a generated file, relative to the files pages."""
+    suffix = posixpath.splitext(a.path)[1]
+    return f"files/{a.node}{a.path}" + ("" if suffix in DOWNLOAD_SUFFIXES else ".txt")
+
+
+def files_verbatim(artifacts: list[Artifact]) -> str:
+    out = []
+    lang = {"unit": "ini", "env": "bash", "script": "bash", "nginx": "nginx", "nftables": "text", "ini": "ini"}
+    for a in artifacts:  # each file folded (pymdownx.details): the page lists them all, opened one at a time
+        block = code(a.text, lang.get(a.kind, "text"))
+        body = "\n".join(("    " + line) if line else "" for line in block.splitlines())
+        out.append(f"### {a.node}: `{a.path}`\n\n{a.about} · [download]({download_path(a)})\n\n"
+                   f'??? note "{a.path} ({len(a.text.splitlines())} lines)"\n\n{body}\n')
+    return "\n".join(out)
+
+
+def runbook_page(expansion: Expansion) -> str:
+    """The same expansion `--dry` prints: every step, every host, the exact commands and files."""
+    out = [f"# {expansion.page_title}\n", expansion.page_explain + "\n"]
+    if expansion.generation:
+        out.append("!!! note \"Generations\"\n    Every file this runbook replaces (and the engine link it moves) is "
+                   "kept on its node as a generation (`storage.generations_dir`): `invoke rollback` puts it back, "
+                   "and `invoke apply` does so by itself when the scenarios fail after a change. See "
+                   "[Changes](../changes.md).\n")
+    for i, step in enumerate(expansion.steps, 1):
+        out.append(f"## {i}. {step.page_title}\n")
+        if step.page_explain:
+            out.append(step.page_explain + "\n")
+        for host, actions in step.hosts.items():
+            lines = []
+            for a in actions:
+                if isinstance(a, PutFile):
+                    lines.append(f"# {a.describe()}")
+                else:
+                    if a.unless:
+                        lines.append(f"# skipped when this succeeds: {a.unless}")
+                    if a.until:
+                        lines.append(f"# repeated until the output has {a.until!r} ({a.retries + 1} tries, "
+                                     f"{a.delay:g} s apart)" + (f"; fails at once when it has {a.abort_when!r}"
+                                                                if a.abort_when else ""))
+                    lines.append(a.command)
+            for name, command in step.handlers.get(host, {}).items():
+                lines.append(f"# handler {name}, when a file above changed:\n{command}")
+            out.append(f"**{host}**\n\n{code(chr(10).join(lines))}")
+    return "\n".join(out)
+
+
+def observations(c: Cluster) -> str:
+    """What the cluster's own earlier records measured (the seeds), each with its source, date and setup."""
+    if not c.observations:
+        return "None recorded in the cluster file.\n"
+    rows = [[text(o.what), f"{o.value:,g} {text(o.unit)}", o.tier or "–", text(o.setup) or "as the file",
+             f"{text(o.source)}, {o.date}"] for o in c.observations]
+    return table(["what", "measured", "tier", "setup", "source"], rows)
+
+
+def criteria(c: Cluster) -> str:
+    """The earlier records' success criteria, each beside the scenarios that check it now or the decision that
+    replaced it."""
+    if not c.criteria:
+        return "None recorded in the cluster file.\n"
+    rows = [[text(k.text), text(k.source),
+             "<br>".join(text(s) for s in k.scenarios) or "–",
+             f"[{k.decision}](decisions.md#{k.decision.lower()})" if k.decision else "–", text(k.note) or "–"]
+            for k in c.criteria]
+    return table(["criterion", "source", "checked by (invoke verify)", "decision", "today"], rows)
+
