@@ -1,0 +1,263 @@
+"""The cluster file's tiers and what reaches them: SLURM jobs and systemd services, router and RPC tiers,
+the model selector and the gateway."""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import Annotated, Literal
+
+from pydantic import (
+    AfterValidator,
+    Field,
+    field_validator,
+    model_validator,
+)
+
+from clusterbook.model.nodeschema import ApiKeyRef
+from clusterbook.model.schemabase import MAX_CONTEXT, CacheType, Port, Share, Strict
+from clusterbook.model.valuetypes import (
+    AbsPath,
+    Gres,
+    HostName,
+    IpAddress,
+    Line,
+    Name,
+    Prose,
+    SlurmName,
+    SlurmTime,
+    UrlPath,
+)
+
+
+class SlurmJob(Strict):
+    """SLURM settings of a tier's batch job (seed 004's preemptible jobs)."""
+
+    partition: SlurmName = Field(description="partition, e.g. gpu_ai")
+    qos: SlurmName | None = Field(None, description="quality of service, e.g. ai_opportunistic (needs accounting)")
+    mem: str = Field(pattern=r"^[1-9][0-9]{0,8}[KMGT]$",
+                     description="memory per node (--mem); must fit model + KV + buffers")
+    time_limit: SlurmTime | None = Field(None, description="--time, e.g. 7-00:00:00 (none: partition default)")
+    grace_seconds: int = Field(30, ge=10, le=3600, description="preemption grace time: SIGTERM to SIGKILL (the batch "
+                                                                        "script stops its steps 5 s before it ends)")
+    requeue: bool = Field(True, description="requeue when preempted (SLURM holds a requeued job for its "
+                                            "cred_expire, 120 s by default); false: a preempted job is cancelled "
+                                            "and the keeper submits it again within keeper_interval_s, with no "
+                                            "hold (the lab: back 10 s after a cancellation against 63 s after a "
+                                            "requeue; decision D21)")
+    gres: Gres | None = Field("gpu:1", description="generic resources per node (--gres)")
+    cpus: int | None = Field(None, ge=1, le=4096, description="CPUs per node (--cpus-per-task, for the job and each "
+                                                              "step; none: the tier's threads, else 1); a step gets "
+                                                              "only these where SLURM constrains cores")
+    step_restarts: int = Field(3, ge=0, le=20,
+                               description="how often in a row the job script starts its ended steps again "
+                                           "inside the job (every ended worker, then the head) without the tier "
+                                           "answering /health in between, before it stops and ends the job (SLURM "
+                                           "requeues it, or the keeper submits it again); health resets the "
+                                           "count; 0: the first step to end ends the job")
+    keeper_interval_s: int = Field(60, ge=2, le=3600,
+                                   description="how often the keeper on the controller looks for the job and "
+                                               "resubmits it when none is pending or running (a failed, "
+                                               "cancelled or, with requeue false, preempted job); one squeue "
+                                               "per SLURM tier each time")
+
+
+class OnDemand(Strict):
+    """A SLURM tier that gives its GPUs back when idle and starts again on the first request (issue 33)."""
+
+    idle_s: int = Field(ge=5, le=7 * 86_400,
+                        description="release the tier after this many seconds with no request through the gateway "
+                                    "and none in flight: its job ends cleanly and the GPUs go back to the queue "
+                                    "(at least the predicted cold start)")
+    wait_cap_s: int | None = Field(None, ge=5, le=3600,
+                                   description="how long a request to a released tier waits at the gateway while "
+                                               "the tier starts; past it, 503 with Retry-After (default: the "
+                                               "planner's predicted cold start × 1.5 + 10 s)")
+
+
+class SystemdService(Strict):
+    """systemd settings of one service."""
+
+    restart: Literal["always", "on-failure"] = Field("always", description="Restart=")
+    restart_sec: int = Field(10, ge=0, le=3600, description="RestartSec=, seconds")
+    start_limit_interval_s: int = Field(
+        0, ge=0, le=86_400,
+        description="StartLimitIntervalSec= (0: restart without end; systemd's default gives up after 5 "
+                    "starts in 10 s, which a head reaches in seconds while a worker is down)")
+    limit_nofile: int = Field(65535, ge=1024, le=1_048_576, description="LimitNOFILE=")
+    memory_max: str | None = Field(None, pattern=r"^[1-9][0-9]{0,8}[KMGT]$", description="MemoryMax= (none: no limit)")
+
+
+# Names of invoke's own tasks and collections: a tier's tasks are deploy.<tier>, stop.<tier>, restart.<tier> and
+# deploy.<tier>-workers, so a tier named like one of these would replace it (tests/unit/test_strict_input.py
+# compares this set with tasks.py's collection).
+RESERVED_TIER_NAMES = frozenset({
+    "apply", "bench", "build", "check", "demo", "deploy", "docs", "down", "fabric", "fetch", "gateway", "hash",
+    "install", "lab", "logs", "models", "monitoring", "plan", "preflight", "publish", "recovery", "reference",
+    "rehearse", "render", "restart", "rollback", "router", "run", "serve", "slurm", "ssh", "status", "stop", "tier",
+    "tune", "up", "verify", "legacy", "restore"})
+
+
+def _tier_name(value: str) -> str:
+    if value in RESERVED_TIER_NAMES:
+        raise ValueError(f"'{value}' is the name of a built-in task or collection (invoke {value} / "
+                         f"deploy.{value}): pick another tier name")
+    if value.endswith("-workers"):
+        raise ValueError("may not end in -workers: deploy.<tier>-workers is an RPC tier's own task")
+    return value
+
+
+TierName = Annotated[str, AfterValidator(_tier_name),
+                     Field(title="tier name", pattern=r"^[a-z][a-z0-9-]*$", max_length=32,
+                           description="a tier name: lower-case letters, digits and - (it becomes invoke task names, "
+                                       "which a dot would split)")]
+
+
+class TierBase(Strict):
+    """Settings every tier has."""
+
+    name: TierName = Field(description="tier name, used in URLs, unit names and task names")
+    description: Line = Field("", description="what the tier is for")
+    manager: Literal["systemd", "slurm"] = Field("systemd", description="who runs it")
+    port: Port = Field(description="HTTP port of llama-server")
+    listen_network: Name | None = Field(None, description="network whose address the HTTP API binds to "
+                                                           "(default: the management network)")
+    api_key: ApiKeyRef | None = Field(None, description="API key reference (none: open API)")
+    threads: int | None = Field(None, ge=1, le=8192, description="CPU threads (--threads)")
+    ctx_size: int = Field(4096, ge=256, le=MAX_CONTEXT, description="context size in tokens (--ctx-size)")
+    parallel: int = Field(1, ge=1, le=64, description="server slots (--parallel)")
+    timeout_s: int = Field(600, ge=1, le=86_400, description="HTTP read/write timeout (--timeout)")
+    slurm: SlurmJob | None = Field(None, description="SLURM job settings (required when manager is slurm)")
+    on_demand: OnDemand | None = Field(None, description="a SLURM tier released when idle and started by its first "
+                                                         "request, which the gateway holds meanwhile (none: it "
+                                                         "runs from deploy to stop)")
+    systemd: SystemdService = Field(default_factory=SystemdService, description="the server unit's settings")
+
+    @model_validator(mode="after")
+    def _slurm(self) -> TierBase:
+        if self.manager == "slurm" and self.slurm is None:
+            raise ValueError("manager is slurm: give a slurm section")
+        return self
+
+    @property
+    def slurm_cpus(self) -> int:
+        """CPUs a SLURM job asks per node: the file's, else one per thread, else 1."""
+        return (self.slurm.cpus if self.slurm and self.slurm.cpus else None) or self.threads or 1
+
+
+class RouterTier(TierBase):
+    """llama-server in router mode on one node: models load on demand, least recently used unloads."""
+
+    kind: Literal["router"] = Field(description="router: one node, many models on demand")
+    node: Name = Field(description="node that runs it")
+    models: list[Name] = Field(min_length=1, description="model ids served")
+    models_max: int = Field(2, ge=0, le=256, description="models resident at once (--models-max; 0 = unlimited)")
+
+    @property
+    def served_models(self) -> list[str]:
+        """Model ids this tier serves."""
+        return list(self.models)
+
+    @property
+    def nodes(self) -> list[str]:
+        """Nodes the tier runs on, head first."""
+        return [self.node]
+
+
+class RpcTier(TierBase):
+    """One model split by layers over a head node and RPC worker nodes."""
+
+    kind: Literal["rpc"] = Field(description="rpc: one model split over a head and RPC workers")
+    model: Name = Field(description="model id")
+    head: Name = Field(description="node running llama-server")
+    workers: list[Name] = Field(min_length=1, description="nodes running the RPC worker, in --rpc order")
+    rpc_port: Port = Field(50052, description="RPC worker port")
+    tensor_split: dict[Name, Share | list[Share]] = Field(
+        description="share of layers per node (a list: one entry per GPU of that node); "
+                    "rendered in llama.cpp's device order (RPC devices first, head last)")
+    cache_type_k: CacheType = Field("f16", description="K cache type (--cache-type-k)")
+    cache_type_v: CacheType = Field("f16", description="V cache type (--cache-type-v); quantized needs flash attention")
+    batch_size: int = Field(2048, ge=1, le=1_048_576, description="logical batch (--batch-size)")
+    ubatch_size: int = Field(512, ge=1, le=1_048_576, description="physical batch (--ubatch-size)")
+    mlock: bool = Field(False, description="lock the model in RAM")
+    numa_bind: bool = Field(False, description="bind the head to its GPU's NUMA node (numactl)")
+    flash_attn: Literal["on", "off", "auto"] = Field("off", description="flash attention")
+    worker_systemd: SystemdService = Field(default_factory=lambda: SystemdService(restart_sec=5),
+                                           description="the RPC worker units' settings")
+
+    @property
+    def served_models(self) -> list[str]:
+        """Model ids this tier serves."""
+        return [self.model]
+
+    @property
+    def nodes(self) -> list[str]:
+        """Nodes the tier runs on, head first."""
+        return [self.head, *self.workers]
+
+    @model_validator(mode="after")
+    def _batches(self) -> RpcTier:
+        if self.ubatch_size > self.batch_size:
+            raise ValueError(f"ubatch_size ({self.ubatch_size}) cannot exceed batch_size ({self.batch_size})")
+        return self
+
+
+Tier = Annotated[RouterTier | RpcTier, Field(discriminator="kind")]
+
+
+class RouterRule(Strict):
+    """Task types that go to one model."""
+
+    tasks: list[Annotated[str, Field(pattern=r"^[a-z][a-z0-9_-]*$")]] = Field(min_length=1,
+                                                                             description="task types")
+    model: Name = Field(description="model id")
+    why: Prose = Field("", description="reason for the choice")
+
+
+class Router(Strict):
+    """The model selector: task type -> model -> endpoint."""
+
+    script: AbsPath = Field("/usr/local/bin/llama-model-selector", description="install path of the script")
+    node: Name | None = Field(None, description="node to install it on (default: every tier node)")
+    default_model: Name | None = Field(None, description="model for unknown tasks (none: exit status 2)")
+    rules: list[RouterRule] = Field(min_length=1, description="task rules")
+
+
+class GatewayRoute(Strict):
+    """One path of the gateway, proxied to one tier."""
+
+    path: UrlPath = Field(description="URL path prefix, e.g. /reasoning/")
+    tier: Name = Field(description="tier name")
+    port: Port = Field(description="nginx listen port for this tier")
+
+
+class Gateway(Strict):
+    """nginx in front of the tiers, published with tailscale serve."""
+
+    node: Name = Field(description="node running nginx")
+    listen: list[IpAddress] = Field(default_factory=lambda: ["127.0.0.1"], description="addresses nginx listens on "
+                                                                                      "(each a specific one)")
+    routes: list[GatewayRoute] = Field(min_length=1, description="path -> tier")
+    tailscale_name: HostName | None = Field(None, description="Tailscale DNS name (tailscale serve publishes it)")
+    path_port: Port | None = Field(None, description="also serve every route by its path on this port "
+                                                     "(what tailscale serve does, for networks without it)")
+    update_interval_s: int = Field(30, ge=5, le=3600, description="how often the endpoint updater runs")
+    upstream_dir: AbsPath = Field("/etc/nginx/clusterbook", description="generated upstream files")
+    docs_port: Port | None = Field(None, description="serve the published docs site on this port (and at /docs/ "
+                                                     "through tailscale serve and the path port): invoke docs.publish")
+    docs_dir: AbsPath = Field("/var/www/clusterbook", description="where docs.publish unpacks the site")
+    wake_port: Port = Field(8079, description="loopback port of the wake service that holds a request to a tier on "
+                                              "demand while it starts (only with on_demand tiers)")
+
+    @field_validator("listen")
+    @classmethod
+    def _specific(cls, value: list[str]) -> list[str]:
+        for address in value:
+            if ipaddress.ip_address(address).is_unspecified:
+                raise ValueError(f"{address} listens on every address of the node, the tailnet's and the "
+                                 "fabric's too: give each address nginx should answer on (e.g. 127.0.0.1)")
+        return value
+
+    @property
+    def url(self) -> str | None:
+        return f"https://{self.tailscale_name}" if self.tailscale_name else None
+
