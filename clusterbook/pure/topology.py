@@ -166,6 +166,7 @@ class SshRoute:
     user: str
     host: str
     jumps: tuple[str, ...]
+    connect_timeout: int = 10  # access.connect_timeout: a node that does not answer is reported, not waited for
 
     @property
     def target(self) -> str:
@@ -173,7 +174,7 @@ class SshRoute:
 
     def command(self, remote: str | None = None) -> str:
         """A copy-pasteable ssh command line."""
-        parts = ["ssh"]
+        parts = ["ssh", "-o", f"ConnectTimeout={self.connect_timeout}"]
         if self.jumps:
             parts += ["-J", ",".join(self.jumps)]
         parts.append(self.target)
@@ -192,4 +193,4 @@ def ssh_route(c: Cluster, node_name: str) -> SshRoute:
         port = f":{j.port}" if j.port != 22 else ""
         chain.insert(0, f"{j.user or c.access.user}@{j.address}{port}")
         jump = j.via
-    return SshRoute(c.access.user, host, tuple(chain))
+    return SshRoute(c.access.user, host, tuple(chain), c.access.connect_timeout)

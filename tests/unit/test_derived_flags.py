@@ -83,11 +83,13 @@ def test_partial_offload_depends_on_build(build, cpu_blocks, output_on_cpu):
 
 
 def test_ssh_route_uses_each_nodes_own_jump_host(beefcake2, ridge):
-    assert topology.ssh_route(beefcake2, "vasp-03").command() == "ssh -J root@100.68.22.98 root@10.0.0.33"
-    assert topology.ssh_route(beefcake2, "slurm-ctl").command() == "ssh root@slurm-ctl.tailc46cd0.ts.net"
+    assert topology.ssh_route(beefcake2, "vasp-03").command() == \
+        "ssh -o ConnectTimeout=10 -J root@100.68.22.98 root@10.0.0.33"
+    assert topology.ssh_route(beefcake2, "slurm-ctl").command() == \
+        "ssh -o ConnectTimeout=10 root@slurm-ctl.tailc46cd0.ts.net"  # access.connect_timeout
     # two hops: edge (port 2222) then bastion
     assert topology.ssh_route(ridge, "l2").command("uptime") == \
-        "ssh -J jump@edge.ridge.example:2222,ops@192.168.50.2 ops@192.168.50.32 uptime"
+        "ssh -o ConnectTimeout=5 -J jump@edge.ridge.example:2222,ops@192.168.50.2 ops@192.168.50.32 uptime"
 
 
 @pytest.mark.parametrize("selector, hosts", [("reasoning.workers", ["vasp-02", "vasp-03"]),

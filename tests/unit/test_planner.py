@@ -239,7 +239,8 @@ def test_the_prerequisites_say_what_each_node_needs_and_what_the_file_does_not_s
     from clusterbook.pure.docpages import prerequisites
 
     page = prerequisites(load_cluster(ROOT / "cluster.yaml"))
-    assert "`ssh -J root@100.127.208.104 root@10.0.0.31`" in page  # how vasp-01 is reached, from access
+    # how vasp-01 is reached, from access
+    assert "`ssh -o ConnectTimeout=10 -J root@100.127.208.104 root@10.0.0.31`" in page
     assert "rocky 8\\.10, gcc\\-toolset\\-12" in page and "535\\.183\\.01" in page and "MTU 2044" in page
     assert "`/cluster/shared` mounted on every node" in page
     assert "| slurm-ctl |" in page and "assumed: the file does not say" in page  # slurm-ctl declares no OS
