@@ -9,12 +9,23 @@ import shlex
 # Programs that only read, whatever their options (they have none that write or act).
 ANY_ARGS = frozenset({
     "squeue", "sacct", "sinfo", "sprio", "sshare", "sdiag", "ss", "cat", "head", "tail", "ls", "grep", "egrep",
-    "jq", "wc", "sort", "uniq", "cut", "tr", "column", "date", "hostname", "uptime", "free", "df", "du", "lsblk",
-    "lscpu", "lspci", "nproc", "numastat", "ibstat", "ibstatus", "ibv_devinfo", "iblinkinfo", "id", "whoami",
-    "getent", "stat", "readlink", "realpath", "basename", "dirname", "echo", "printf", "true", "false", "test",
-    "[", "sleep", "ps", "pgrep", "lsof", "sha256sum", "md5sum", "file", "which", "uname", "env", "nl", "less",
-    "zcat", "zgrep", "diff", "cmp", "host", "dig", "getenforce", "nvcc", "ldd", "iperf3",
+    "jq", "wc", "cut", "tr", "column", "uptime", "free", "df", "du", "lsblk", "lscpu", "lspci", "nproc",
+    "numastat", "ibstat", "ibstatus", "ibv_devinfo", "iblinkinfo", "id", "whoami", "getent", "stat", "readlink",
+    "realpath", "basename", "dirname", "echo", "printf", "true", "false", "test", "[", "sleep", "ps", "pgrep",
+    "lsof", "sha256sum", "md5sum", "file", "which", "uname", "nl", "zcat", "zgrep", "diff", "cmp", "host", "dig",
+    "getenforce",
 })
+# Programs that read in most uses but act in some: what they may be given here (date -s and hostname NAME set the
+# clock and the name, sort -o and uniq's second file write).
+ARGS_READ = {
+    "date": lambda args: all(a.startswith("+") or a in ("-u", "--utc", "-R", "-I") or a.startswith(("-I", "--iso-8601",
+                                                                                                 "--rfc-"))
+                             for a in args),
+    "hostname": lambda args: all(a in ("-f", "-s", "-i", "-I", "-d", "-A", "--fqdn", "--short") for a in args),
+    "sort": lambda args: not any(a.startswith("--output") or (a.startswith("-") and not a.startswith("--")
+                                                               and "o" in a) for a in args),
+    "uniq": lambda args: sum(not a.startswith("-") for a in args) <= 1,
+}
 # Shell words that start or end a construct: the command after them is checked.
 KEYWORDS = frozenset({"while", "until", "if", "then", "do", "else", "elif", "!", "{", "}", "done", "fi", "time"})
 # Programs with a subcommand: the first word that is not an option must be one of these (ip's object then takes
@@ -62,7 +73,7 @@ PREFIXES = {  # programs whose options all read when each starts with one of the
              "-user", "-group", "-perm", "-print", "-print0", "-ls", "-L", "-H", "-xdev", "-empty", "-not", "-o",
              "-a", "-and", "-or"),
 }
-PREFIXES = {"timeout", "xargs", "nice", "stdbuf", "watch"}  # run the next program: that one is checked
+PREFIXES = {"timeout", "xargs", "nice", "stdbuf", "watch", "env"}  # run the next program: that one is checked
 WRITE_TARGETS = {"/dev/null", "&1", "&2"}  # where a diagnosis may redirect output
 SEPARATORS = {";", "&&", "||", "|", "&", "(", ")", "|&", ";;"}
 
@@ -114,6 +125,8 @@ def _program_problem(program: str, args: list[str]) -> str | None:
     """Why a program with these arguments may act ("program option"), or None when it only reads."""
     if program in ANY_ARGS:
         return None
+    if program in ARGS_READ:
+        return None if ARGS_READ[program](args) else f"{program} {' '.join(args)}"[:80]
     if program == "find":
         valued = FIND_TESTS - {"-print", "-print0", "-ls", "-L", "-H", "-xdev", "-empty", "-not", "-o", "-a",
                                "-and", "-or", "-readable", "-writable", "-executable"}

@@ -26,6 +26,10 @@ READS = [
     "scontrol show job 5",
     "timeout 10 ibstat",
     "find /var/log -name '*.log' -mmin -5",
+    "date -u +%FT%T",
+    "hostname -f",
+    "ps aux | sort -k 3 -r | uniq | head -n 5",
+    "env | grep -i cuda",
 ]
 ACTS = [  # (command, the part named)
     ("pkill llama-server", "pkill"),
@@ -52,6 +56,12 @@ ACTS = [  # (command, the part named)
     ("bash -c 'ls'", "bash"),
     ("{{ cluster.engine.install_dir }}/llama-server --version", "llama-server"),
     ("squeue 'unterminated", "the command's quoting"),
+    ("env rm -rf /x", "rm"),  # env, like timeout, runs what follows it
+    ("date -s '2020-01-01'", "date -s 2020-01-01"),
+    ("hostname vasp-09", "hostname vasp-09"),
+    ("sort -o /etc/passwd x", "sort -o /etc/passwd x"),
+    ("uniq x /etc/passwd", "uniq x /etc/passwd"),
+    ("ldd /bin/ls", "ldd"),
 ]
 
 
