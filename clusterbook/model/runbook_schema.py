@@ -1,10 +1,11 @@
-"""The runbook file format (runbooks/*.yaml): ordered steps of declarative actions, validated like the cluster file."""
+"""The runbook file format (runbooks/*.yaml, runbooks/fragments/*.yaml): ordered steps of declarative actions, and
+steps written once and used by name, validated like the cluster file."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal, Union
 
-from pydantic import Field, model_validator
+from pydantic import Discriminator, Field, Tag, model_validator
 
 from clusterbook.model.schema import Name, Strict
 
@@ -16,6 +17,8 @@ class ActionBase(Strict):
     retries: int = Field(0, ge=0, description="extra attempts after a failure")
     delay: float = Field(2, ge=0, description="seconds between attempts")
     notify: list[Name] = Field(default_factory=list, description="handlers to run if this action changed something")
+    when: str | None = Field(None, description="Jinja condition; the action is left out when false")
+    name: str | None = Field(None, description="short label for output (a template; default: the command)")
 
 
 class Upload(ActionBase):
@@ -30,7 +33,6 @@ class Run(ActionBase):
     """Run a shell command (a template over the cluster) on the host."""
 
     run: str = Field(description="command template")
-    name: str | None = Field(None, description="short label for output (a template; default: the command)")
     unless: str | None = Field(None, description="skip (ok) when this command succeeds: the state is already right")
     until: str | None = Field(None, description="retry until stdout contains this text")
     abort_when: str | None = Field(None, description="stop retrying and fail at once when stdout contains this text "
@@ -83,13 +85,61 @@ class WaitGateway(ActionBase):
     wait_gateway: str = Field(description="the tier (a template)")
 
 
-Action = Upload | Run | WaitPort | WaitHttp | SubmitJob | WaitJob | WaitGateway
+ServiceState = Literal["started", "stopped", "restarted", "try-restarted", "reloaded"]
 
 
-class Step(Strict):
-    """One step: the same actions on every target host, hosts in parallel."""
+class Service(ActionBase):
+    """systemd units brought to a state; the systemctl commands and their checks are written once, in Python
+    (pure/services.py)."""
 
-    id: Name = Field(description="step id, unique in the runbook")
+    service: str = Field(description="unit name(s), space-separated (a template)")
+    state: ServiceState = Field("started", description="started: running (started or enabled --now); stopped; "
+                                "restarted; try-restarted: restarted where running; reloaded: reloaded where running")
+    enabled: bool | None = Field(None, description="true: started at boot too (enable); false: not (disable); "
+                                                   "unset: left as it is")
+    daemon_reload: bool = Field(True, description="reload systemd first where a unit file of these units (or of "
+                                                  "also_units) differs from what systemd has loaded")
+    also_units: str = Field("", description="units whose files these run (a timer's service): counted for the "
+                                            "reload only (a template)")
+    check: str | None = Field(None, description="a command that must succeed before the unit is restarted or "
+                                                "reloaded (nginx -t -q)")
+
+
+class Package(ActionBase):
+    """A need's packages from the node's own repositories (apt; dnf with EPEL), unless the commands they give are
+    already there (pure/packages.py knows both per OS)."""
+
+    package: str = Field(pattern=r"^[a-z][a-z0-9-]*$", description="package need (pure/packages.py names it per OS)")
+    timeout: int = Field(600, ge=1, description="seconds before the action fails")
+
+
+class KeeperMark(ActionBase):
+    """A SLURM tier's mark for the keeper (pure/slurmjob.py owns the marker files): wanted, or none."""
+
+    keeper_mark: str = Field(description="the tier (a template)")
+    state: Literal["wanted", "unmarked"] = Field(description="wanted: the keeper keeps a job (a tier on demand "
+                                                            "may stay released); unmarked: it leaves the tier stopped")
+
+
+ACTION_KINDS = {"upload": Upload, "run": Run, "wait_port": WaitPort, "wait_http": WaitHttp, "submit_job": SubmitJob,
+                "wait_job": WaitJob, "wait_gateway": WaitGateway, "service": Service, "package": Package,
+                "keeper_mark": KeeperMark}  # an action's kind is the one of these keys it has
+
+
+def _action_kind(value: object) -> str | None:
+    keys = [k for k in ACTION_KINDS if isinstance(value, dict) and k in value]
+    return keys[0] if len(keys) == 1 else None
+
+
+Action = Annotated[Union[tuple(Annotated[model, Tag(key)] for key, model in ACTION_KINDS.items())],
+                   Discriminator(_action_kind, custom_error_type="action_kind",
+                                 custom_error_message="an action has exactly one of: " + ", ".join(ACTION_KINDS))]
+Scalar = str | int | float | bool
+
+
+class StepBody(Strict):
+    """What a step does: the same actions on every target host, hosts in parallel."""
+
     title: str = Field(description="one line")
     explain: str = Field("", description="Markdown shown in the docs")
     hosts: str = Field(description="selector template: all, a node, a role, TIER.head / TIER.workers / TIER.nodes")
@@ -97,16 +147,86 @@ class Step(Strict):
     for_each: Literal["model", "systemd_tier"] | None = Field(
         None, description="repeat the actions: for each model the host needs (model), or each systemd tier (each)")
     actions: list[Action] = Field(min_length=1, description="actions in order")
+
+
+class Step(Strict):
+    """One step of a runbook: its own actions, or a fragment's (`use:`, with arguments)."""
+
+    id: Name = Field(description="step id, unique in the runbook")
+    title: str | None = Field(None, description="one line (a step that uses a fragment has the fragment's)")
+    explain: str = Field("", description="Markdown shown in the docs")
+    hosts: str | None = Field(None, description="selector template: all, a node, a role, TIER.head / TIER.workers / "
+                                                "TIER.nodes")
+    when: str | None = Field(None, description="Jinja condition; the step is left out when false (with `use:`, "
+                                               "and the fragment's own)")
+    for_each: Literal["model", "systemd_tier"] | None = Field(
+        None, description="repeat the actions: for each model the host needs (model), or each systemd tier (each)")
+    actions: list[Action] = Field(default_factory=list, description="actions in order")
+    use: Name | None = Field(None, description="a fragment (runbooks/fragments/NAME.yaml): its title, hosts and "
+                                               "actions")
+    with_: dict[Name, Scalar] = Field(default_factory=dict, alias="with",
+                                      description="the fragment's arguments (its templates see them as args.NAME)")
     parts: list[Name] = Field(default_factory=list, description="named parts of the runbook the step belongs to: an "
                               "operation may run one part only (deploy.build, deploy.<tier>-workers), and Python "
                               "finds a step by its part, never by its id")
 
+    @model_validator(mode="after")
+    def _own_or_used(self) -> Step:
+        if self.use is None:
+            missing = [f for f in ("title", "hosts") if getattr(self, f) is None]
+            missing += [] if self.actions else ["actions"]
+            if missing:
+                raise ValueError(f"a step without `use:` needs {', '.join(missing)}")
+        else:
+            given = [f for f in ("title", "hosts", "for_each") if getattr(self, f) is not None]
+            given += ["explain"] * bool(self.explain) + ["actions"] * bool(self.actions)
+            if given:
+                raise ValueError(f"a step that uses a fragment takes its {', '.join(given)} from the fragment")
+        if self.with_ and self.use is None:
+            raise ValueError("`with:` gives a fragment's arguments: add `use:`")
+        return self
+
 
 class Handler(Strict):
-    """A command run once per host at the end of a step, when an action notified it."""
+    """A command run once per host at the end of a step, when an action notified it: a shell command, or systemd
+    units restarted or reloaded (pure/services.py)."""
 
-    run: str = Field(description="command template")
+    run: str | None = Field(None, description="command template")
+    service: str | None = Field(None, description="unit name(s), space-separated (a template)")
+    state: Literal["restarted", "try-restarted", "reloaded"] = Field("restarted", description="what happens to them")
+    daemon_reload: bool = Field(False, description="systemctl daemon-reload first (alone when no service is named)")
+    check: str | None = Field(None, description="a command that must succeed before the restart or reload")
     timeout: int = Field(120, ge=1)
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> Handler:
+        if (self.run is None) == (self.service is None and not self.daemon_reload):
+            raise ValueError("a handler has either `run:` or `service:`/`daemon_reload:`")
+        return self
+
+
+class Param(Strict):
+    """A fragment's parameter."""
+
+    description: str
+    default: Scalar | None = Field(None, description="its value when a step gives none (none: the step must)")
+
+
+class Fragment(StepBody):
+    """A step written once (runbooks/fragments/NAME.yaml), used by runbooks' steps by name; its templates see the
+    step's arguments as args.NAME."""
+
+    id: Name = Field(description="the fragment's name: its file's")
+    params: dict[Name, Param] = Field(default_factory=dict)
+    handlers: dict[Name, Handler] = Field(default_factory=dict, description="handlers its actions notify")
+
+    @model_validator(mode="after")
+    def _refs(self) -> Fragment:
+        for action in self.actions:
+            for name in action.notify:
+                if name not in self.handlers:
+                    raise ValueError(f"fragment {self.id} notifies unknown handler '{name}'")
+        return self
 
 
 class Runbook(Strict):
@@ -130,7 +250,7 @@ class Runbook(Strict):
         if len(ids) != len(set(ids)):
             raise ValueError("step ids must be unique")
         for step in self.steps:
-            for action in step.actions:
+            for action in step.actions:  # a fragment's notify its own handlers (checked with the fragment)
                 for name in action.notify:
                     if name not in self.handlers:
                         raise ValueError(f"step {step.id} notifies unknown handler '{name}'")

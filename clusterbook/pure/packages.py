@@ -28,6 +28,22 @@ PACKAGES: dict[str, dict[str, list[str]]] = {
 }
 
 
+# need -> family -> the commands its packages give, where they are not the need's own name: a node that has every one
+# installs nothing (the package action's check)
+COMMANDS: dict[str, dict[str, list[str]]] = {
+    "node-exporter": {"debian": ["prometheus-node-exporter"], "el": ["node_exporter"]},
+    "nginx": {"debian": ["nginx"], "el": ["nginx", "semanage"]},
+    "prometheus": {"debian": ["prometheus", "prometheus-alertmanager"],
+                   "el": ["prometheus", "prometheus-alertmanager"]},  # the release tarballs' links, Debian's names
+}
+
+
+def installed_check(os: OperatingSystem, need: str) -> str:
+    """A shell test, true when a node already has what a need's packages give."""
+    commands = COMMANDS.get(need, {}).get(os.family, [need])
+    return " && ".join(f"command -v {shlex.quote(c)}" for c in commands)
+
+
 def packages(os: OperatingSystem, need: str) -> list[str]:
     """The packages of a need on this operating system (empty: not packaged for it)."""
     names = list(PACKAGES[need].get(os.family, []))

@@ -13,34 +13,119 @@ import jinja2
 from clusterbook.model.hosts import candidate_nodes, resolve_hosts
 from clusterbook.model.loader import validate_document
 from clusterbook.model.problems import InputError, Problem
-from clusterbook.model.runbook_schema import Run, Runbook, SubmitJob, Upload, WaitGateway, WaitHttp, WaitJob, WaitPort
+from clusterbook.model.runbook_schema import (
+    Fragment,
+    Handler,
+    KeeperMark,
+    Package,
+    Run,
+    Runbook,
+    Service,
+    StepBody,
+    SubmitJob,
+    Upload,
+    WaitGateway,
+    WaitHttp,
+    WaitJob,
+    WaitPort,
+)
 from clusterbook.model.schema import Cluster, RouterTier, RpcTier
 from clusterbook.model.templating import render_string
 from clusterbook.model.yamlsource import YamlDocument, load_yaml
 from clusterbook.pure import engine_build as eb
 from clusterbook.pure import flags as fl
-from clusterbook.pure import layout, slurmjob, waits
+from clusterbook.pure import layout, services, slurmjob, waits
 from clusterbook.pure import topology as topo
 from clusterbook.pure.mdtext import prose_value
-from clusterbook.pure.packages import install_command, pip_python, toolset_bin
+from clusterbook.pure.packages import PACKAGES, install_command, installed_check, pip_python, toolset_bin
 from clusterbook.pure.render import monitoring as mon
 from clusterbook.pure.render.artifacts import Artifact, RenderedOnDemand, ld_library_path
 from clusterbook.pure.render.escaping import checked_target
 
 RUNBOOK_DIR = Path(__file__).resolve().parents[2] / "runbooks"
+FRAGMENTS = "fragments"  # the runbooks' folder of steps written once (runbooks/fragments/NAME.yaml)
+
+
+@dataclass(frozen=True)
+class FragmentFile:
+    """A validated fragment and the YAML it came from."""
+
+    fragment: Fragment
+    doc: YamlDocument
 
 
 @dataclass(frozen=True)
 class RunbookFile:
-    """A validated runbook and the YAML it came from (to locate template errors)."""
+    """A validated runbook, the fragments its steps use, and the YAML they came from (to locate template errors)."""
 
     runbook: Runbook
     doc: YamlDocument
+    fragments: dict[str, FragmentFile] = field(default_factory=dict)
+
+
+def load_fragment(path: Path) -> FragmentFile:
+    doc = load_yaml(path)
+    fragment = validate_document(doc, Fragment)
+    if fragment.id != path.stem:
+        raise InputError([doc.problem(("id",), f"the fragment's id must be its file's name, {path.stem}")])
+    return FragmentFile(fragment, doc)
 
 
 def load_runbook(path: str | Path) -> RunbookFile:
+    """A runbook and the fragments it uses; a fragment that is not there, or arguments it does not take, are
+    errors at the step's line."""
     doc = load_yaml(path)
-    return RunbookFile(validate_document(doc, Runbook), doc)
+    book = validate_document(doc, Runbook)
+    folder, used, problems = Path(path).parent / FRAGMENTS, {}, []
+    for i, step in enumerate(book.steps):
+        if step.use is None:
+            continue
+        if step.use not in used:
+            if not (folder / f"{step.use}.yaml").is_file():
+                known = ", ".join(sorted(p.stem for p in folder.glob("*.yaml"))) or "none"
+                problems.append(doc.problem(("steps", i, "use"), f"no fragment {step.use!r} (there are: {known})"))
+                continue
+            used[step.use] = load_fragment(folder / f"{step.use}.yaml")
+        params = used[step.use].fragment.params
+        unknown = sorted(set(step.with_) - set(params))
+        missing = sorted(n for n, p in params.items() if p.default is None and n not in step.with_)
+        if unknown or missing:
+            problems.append(doc.problem(("steps", i, "with"), f"fragment {step.use} takes "
+                                        f"{', '.join(sorted(params)) or 'no arguments'}: "
+                                        + "; ".join([f"unknown {', '.join(unknown)}"] * bool(unknown)
+                                                    + [f"missing {', '.join(missing)}"] * bool(missing))))
+    if problems:
+        raise InputError(problems)
+    return RunbookFile(book, doc, used)
+
+
+@dataclass(frozen=True)
+class StepSource:
+    """What one runbook step does, wherever it is written: its body (the step's or its fragment's), the YAML and
+    path that locate it, the arguments its templates see, its conditions, and the handlers it may notify."""
+
+    body: StepBody | object
+    doc: YamlDocument
+    path: tuple
+    args: dict
+    whens: tuple[tuple[str, YamlDocument, tuple], ...]
+    handlers: dict[str, Handler]
+
+
+def step_sources(book: RunbookFile) -> list[StepSource]:
+    """Each step of a runbook as written: its own, or its fragment's with the step's arguments."""
+    out = []
+    for i, step in enumerate(book.runbook.steps):
+        own = ((step.when, book.doc, ("steps", i, "when")),) if step.when else ()
+        if step.use is None:
+            out.append(StepSource(step, book.doc, ("steps", i), {}, own, book.runbook.handlers))
+            continue
+        used = book.fragments[step.use]
+        frag = used.fragment
+        args = {n: p.default for n, p in frag.params.items()} | dict(step.with_)
+        whens = own + (((frag.when, used.doc, ("when",)),) if frag.when else ())
+        out.append(StepSource(frag, used.doc, (), args, whens, frag.handlers))
+    return out
 
 
 def available(directory: Path = RUNBOOK_DIR) -> dict[str, RunbookFile]:
@@ -162,12 +247,6 @@ def _build_context(c: Cluster) -> dict:
             "release_name": posixpath.basename(plan.release) if plan.release else None}
 
 
-def loaded_as_on_disk(*units: str) -> str:
-    """A check that systemd has every unit as its file on disk says (asking loads a unit not loaded yet), so a
-    `systemctl daemon-reload` (0.2 s on a node, three on a deploy's path) runs only where a unit file changed."""
-    return f"! systemctl show -p NeedDaemonReload --value {' '.join(shlex.quote(u) for u in units)} | grep -qx yes"
-
-
 def template_context(c: Cluster, tier: RouterTier | RpcTier | None, host: str | None,
                      variables: dict | None = None) -> dict:
     """What a runbook template sees; `variables` are a command's own: tiers_shown (the tiers logs and status report
@@ -187,7 +266,8 @@ def template_context(c: Cluster, tier: RouterTier | RpcTier | None, host: str | 
                  "install_name": posixpath.basename(c.engine.install_dir.rstrip("/")),
                  "ld_library_path": ld_library_path(c),
                  "units_of": topo.units,
-                 "loaded_as_on_disk": loaded_as_on_disk,
+                 "marker": lambda t, mark: slurmjob.marker(c, t, mark),  # the keeper's marks (slurmjob.py)
+                 "loaded_as_on_disk": services.loaded_as_on_disk,
                  "files": layout.cluster_paths(c),  # every generated file's node path by artifact id (layout.py)
                  "endpoint_of": lambda t: topo.endpoint_url(c, t)}
     if c.monitoring:  # what deploy.monitoring checks: the scrape jobs that must be up, the key files it reads
@@ -223,57 +303,63 @@ def expand(book: RunbookFile, c: Cluster, tier_name: str | None = None, only: li
     problems = []
     expanded = []
 
-    def tpl(text: str, path: tuple, finalize=None, **ctx) -> str:
+    def tpl(text: str, path: tuple, finalize=None, doc: YamlDocument = doc, **ctx) -> str:
         try:
             return render_string(text, finalize, **ctx)
         except (jinja2.TemplateError, KeyError, ValueError, AttributeError) as exc:
             problems.append(doc.problem(path, f"template error: {exc}"))
             return ""
 
-    def prose(text: str, path: tuple) -> tuple[str, str]:
-        """A title or explanation as the console shows it, and as a page does (values escaped as text)."""
-        return tpl(text, path, **base), tpl(text, path, prose_value, **base)
+    def holds(condition: str, path: tuple, doc: YamlDocument, **ctx) -> bool:
+        return tpl("{{ 'yes' if (" + condition + ") else 'no' }}", path, doc=doc, **ctx) == "yes"
 
     base = template_context(c, tier, None, variables)
-    title, page_title = prose(rb.title, ("title",))
-    explain, page_explain = prose(rb.explain, ("explain",))
-    for i, step in enumerate(rb.steps):
+    title, page_title = tpl(rb.title, ("title",), **base), tpl(rb.title, ("title",), prose_value, **base)
+    explain, page_explain = tpl(rb.explain, ("explain",), **base), tpl(rb.explain, ("explain",), prose_value, **base)
+    for step, source in zip(rb.steps, step_sources(book), strict=True):
         if (steps and step.id not in steps) or (part and part not in step.parts):
             continue
-        if step.when and tpl("{{ 'yes' if (" + step.when + ") else 'no' }}", ("steps", i, "when"), **base) != "yes":
+        body, sdoc, at, args = source.body, source.doc, source.path, source.args
+        if not all(holds(cond, path, where, **base, args=args) for cond, where, path in source.whens):
             continue
-        selector = tpl(step.hosts, ("steps", i, "hosts"), **base)
+        selector = tpl(body.hosts, at + ("hosts",), doc=sdoc, **base, args=args)
         try:
             hosts = resolve_hosts(c, selector)
         except ValueError as exc:
-            problems.append(doc.problem(("steps", i, "hosts"), str(exc)))
+            problems.append(sdoc.problem(at + ("hosts",), str(exc)))
             continue
         hosts = [h for h in hosts if not only or h in only]
         per_host: dict[str, list[Concrete]] = {}
         handlers: dict[str, dict[str, str]] = {}
         for host in hosts:
-            ctx = template_context(c, tier, host, variables)
-            if step.for_each == "model":
+            ctx = template_context(c, tier, host, variables) | {"args": args}
+            if body.for_each == "model":
                 loops = [{"model": m} for m in models_for_host(c, host, tier)]
-            elif step.for_each == "systemd_tier":
+            elif body.for_each == "systemd_tier":
                 loops = [{"each": t} for t in c.tiers if t.manager == "systemd"]
             else:
                 loops = [{}]
             actions: list[Concrete] = []
             for extra in loops:
-                for j, action in enumerate(step.actions):
-                    path = ("steps", i, "actions", j)
-                    def render(t, p, ctx=ctx, extra=extra):
-                        return tpl(t, p, **ctx, **extra)
+                for j, action in enumerate(body.actions):
+                    path = at + ("actions", j)
+                    if action.when and not holds(action.when, path + ("when",), sdoc, **ctx, **extra):
+                        continue
+
+                    def render(t, p, ctx=ctx, extra=extra, sdoc=sdoc):
+                        return tpl(t, p, doc=sdoc, **ctx, **extra)
                     owner = extra["each"].name if "each" in extra else tier.name if tier else None
-                    concrete = _concrete(action, path, files, host, owner, render, problems, doc, c)
-                    if concrete is not None:
-                        actions.append(concrete)
+                    actions += _concrete(action, path, files, host, owner, render, problems, sdoc, c)
             per_host[host] = actions
             notified = {n for a in actions for n in a.notify}
-            handlers[host] = {n: tpl(rb.handlers[n].run, ("handlers", n, "run"), **ctx) for n in sorted(notified)}
-        step_title, step_page_title = prose(step.title, ("steps", i, "title"))
-        step_explain, step_page_explain = prose(step.explain, ("steps", i, "explain"))
+            def in_handler(t, p, ctx=ctx, sdoc=sdoc):
+                return tpl(t, p, doc=sdoc, **ctx)
+            handlers[host] = {n: _handler(source.handlers[n], in_handler, ("handlers", n)) for n in sorted(notified)}
+        step_title, step_page_title = (tpl(body.title, at + ("title",), doc=sdoc, **base, args=args),
+                                       tpl(body.title, at + ("title",), prose_value, doc=sdoc, **base, args=args))
+        step_explain, step_page_explain = (
+            tpl(body.explain, at + ("explain",), doc=sdoc, **base, args=args),
+            tpl(body.explain, at + ("explain",), prose_value, doc=sdoc, **base, args=args))
         expanded.append(ExpandedStep(step.id, step_title, step_explain, per_host, handlers, tuple(step.parts),
                                      step_page_title, step_page_explain))
     if problems:
@@ -292,7 +378,17 @@ def _tier(c: Cluster, rb: Runbook, tier_name: str | None) -> RouterTier | RpcTie
     return c.tier(tier_name)
 
 
-def _concrete(action, path, files, host, owner, tpl, problems, doc, c) -> Concrete | None:
+def _handler(handler: Handler, tpl, path: tuple) -> str:
+    """A handler's command: its own, or systemd's for the units it names (pure/services.py)."""
+    if handler.run is not None:
+        return tpl(handler.run, path + ("run",))
+    units = tpl(handler.service, path + ("service",)).split() if handler.service else []
+    check = tpl(handler.check, path + ("check",)).strip() if handler.check else None
+    return services.handler_command(units, handler.state, handler.daemon_reload, check)
+
+
+def _concrete(action, path, files, host, owner, tpl, problems, doc, c) -> list[Concrete]:
+    """An action's files and commands for one host (typed actions decided here, from the cluster's facts)."""
     notify = tuple(action.notify)
     common = {"timeout": action.timeout, "retries": action.retries, "delay": action.delay, "notify": notify}
     if isinstance(action, Upload):
@@ -301,16 +397,44 @@ def _concrete(action, path, files, host, owner, tpl, problems, doc, c) -> Concre
             whose = f"tier {owner}'s " if owner else ""
             problems.append(doc.problem(path + ("upload",), f"nothing is rendered for {host} as {whose}"
                                                             f"{action.upload}"))
-            return None
-        return PutFile(artifact.path, artifact.text, artifact.mode, notify)
+            return []
+        return [PutFile(artifact.path, artifact.text, artifact.mode, notify)]
     if isinstance(action, Run):
-        return Command(tpl(action.run, path + ("run",)).strip(),
-                       tpl(action.unless, path + ("unless",)).strip() if action.unless else None,
-                       tpl(action.until, path + ("until",)) if action.until else None, action.changed_when, **common,
-                       name=tpl(action.name, path + ("name",)) if action.name else None,
-                       abort_when=action.abort_when)
+        return [Command(tpl(action.run, path + ("run",)).strip(),
+                        tpl(action.unless, path + ("unless",)).strip() if action.unless else None,
+                        tpl(action.until, path + ("until",)) if action.until else None, action.changed_when, **common,
+                        name=tpl(action.name, path + ("name",)) if action.name else None,
+                        abort_when=action.abort_when)]
+    if isinstance(action, Service):
+        units = tpl(action.service, path + ("service",)).split()
+        check = tpl(action.check, path + ("check",)).strip() if action.check else None
+        try:
+            made = services.service_commands(units, action.state, action.enabled, action.daemon_reload,
+                                             tpl(action.also_units, path + ("also_units",)).split(), check)
+        except ValueError as exc:
+            problems.append(doc.problem(path + ("service",), str(exc)))
+            return []
+        label = tpl(action.name, path + ("name",)) if action.name else None
+        return [Command(m.command, m.unless, None, m.changed_when, **common,
+                        name=label if m is made[-1] else m.label) for m in made]
+    if isinstance(action, Package):
+        if action.package not in PACKAGES:
+            problems.append(doc.problem(path + ("package",), f"no need {action.package!r} in pure/packages.py "
+                                                             f"(there are: {', '.join(sorted(PACKAGES))})"))
+            return []
+        os = c.node(host).os
+        return [Command(install_command(os, action.package), installed_check(os, action.package), **common,
+                        name=tpl(action.name, path + ("name",)) if action.name else None)]
+    if isinstance(action, KeeperMark):
+        tier = _named_tier(tpl(action.keeper_mark, path + ("keeper_mark",)), path + ("keeper_mark",), c, doc,
+                           problems)
+        if tier is None:
+            return []
+        command, unless, label = slurmjob.keeper_mark(c, tier, action.state)
+        return [Command(command, unless, **common, name=label)]
     if isinstance(action, SubmitJob | WaitJob | WaitGateway):
-        return _job_action(action, path, tpl, problems, doc, c, common)
+        job = _job_action(action, path, tpl, problems, doc, c, common)
+        return [job] if job else []
     tries = max(action.retries, int(action.timeout / max(action.delay, 0.5)))
     unit = tpl(action.unit, path + ("unit",)).strip() if action.unit else None
     restart_sec = _seconds(tpl(action.restart_sec, path + ("restart_sec",)), path + ("restart_sec",), problems, doc) \
@@ -320,29 +444,28 @@ def _concrete(action, path, files, host, owner, tpl, problems, doc, c) -> Concre
     if isinstance(action, WaitPort):
         port = tpl(action.wait_port, path + ("wait_port",))
         if unit:
-            return Command(waits.port_or_exited(port, unit, restart_sec), until="listening", **watched, probe=True,
-                           name=f"port {port} listening (fails if {unit} keeps exiting)")
-        return Command(f"ss -Hltn 'sport = :{port}' | grep -q LISTEN && echo listening", until="listening",
-                       changed_when="never", timeout=10, retries=tries, delay=action.delay, notify=notify, probe=True)
+            return [Command(waits.port_or_exited(port, unit, restart_sec), until="listening", **watched, probe=True,
+                           name=f"port {port} listening (fails if {unit} keeps exiting)")]
+        return [Command(f"ss -Hltn 'sport = :{port}' | grep -q LISTEN && echo listening", until="listening",
+                       changed_when="never", timeout=10, retries=tries, delay=action.delay, notify=notify, probe=True)]
     if isinstance(action, WaitHttp):
         url = tpl(action.wait_http, path + ("wait_http",))
         if unit:
-            return Command(waits.http_or_exited(url, action.status, unit, restart_sec), until="healthy", **watched,
+            return [Command(waits.http_or_exited(url, action.status, unit, restart_sec), until="healthy", **watched,
                            probe=True,
-                           name=f"{url} answers {action.status} (fails if {unit} keeps exiting)")
-        return Command(f"curl -s -o /dev/null -m 5 -w '%{{http_code}}' {shlex.quote(url)}", until=str(action.status),
-                       changed_when="never", timeout=10, retries=tries, delay=action.delay, notify=notify, probe=True)
-    return None
+                           name=f"{url} answers {action.status} (fails if {unit} keeps exiting)")]
+        return [Command(f"curl -s -o /dev/null -m 5 -w '%{{http_code}}' {shlex.quote(url)}", until=str(action.status),
+                       changed_when="never", timeout=10, retries=tries, delay=action.delay, notify=notify, probe=True)]
+    return []
 
 
 def _job_action(action, path, tpl, problems, doc, c, common) -> Concrete | None:
     """A SLURM tier's job: submit it, wait until it serves, wait until the gateway points at it (slurmjob.py)."""
     field = next(f for f in ("submit_job", "wait_job", "wait_gateway") if hasattr(action, f))
-    name = tpl(getattr(action, field), path + (field,)).strip()
-    if name not in {t.name for t in c.tiers}:
-        problems.append(doc.problem(path + (field,), f"no tier named {name!r}"))
+    tier = _named_tier(tpl(getattr(action, field), path + (field,)), path + (field,), c, doc, problems)
+    if tier is None:
         return None
-    tier = c.tier(name)
+    name = tier.name
     if isinstance(action, SubmitJob):
         command, unless, label = slurmjob.submit(c, tier, action.replace)
         return Command(command, unless, None, "always", **common, name=label)
@@ -356,6 +479,14 @@ def _job_action(action, path, tpl, problems, doc, c, common) -> Concrete | None:
         return None
     command, label = slurmjob.gateway_points_at(c, tier)
     return Command(command, None, "gateway:", **waiting, name=label)
+
+
+def _named_tier(text: str, path: tuple, c: Cluster, doc, problems: list) -> RouterTier | RpcTier | None:
+    name = text.strip()
+    if name not in {t.name for t in c.tiers}:
+        problems.append(doc.problem(path, f"no tier named {name!r}"))
+        return None
+    return c.tier(name)
 
 
 def _seconds(text: str, path: tuple, problems: list, doc) -> int:

@@ -27,9 +27,32 @@ def sbatch_shell(script: str) -> str:
     return f'sbatch --parsable --comment="{digest_shell(script)}" {script}'
 
 
+MARKS = ("wanted", "released")  # the keeper's marks of a job: <job>.wanted, <job>.released (the node programs' too)
+
+
+def marker(c: Cluster, tier: RouterTier | RpcTier, mark: str) -> str:
+    """A mark's file: wanted (the keeper keeps a job), released (the keeper released an idle tier on demand, and
+    why; the wake service removes it)."""
+    if mark not in MARKS:
+        raise ValueError(mark)
+    return f"{layout.keeper_marker_dir(c)}/{topo.units(tier).job}.{mark}"
+
+
 def released_marker(c: Cluster, tier: RouterTier | RpcTier) -> str:
-    """Where the keeper notes that it released an idle tier on demand (and why); the wake service removes it."""
-    return f"{layout.keeper_marker_dir(c)}/{topo.units(tier).job}.released"
+    return marker(c, tier, "released")
+
+
+def keeper_mark(c: Cluster, tier: RouterTier | RpcTier, state: str) -> tuple[str, str, str]:
+    """(command, unless, label) that marks a tier wanted (a tier on demand left released: its next request starts
+    it) or removes its marks (the keeper leaves it stopped, and a request does not start it)."""
+    wanted, released, job = marker(c, tier, "wanted"), released_marker(c, tier), topo.units(tier).job
+    if state == "unmarked":
+        return (f"rm -f {wanted} {released}", f"! test -e {wanted} && ! test -e {released}",
+                f"unmark {job} (the keeper leaves it stopped, and a request does not start it)")
+    on_demand = " (unless released on demand: its next request starts it)" if tier.on_demand else ""
+    return (f"mkdir -p {layout.keeper_marker_dir(c)} && rm -f {released} && touch {wanted}",
+            f"test -e {wanted}" + (f" || test -e {released}" if tier.on_demand else ""),
+            f"mark {job} wanted{on_demand}")
 
 
 def _unless_released(c: Cluster, tier: RouterTier | RpcTier) -> str:
@@ -48,7 +71,7 @@ def submit(c: Cluster, tier: RouterTier | RpcTier, replace: str) -> tuple[str, s
     `older`: skipped when a job already runs this very script, `always`: the running job is cancelled and submitted
     again (a restart)."""
     job, script = topo.units(tier).job, layout.sbatch_path(c, tier)
-    wanted = f"{layout.keeper_marker_dir(c)}/{job}.wanted"
+    wanted = marker(c, tier, "wanted")
     # under the keeper's lock of this job: a keeper pass that began before the mark was taken cannot submit a
     # second job between the cancel and this sbatch (the keeper takes the same lock)
     command = (f"mkdir -p {layout.keeper_marker_dir(c)} && (flock -w 120 9; rm -f {wanted}; "

@@ -10,7 +10,7 @@ import pytest
 from clusterbook.model.loader import load_cluster
 from clusterbook.pure import layout
 from clusterbook.pure.render.artifacts import render_artifacts
-from clusterbook.pure.runbooks import available
+from clusterbook.pure.runbooks import available, step_sources
 
 ROOT = Path(__file__).resolve().parents[2]
 CLUSTERS = ["cluster.yaml", "lab/cluster.yaml", "lab/cluster-slurm.yaml"]
@@ -39,7 +39,7 @@ def test_no_node_path_is_written_both_in_runbooks_and_in_python():
 def test_runbooks_upload_only_ids_that_layout_knows():
     c = load_cluster(ROOT / "lab/cluster-slurm.yaml")
     known = set(layout.cluster_paths(c)) | {k for t in c.tiers for k in layout.tier_paths(c, t)}
-    uploads = {a.upload for book in available().values() for s in book.runbook.steps for a in s.actions
+    uploads = {a.upload for book in available().values() for s in step_sources(book) for a in s.body.actions
                if hasattr(a, "upload")}
     assert uploads and uploads <= known, uploads - known
 
