@@ -17,8 +17,7 @@ from clusterbook.commands.site import docs
 from clusterbook.effects.console import Failed, console
 from clusterbook.effects.verified import mark_verified, remember_verified
 from clusterbook.model.loader import load_cluster
-
-FEATURES = Path("tests/features")
+from clusterbook.pure import packagedata
 
 
 @dataclass(frozen=True)
@@ -35,7 +34,7 @@ class Scenario:
         return "test_" + make_python_name(self.name)
 
 
-def scenarios(features: Path = FEATURES) -> list[Scenario]:
+def scenarios(features: Path = packagedata.FEATURES) -> list[Scenario]:
     from pytest_bdd.feature import get_features
     return [Scenario(f.name, s.name, frozenset(s.tags) | frozenset(f.tags))
             for f in get_features([str(features)]) for s in f.scenarios.values()]
@@ -52,12 +51,12 @@ def matching(all_scenarios: list[Scenario], only: str) -> list[Scenario]:
 
 
 def verify(s: Settings, cluster_file: str, disruptive: bool, only: str | None) -> None:
-    """Run tests/features against the live cluster; write cucumber JSON, JUnit XML and a Markdown summary."""
+    """Run the acceptance features against the live cluster; write cucumber JSON, JUnit XML and a Markdown summary."""
 
     load_cluster(cluster_file)
     reports = s.reports
     reports.mkdir(parents=True, exist_ok=True)
-    argv = [sys.executable, "-m", "pytest", "tests/acceptance", "--live-cluster", cluster_file,
+    argv = [sys.executable, "-m", "pytest", str(packagedata.ACCEPTANCE), "--live-cluster", cluster_file,
             "-p", "no:cacheprovider",
             f"--cucumberjson={reports / 'verify.cucumber.json'}", f"--junitxml={reports / 'verify.junit.xml'}",
             "--verify-summary", str(reports / "verify-summary.md"), "-rA", "--tb=line", "-q"]

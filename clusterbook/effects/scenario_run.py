@@ -9,6 +9,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from clusterbook.effects.console import console
+from clusterbook.pure import packagedata
 from clusterbook.pure.changelog import ScenarioRun
 from clusterbook.pure.changes import Phase
 
@@ -18,7 +19,7 @@ def run_scenarios(cluster_file: str, phase: Phase, when: str, out: Path, names: 
     pytest's test names back into the scenarios' own."""
 
     junit = out / f"{phase.unit}-{when.replace(' ', '-')}.junit.xml"
-    argv = [sys.executable, "-m", "pytest", "tests/acceptance", "--live-cluster", cluster_file, "-p",
+    argv = [sys.executable, "-m", "pytest", str(packagedata.ACCEPTANCE), "--live-cluster", cluster_file, "-p",
             "no:cacheprovider", "-m", phase.scenarios, f"--junitxml={junit}", "-q", "--tb=line", "-rN"]
     if phase.tier:
         argv += ["--tier", phase.tier]

@@ -22,7 +22,7 @@ def criteria_findings(c: Cluster, scenario_names: set[str]) -> list[Finding]:
     """A criterion names acceptance scenarios that exist (by name, in any case): a misspelt one checks nothing."""
     known = {n.casefold() for n in scenario_names}
     return [(("criteria", i, "scenarios", j), f"no acceptance scenario is named '{name}' (the {len(known)} "
-                                              "Scenario lines of tests/features/*.feature name them)")
+                                              "Scenario lines of clusterbook/acceptance/features/*.feature name them)")
             for i, criterion in enumerate(c.criteria) for j, name in enumerate(criterion.scenarios)
             if name.casefold() not in known]
 

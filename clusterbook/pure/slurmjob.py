@@ -27,12 +27,13 @@ def sbatch_shell(script: str) -> str:
     return f'sbatch --parsable --comment="{digest_shell(script)}" {script}'
 
 
-MARKS = ("wanted", "released")  # the keeper's marks of a job: <job>.wanted, <job>.released (the node programs' too)
+# the marks of a SLURM tier's job, files <job>.<mark> in the keeper's folder, the node programs' too: wanted (the keeper
+# keeps a job), released (the keeper released an idle tier on demand), request (the wake service's last request)
+MARKS = ("wanted", "released", "request")
 
 
 def marker(c: Cluster, tier: RouterTier | RpcTier, mark: str) -> str:
-    """A mark's file: wanted (the keeper keeps a job), released (the keeper released an idle tier on demand, and
-    why; the wake service removes it)."""
+    """A mark's file (MARKS)."""
     if mark not in MARKS:
         raise ValueError(mark)
     return f"{layout.keeper_marker_dir(c)}/{topo.units(tier).job}.{mark}"

@@ -8,6 +8,7 @@ import time
 import pytest
 
 from clusterbook.model.loader import load_cluster
+from clusterbook.pure.packagedata import FEATURES
 
 from .conftest import LAB, NEEDS_LAB, ROOT, invoke, soak_result
 
@@ -57,7 +58,7 @@ def test_verify_passes_every_scenario(soak):
     first = next(line for line in summary.splitlines() if line.startswith("Verified"))  # the counts come first
     assert "passed" in first and "failed" not in first, first
     cucumber = json.loads((ROOT / "reports/verify.cucumber.json").read_text())
-    assert len(cucumber) == len(list((ROOT / "tests/features").glob("*.feature")))  # one entry per feature
+    assert len(cucumber) == len(list(FEATURES.glob("*.feature")))  # one entry per feature
 
 
 def test_status_shows_live_figures_from_prometheus(deployed):

@@ -1,5 +1,5 @@
 """The package's folders are its layers, and no module imports from a layer above its own (in-function imports
-included): model < pure < effects < commands < adapters."""
+included): model < pure < effects < commands < adapters < acceptance (the pytest-bdd adapter)."""
 
 import ast
 from pathlib import Path
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-LAYERS = ["model", "pure", "effects", "commands", "adapters"]
+LAYERS = ["model", "pure", "effects", "commands", "adapters", "acceptance"]
 
 
 def layer_of(module: str) -> int:
@@ -28,7 +28,16 @@ def imports_of(path: Path) -> list[tuple[int, str]]:
     return found
 
 
-MODULES = sorted(p for p in (ROOT / "clusterbook").rglob("*.py") if p.parent != ROOT / "clusterbook")
+NODE = ROOT / "clusterbook/node"  # programs that run on the nodes: they stand alone, and no layer imports them
+MODULES = sorted(p for p in (ROOT / "clusterbook").rglob("*.py") if p.parent not in (ROOT / "clusterbook", NODE))
+
+
+@pytest.mark.parametrize("path", sorted(NODE.glob("*.py")), ids=lambda p: p.name)
+def test_a_node_program_stands_alone(path):
+    """A node gets the one file: it imports only Python's standard library, never clusterbook."""
+    assert [m for _, m in imports_of(path)] == []
+    users = [p.name for p in MODULES if any(m.startswith("clusterbook.node") for _, m in imports_of(p))]
+    assert users == [], f"{users} import a node program: read it as a file (artifacts.node_program)"
 
 
 def test_every_module_is_in_a_layer_folder():

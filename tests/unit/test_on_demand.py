@@ -14,6 +14,7 @@ from clusterbook.model.loader import load_cluster
 from clusterbook.pure.planner.capacity import plan_tier
 from clusterbook.pure.planner.loadtime import cold_start_at_most_s, cold_start_s, wait_cap_s, whole_s
 from clusterbook.pure.render.artifacts import render_artifacts
+from clusterbook.pure.slurmjob import MARKS
 
 ROOT = Path(__file__).resolve().parents[2]
 SLURM_LAB = ROOT / "lab/cluster-slurm.yaml"
@@ -53,7 +54,7 @@ def test_the_wake_service_and_the_keeper_share_the_tiers_figures(on_demand):
     assert config["tiers"] == {"reasoning": {
         "job": "llama-reasoning", "kind": "rpc", "record": "/cluster/shared/ai/endpoints/reasoning.json",
         "cap_s": wait_cap_s(on_demand, tier, plan_tier(on_demand, tier)), "keeper_unit": "clusterbook-keeper.service",
-        "key_file": None}}
+        "key_file": None, "marks": {m: f"/etc/llama/slurm/llama-reasoning.{m}" for m in MARKS}}}
     keeper = rendered["/usr/local/sbin/clusterbook-keeper"]
     assert "release_if_idle llama-reasoning reasoning 10\n" in keeper
     assert "release_if_idle llama-fast" not in keeper

@@ -10,10 +10,14 @@ import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
-from clusterbook.pure.render.artifacts import template
+import clusterbook.node
+from clusterbook.pure.slurmjob import MARKS
+
+NODE = Path(clusterbook.node.__file__).parent
 
 
 class Server(http.server.BaseHTTPRequestHandler):
@@ -50,9 +54,7 @@ def server():
 
 @pytest.fixture
 def wake(tmp_path, monkeypatch):
-    path = tmp_path / "wake.py"
-    path.write_text(template("wake.py.j2", header="test"))
-    spec = importlib.util.spec_from_file_location("clusterbook_wake", path)
+    spec = importlib.util.spec_from_file_location("clusterbook_wake", NODE / "wake.py")  # a fresh module per test
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     started = []
@@ -67,9 +69,10 @@ def tier(wake, tmp_path, job_id: str, port: int):
     record = tmp_path / "reasoning.json"
     record.write_text(json.dumps({"tier": "reasoning", "host": "127.0.0.1", "port": port, "job_id": job_id}))
     spec = {"job": "llama-reasoning", "kind": "rpc", "record": str(record), "cap_s": 2,
-            "keeper_unit": "clusterbook-keeper.service", "key_file": None}
+            "keeper_unit": "clusterbook-keeper.service", "key_file": None,
+            "marks": {m: str(markers / f"llama-reasoning.{m}") for m in MARKS}}
     (markers / "llama-reasoning.wanted").touch()
-    return wake.Tier("reasoning", spec, str(markers)), markers, record
+    return wake.Tier("reasoning", spec), markers, record
 
 
 def age(*paths, seconds: float = 600) -> None:

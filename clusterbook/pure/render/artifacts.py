@@ -8,6 +8,7 @@ import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import cache, partial
+from importlib.resources import files
 from typing import Literal
 from urllib.parse import urlsplit
 
@@ -60,6 +61,13 @@ def template(name: str, **context: object) -> str:
         return _env(LANGUAGE[name]).get_template(name).render(**context)
     except UnsafeValue as exc:
         raise UnsafeValue(f"refused to render {name.removesuffix('.j2')}: {exc}") from None
+
+
+def node_program(name: str, head: str) -> str:
+    """A program of clusterbook/node/ as a node gets it: the file itself, the generated-file header as its second
+    line (after the #! line); its configuration is a file of its own."""
+    first, rest = (files("clusterbook.node") / name).read_text().split("\n", 1)
+    return f"{first}\n# {head}\n{rest}"
 
 
 def header(c: Cluster) -> Quoted:
@@ -204,7 +212,7 @@ def _monitoring(c: Cluster) -> list[Artifact]:
         Artifact(m.node, at(c, "probe_config"), mon.probe_config(c), "json",
                  about="monitoring: which tiers the probe asks, and where", id="probe_config"),
     ]
-    files += _periodic(c, m.node, "probe", template("tier-probe.py.j2", header=h),
+    files += _periodic(c, m.node, "probe", node_program("tier_probe.py", h),
                        Quoted(f"{at(c, 'probe')} {at(c, 'probe_config')}"), "ask every tier as a client does",
                        m.probe_interval_s, f"ask every tier every {m.probe_interval_s} s",
                        "monitoring: each tier's health and time to first token -> node exporter textfile",
@@ -312,9 +320,9 @@ def wake_config(c: Cluster) -> str:
         tiers[tier.name] = {"job": topo.units(tier).job, "kind": tier.kind,
                             "record": posixpath.join(c.storage.endpoint_dir, f"{tier.name}.json"),
                             "cap_s": wait_cap_s(c, tier, plan), "keeper_unit": "clusterbook-keeper.service",
-                            "key_file": tier.api_key.file if tier.api_key and tier.api_key.file else None}
-    return json.dumps({"port": c.gateway.wake_port, "marker_dir": layout.keeper_marker_dir(c), "tiers": tiers},
-                      indent=2) + "\n"
+                            "key_file": tier.api_key.file if tier.api_key and tier.api_key.file else None,
+                            "marks": {m: slurmjob.marker(c, tier, m) for m in slurmjob.MARKS}}
+    return json.dumps({"port": c.gateway.wake_port, "tiers": tiers}, indent=2) + "\n"
 
 
 def _wake_files(c: Cluster) -> list[Artifact]:
@@ -325,7 +333,7 @@ def _wake_files(c: Cluster) -> list[Artifact]:
     node = c.gateway.node
     command = Quoted(f"/usr/bin/python3 {at(c, 'wake')} {at(c, 'wake_config')}")
     return [
-        Artifact(node, at(c, "wake"), template("wake.py.j2", header=header(c)), "python", 0o755,
+        Artifact(node, at(c, "wake"), node_program("wake.py", header(c)), "python", 0o755,
                  about="gateway: wake service (tiers on demand)", id="wake"),
         Artifact(node, at(c, "wake_config"), wake_config(c), "json", about="gateway: wake service configuration",
                  id="wake_config"),

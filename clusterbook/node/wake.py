@@ -1,6 +1,5 @@
 #!/usr/bin/python3
-# {{ header }}
-{% raw %}"""clusterbook-wake CONFIG.json: the gateway's wake service for tiers on demand (issue 33), on 127.0.0.1.
+"""clusterbook-wake CONFIG.json: the gateway's wake service for tiers on demand (issue 33), on 127.0.0.1.
 
 nginx asks it before each request to an on-demand tier (auth_request): GET /wake/TIER.
 - The tier serves (marked wanted, its endpoint record names a job other than the one it released last, and that
@@ -15,6 +14,7 @@ is released only when no request came for N seconds (nor since its job registere
 /metrics show none in flight; a request admitted a moment later waits for a new job instead of reaching the one
 being cancelled. GET /state tells every tier's state, for invoke status and the scenarios.
 """
+import contextlib
 import http.server
 import json
 import os
@@ -54,11 +54,11 @@ def get(url, key=None, timeout=2.0):
 
 
 class Tier:
-    def __init__(self, name, spec, markers):
+    def __init__(self, name, spec):
         self.name = name
         self.spec = spec
-        base = os.path.join(markers, spec["job"])
-        self.wanted, self.released, self.request = base + ".wanted", base + ".released", base + ".request"
+        marks = spec["marks"]  # the keeper's marks of its job, named by clusterbook (pure/slurmjob.py: MARKS)
+        self.wanted, self.released, self.request = marks["wanted"], marks["released"], marks["request"]
         self.gone = self.released_job()  # the job it released last: its record may linger while it ends
 
     def record(self):
@@ -108,11 +108,10 @@ class Tier:
             self.gone = self.released_job()
             touch(self.wanted)
             os.unlink(self.released)
-            try:  # the keeper's timer runs it soon anyway: starting it now saves up to its interval
+            with contextlib.suppress(OSError, subprocess.SubprocessError):  # the keeper's timer runs it soon
+                # anyway: starting it now saves up to its interval
                 subprocess.run(["systemctl", "start", "--no-block", self.spec["keeper_unit"]], check=False,
                                timeout=10)
-            except (OSError, subprocess.SubprocessError):
-                pass
             print(f"{self.name}: woken by a request; keeper started", flush=True)
             return True
 
@@ -168,7 +167,8 @@ class Tier:
         """The job's state and SLURM's reason, e.g. `PENDING (Resources)`, as nginx may show it to a client."""
         try:
             out = subprocess.run(["squeue", "-h", "-n", self.spec["job"], "-o", "%T (%r)"], stdout=subprocess.PIPE,
-                                 stderr=subprocess.PIPE, universal_newlines=True, timeout=10).stdout.strip().splitlines()
+                                 stderr=subprocess.PIPE, universal_newlines=True,
+                                 timeout=10).stdout.strip().splitlines()
         except (OSError, subprocess.SubprocessError):
             out = []
         return UNSAFE.sub("", out[0])[:80] if out else "not queued yet"
@@ -188,7 +188,7 @@ class Tier:
 
 
 class Handler(http.server.BaseHTTPRequestHandler):
-    tiers = {}
+    tiers = {}  # noqa: RUF012  set once by main(), before the server starts
 
     def reply(self, status, headers=(), body=b""):
         self.send_response(status)
@@ -243,7 +243,7 @@ class ThreadingServer(socketserver.ThreadingMixIn, http.server.HTTPServer):
 def main(path):
     with open(path) as f:
         config = json.load(f)
-    Handler.tiers = {name: Tier(name, spec, config["marker_dir"]) for name, spec in config["tiers"].items()}
+    Handler.tiers = {name: Tier(name, spec) for name, spec in config["tiers"].items()}
     server = ThreadingServer(("127.0.0.1", config["port"]), Handler)
     server.serve_forever()
 
@@ -252,4 +252,3 @@ if __name__ == "__main__":
     if len(sys.argv) != 2:
         sys.exit("usage: clusterbook-wake CONFIG.json")
     main(sys.argv[1])
-{% endraw %}

@@ -1,6 +1,5 @@
 #!/usr/bin/python3
-# {{ header }}
-{% raw %}"""Probe every tier as a client does and write what it saw for the node exporter's textfile collector:
+"""Probe every tier as a client does and write what it saw for the node exporter's textfile collector:
 clusterbook-tier-probe CONFIG.json. Per tier: /health answers 200; the time a one-token chat completion takes (the
 time to first token; a router-mode tier is asked only through a model it has loaded, never loading one); for a
 SLURM tier, whether the endpoint registry has its record and whether its job is pending."""
@@ -132,4 +131,3 @@ if __name__ == "__main__":
     if len(sys.argv) != 2:
         sys.exit("usage: clusterbook-tier-probe CONFIG.json")
     main(sys.argv[1])
-{% endraw %}

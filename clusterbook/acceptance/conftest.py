@@ -1,4 +1,5 @@
-"""Acceptance fixtures: the live cluster, its transport, recorded measurements, @disruptive gating, the summary."""
+"""Acceptance fixtures: the options, the live cluster, its transport, recorded measurements, @disruptive gating,
+the summary."""
 
 import json
 import time
@@ -6,23 +7,33 @@ from pathlib import Path
 
 import pytest
 
+from clusterbook.acceptance.steps.common import *  # noqa: F403  the step definitions, one module per feature
+from clusterbook.acceptance.steps.distribution import *  # noqa: F403
+from clusterbook.acceptance.steps.helpers import is_lab
+from clusterbook.acceptance.steps.monitoring import *  # noqa: F403
+from clusterbook.acceptance.steps.on_demand import *  # noqa: F403
+from clusterbook.acceptance.steps.performance import *  # noqa: F403
+from clusterbook.acceptance.steps.resilience import *  # noqa: F403
+from clusterbook.acceptance.steps.rpc_workers import *  # noqa: F403
+from clusterbook.acceptance.steps.serving import *  # noqa: F403
+from clusterbook.acceptance.steps.slurm import *  # noqa: F403
 from clusterbook.commands.reportstamp import stamped
-from clusterbook.effects.ssh import SshTransport
+from clusterbook.commands.settings import PROJECT
+from clusterbook.effects.connections import connect
 from clusterbook.model.loader import load_cluster
 from clusterbook.pure.verifysummary import summary_markdown
 
-from .steps import *  # noqa: F403  the shared step definitions
-
-ROOT = Path(__file__).resolve().parents[2]
 RESULTS: dict[str, dict] = {}
 
 
-def is_lab(path: str) -> bool:
-    """The cluster file describes a running lab: every node is a lab machine of this host (whatever the file's
-    path: a test's modified copy of lab/cluster.yaml is the same lab)."""
-    from clusterbook.effects.lab.machines import Machine
-    cluster = load_cluster(path)
-    return all(Machine(cluster.cluster.name, node.name).running for node in cluster.nodes)
+def pytest_addoption(parser):
+    group = parser.getgroup("clusterbook acceptance")
+    group.addoption("--live-cluster", default=None, help="run the acceptance scenarios against this live cluster file")
+    group.addoption("--disruptive", action="store_true", default=False,
+                    help="also run @disruptive scenarios (node restart, killed worker); always on for the lab")
+    group.addoption("--tier", default=None,
+                    help="only this tier, in the scenarios that check tiers one by one (@tier; invoke apply)")
+    group.addoption("--verify-summary", default=None, help="write a Markdown summary of the scenarios here")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -59,7 +70,7 @@ def tiers(cluster, request):
 
 @pytest.fixture(scope="session")
 def transport(cluster):
-    return SshTransport(cluster, ROOT)
+    return connect(cluster, PROJECT)
 
 
 @pytest.fixture

@@ -1,0 +1,5 @@
+"""Bind every feature under features/ to the steps."""
+
+from pytest_bdd import scenarios
+
+scenarios("features")
