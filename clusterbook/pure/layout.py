@@ -65,6 +65,7 @@ def cluster_paths(c: Cluster) -> dict[str, str]:
         **_timer("gpu_metrics", "clusterbook-gpu-metrics"),
         **_timer("scrape_targets", "clusterbook-scrape-targets"),
         **_timer("keeper", "clusterbook-keeper"),
+        "keeper_config": "/etc/clusterbook/keeper.json",
         **_timer("updater", "clusterbook-upstreams"),
         "wake": f"{SBIN}/clusterbook-wake",
         "wake_config": "/etc/clusterbook/wake.json",

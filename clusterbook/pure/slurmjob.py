@@ -28,8 +28,10 @@ def sbatch_shell(script: str) -> str:
 
 
 # the marks of a SLURM tier's job, files <job>.<mark> in the keeper's folder, the node programs' too: wanted (the keeper
-# keeps a job), released (the keeper released an idle tier on demand), request (the wake service's last request)
-MARKS = ("wanted", "released", "request")
+# keeps a job), released (the keeper released an idle tier on demand), request (the wake service's last request),
+# lock (one submission at a time), tries (the keeper's count of jobs in a row that ended without serving, and when),
+# completing (since when the keeper has seen the job only COMPLETING)
+MARKS = ("wanted", "released", "request", "lock", "tries", "completing")
 
 
 def marker(c: Cluster, tier: RouterTier | RpcTier, mark: str) -> str:
@@ -63,7 +65,7 @@ def _unless_released(c: Cluster, tier: RouterTier | RpcTier) -> str:
 
 def keeper_lock(c: Cluster, tier: RouterTier | RpcTier) -> str:
     """The lock a submission and the keeper's pass over one job take, so that only one of them submits it."""
-    return f"{layout.keeper_marker_dir(c)}/{topo.units(tier).job}.lock"
+    return marker(c, tier, "lock")
 
 
 def submit(c: Cluster, tier: RouterTier | RpcTier, replace: str) -> tuple[str, str | None, str]:

@@ -55,10 +55,10 @@ def test_the_wake_service_and_the_keeper_share_the_tiers_figures(on_demand):
         "job": "llama-reasoning", "kind": "rpc", "record": "/cluster/shared/ai/endpoints/reasoning.json",
         "cap_s": wait_cap_s(on_demand, tier, plan_tier(on_demand, tier)), "keeper_unit": "clusterbook-keeper.service",
         "key_file": None, "marks": {m: f"/etc/llama/slurm/llama-reasoning.{m}" for m in MARKS}}}
-    keeper = rendered["/usr/local/sbin/clusterbook-keeper"]
-    assert "release_if_idle llama-reasoning reasoning 10\n" in keeper
-    assert "release_if_idle llama-fast" not in keeper
-    assert f"http://127.0.0.1:{on_demand.gateway.wake_port}/release/$tier?idle_s=$idle" in keeper
+    keeper = json.loads(rendered["/etc/clusterbook/keeper.json"])
+    assert {j["tier"]: j["idle_s"] for j in keeper["jobs"]} == {"fast": None, "reasoning": 10}
+    assert keeper["wake_port"] == on_demand.gateway.wake_port
+    assert next(j for j in keeper["jobs"] if j["tier"] == "reasoning")["marks"] == config["tiers"]["reasoning"]["marks"]
 
 
 def test_the_api_page_tells_a_first_request_what_slurm_adds_just_after_a_scheduling_pass(on_demand):
@@ -79,7 +79,7 @@ def test_without_a_tier_on_demand_nothing_of_it_is_rendered():
     rendered = files(c)
     assert "/etc/clusterbook/wake.json" not in rendered and "/usr/local/sbin/clusterbook-wake" not in rendered
     assert "auth_request" not in rendered["/etc/nginx/sites-available/clusterbook.conf"]
-    assert "release_if_idle" not in rendered["/usr/local/sbin/clusterbook-keeper"]
+    assert not any(j["idle_s"] for j in json.loads(rendered["/etc/clusterbook/keeper.json"])["jobs"])
 
 
 @pytest.mark.tools

@@ -291,24 +291,32 @@ def _monitoring_releases(c: Cluster, h: Quoted) -> list[Artifact]:
     ]
 
 
+def keeper_config(c: Cluster) -> str:
+    """The keeper's configuration: per SLURM tier its job, script, marks and, on demand, its idle time."""
+    jobs = [{"job": topo.units(t).job, "tier": t.name, "script": layout.sbatch_path(c, t),
+             "idle_s": t.on_demand.idle_s if t.on_demand else None,
+             "gpus": sum(1 for d in plan_tier(c, t).devices if d.gpu),
+             "marks": {m: slurmjob.marker(c, t, m) for m in slurmjob.MARKS}} for t in c.slurm_tiers]
+    return json.dumps({"log_dir": c.storage.log_dir, "wake_port": c.gateway.wake_port if c.gateway else None,
+                       "textfile_dir": layout.TEXTFILE_DIR, "digest_chars": slurmjob.DIGEST_CHARS, "jobs": jobs},
+                      indent=2) + "\n"
+
+
 def _keeper(c: Cluster) -> list[Artifact]:
-    """On the controller: a script and timer that resubmit a wanted SLURM tier that has no job."""
+    """On the controller: the keeper (clusterbook/node/keeper.py), its configuration, and the service and timer that
+    run it: it resubmits a wanted SLURM tier that has no job."""
     tiers = c.slurm_tiers
     if not tiers:
         return []
     node = c.keeper_node
     interval = min(t.slurm.keeper_interval_s for t in tiers)
-    jobs = [{"name": topo.units(t).job, "script": layout.sbatch_path(c, t), "tier": t.name,
-             "idle_s": t.on_demand.idle_s if t.on_demand else None,
-             "gpus": sum(1 for d in plan_tier(c, t).devices if d.gpu)} for t in tiers]
-    return _periodic(c, node, "keeper", template("keeper.sh.j2", header=header(c), jobs=jobs,
-                                                 wake_port=c.gateway.wake_port if c.gateway else None,
-                                                 textfile_dir=layout.TEXTFILE_DIR,
-                                                 sbatch=Quoted(slurmjob.sbatch_shell('"$script"')),
-                                                 marker_dir=layout.keeper_marker_dir(c), log_dir=c.storage.log_dir),
-                     at(c, "keeper"), "resubmit the SLURM tiers that should run and have no job", interval,
-                     f"look for the jobs of the SLURM tiers every {interval} s",
-                     "SLURM: resubmit a wanted tier that has no job", "SLURM: keeper")
+    config = Artifact(node, at(c, "keeper_config"), keeper_config(c), "json", about="SLURM: keeper configuration",
+                      id="keeper_config")
+    return [config, *_periodic(c, node, "keeper", node_program("keeper.py", header(c)),
+                               Quoted(f"{at(c, 'keeper')} {at(c, 'keeper_config')}"),
+                               "resubmit the SLURM tiers that should run and have no job", interval,
+                               f"look for the jobs of the SLURM tiers every {interval} s",
+                               "SLURM: resubmit a wanted tier that has no job", "SLURM: keeper", kind="python")]
 
 
 def wake_config(c: Cluster) -> str:

@@ -28,7 +28,7 @@ LANGUAGE = {
     "model-selector.sh.j2": "shell", "tier.sbatch.j2": "shell", "upstream-updater.sh.j2": "shell",
     "gpu-metrics.sh.j2": "shell", "scrape-targets.sh.j2": "shell", "gguf-check.py.j2": "shell",
     "tailscale-serve.sh.j2": "shell",
-    "keeper.sh.j2": "shell", "firewalld-open.sh.j2": "shell", "monitoring-releases.sh.j2": "shell",
+    "firewalld-open.sh.j2": "shell", "monitoring-releases.sh.j2": "shell",
     "nginx-selinux.sh.j2": "shell", "daemon.service.j2": "systemd",
     "nginx-wake.conf.j2": "nginx",
     "server.service.j2": "systemd", "oneshot.service.j2": "systemd", "periodic.timer.j2": "systemd",
