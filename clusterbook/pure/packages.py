@@ -16,6 +16,9 @@ PACKAGES: dict[str, dict[str, list[str]]] = {
     "build": {"debian": ["cmake", "ninja-build", "g++", "python3-pip", "patch"],
               "el": ["cmake", "ninja-build", "python3.11", "python3.11-pip", "patch"]},  # + the node's gcc-toolset
     "jq": {"debian": ["jq"], "el": ["jq"]},
+    # the node programs (keeper, wake service, probe) run on /usr/bin/python3: a minimal EL 8 has only
+    # platform-python until the python3 package (3.6) is installed
+    "python3": {"debian": ["python3"], "el": ["python3"]},
     "iperf3": {"debian": ["iperf3"], "el": ["iperf3"]},
     "numactl": {"debian": ["numactl"], "el": ["numactl"]},
     # EPEL 8's package (1.3.1 on packages.fedoraproject.org) installs /usr/bin/node_exporter; its unit's name differs
