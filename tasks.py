@@ -163,7 +163,9 @@ def _any_tier_task(action, doc):
 # clusterbook/commands/settings.py reads them; invoke makes its task list before it parses the command line);
 # `deploy.tier --tier NAME` reaches any tier of any file
 collections = {name: Collection(name) for name in ("deploy", "models", "stop", "restart", "restore")}
-for _op in commands.command_line_operations(sys.argv):
+_operations = commands.command_line_operations(sys.argv)
+commands.check_command_line(sys.argv, _operations)  # --list --cluster F; an unknown tier task names the tiers
+for _op in _operations:
     collections[_op.collection].add_task(_operation_task(_op))
 collections["deploy"].add_task(_any_tier_task("deploy", "Deploy any tier of the cluster file by name (--tier NAME)."))
 
