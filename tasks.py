@@ -5,7 +5,7 @@ import sys
 from invoke import Collection, task
 
 from clusterbook import commands
-from clusterbook.adapters.command_line import quiet_when_the_reader_leaves
+from clusterbook.adapters.command_line import invoked_from_command_line, quiet_when_the_reader_leaves
 from clusterbook.effects.console import exits_cleanly
 
 quiet_when_the_reader_leaves()  # `invoke --list | head` ends without a traceback
@@ -164,7 +164,8 @@ def _any_tier_task(action, doc):
 # `deploy.tier --tier NAME` reaches any tier of any file
 collections = {name: Collection(name) for name in ("deploy", "models", "stop", "restart", "restore")}
 _operations = commands.command_line_operations(sys.argv)
-commands.check_command_line(sys.argv, _operations)  # --list --cluster F; an unknown tier task names the tiers
+# --list --cluster F (invoke again, in its own process only); an unknown tier task names the tiers
+commands.check_command_line(sys.argv, _operations, relist=invoked_from_command_line())
 for _op in _operations:
     collections[_op.collection].add_task(_operation_task(_op))
 collections["deploy"].add_task(_any_tier_task("deploy", "Deploy any tier of the cluster file by name (--tier NAME)."))
@@ -296,7 +297,7 @@ ns.add_task(fabric_task)
 def preflight_task(c, cluster=None, only=None):
     """Check every node before anything starts: its GPUs and their memory against the cluster file, the driver's
     CUDA, free space for its models, its RPC network interface up with the declared MTU, its clock."""
-    commands.preflight(cluster or cfg(c).cluster, only)
+    commands.run_preflight(cluster or cfg(c).cluster, only)
 
 
 ns.add_task(preflight_task)
@@ -312,7 +313,7 @@ LOCAL_HELP = {"install_dir": "llama.cpp binaries on this machine (default: engin
 @command
 def bench_run(c, cluster=None, tier=None, quick=False):
     """Bench a live tier over HTTP: baseline prompts, concurrency 1/2/4/8, context sweep, beside the plan's bound."""
-    commands.bench(cfg(c), cluster or cfg(c).cluster, tier, quick)
+    commands.run_bench(cfg(c), cluster or cfg(c).cluster, tier, quick)
 
 
 @task(name="rehearse", help={**BENCH_HELP, **LOCAL_HELP})

@@ -1,8 +1,11 @@
 """Shared fixtures: paths of the cluster files used across the suite."""
 
+import os
 from pathlib import Path
 
 import pytest
+
+os.environ.setdefault("COLUMNS", "200")  # before clusterbook's console is made: tasks run in process print as in CI
 
 from clusterbook.model.loader import load_cluster
 

@@ -7,12 +7,15 @@ from __future__ import annotations
 
 from importlib import import_module
 
-WHERE = {  # name tasks.py uses -> (module under clusterbook.commands, or a full module path; its attribute)
+# name tasks.py uses -> (module under clusterbook.commands, or a full module path; its attribute). No name is a
+# module's: once that module is imported, Python sets the package's attribute of its name to the module itself
+WHERE = {
     **{n: ("acceptance", n) for n in ("demo", "verify")},
-    **{n: ("bench", n) for n in ("bench", "fabric", "recovery", "rehearse", "tune")},
+    "run_bench": ("bench", "bench"),
+    **{n: ("bench", n) for n in ("fabric", "recovery", "rehearse", "tune")},
     **{n: ("change", n) for n in ("apply", "rollback")},
     **{n: ("cluster", n) for n in ("check", "models_hash", "plan", "render", "write_reference")},
-    "preflight": ("preflight", "preflight"),
+    "run_preflight": ("preflight", "preflight"),
     **{n: ("lab", n) for n in ("lab_down", "lab_restart", "lab_status", "lab_up", "ssh_command")},
     **{n: ("runbooks", n) for n in ("logs", "run_named", "run_operation", "run_runbook", "status")},
     **{n: ("tasklist", n) for n in ("check_command_line", "command_line_operations", "default_cluster",

@@ -86,10 +86,10 @@ def unknown_tier_task(argv: list[str], ops: list) -> str | None:
     return None
 
 
-def check_command_line(argv: list[str], ops: list) -> None:
-    """Before invoke parses the line: `--list --cluster F` lists F's tasks (invoke again, with F configured); an
-    unknown tier task is refused naming the file's tiers (exit status 2)."""
-    listed = listing_cluster(argv)
+def check_command_line(argv: list[str], ops: list, relist: bool) -> None:
+    """Before invoke parses the line: `--list --cluster F` lists F's tasks (with `relist`, in invoke's own process:
+    invoke again, with F configured); an unknown tier task is refused naming the file's tiers (exit status 2)."""
+    listed = listing_cluster(argv) if relist else None
     if listed is not None:
         env = {**os.environ, **settings.as_environment(settings.read(), cluster=listed)}
         os.execve(sys.executable, [sys.executable, "-m", "invoke", "--list"], env)

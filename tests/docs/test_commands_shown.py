@@ -2,15 +2,13 @@
 its --dry run (which contacts nothing)."""
 
 import html
-import os
 import re
-import subprocess
-import sys
 
 import pytest
 
 from clusterbook.model.loader import load_cluster
 from clusterbook.pure.operations import operations
+from tests.inprocess import run_invoke
 
 from .test_site import ROOT, build, needs_mermaid
 
@@ -44,7 +42,6 @@ def test_every_command_on_the_site_exists_and_its_dry_run_passes(cluster, tmp_pa
     for task, tier in sorted(shown, key=lambda shown_task: (shown_task[0], shown_task[1] or "")):
         if task in ops or task.endswith(".tier") or task in DRY_TOO:
             argv = [task, "--dry", "--cluster", cluster] + (["--tier", tier] if tier else [])
-            run = subprocess.run([sys.executable, "-m", "invoke", *argv], cwd=ROOT, capture_output=True, text=True,
-                                 env={**os.environ, "COLUMNS": "200", "INVOKE_CLUSTERBOOK_CLUSTER": cluster},
-                                 timeout=120)  # as its operators run them: with their file configured
+            run = run_invoke(*argv, env={"INVOKE_CLUSTERBOOK_CLUSTER": cluster},
+                             timeout=120)  # as its operators run them: with their file configured
             assert run.returncode == 0, f"invoke {' '.join(argv)}:\n{run.stdout[-1500:]}{run.stderr[-1500:]}"

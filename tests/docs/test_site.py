@@ -2,10 +2,8 @@
 
 import contextlib
 import html
-import os
 import re
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -14,6 +12,7 @@ import yaml
 
 from clusterbook.commands.settings import of as settings_of
 from clusterbook.commands.site import docs
+from tests.inprocess import run_invoke
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
@@ -97,9 +96,7 @@ def test_runbook_page_equals_the_dry_run(beefcake2_site):
     plain = re.sub(r"<[^>]+>", "", page).replace("&amp;", "&").replace("&gt;", ">").replace("&lt;", "<") \
         .replace("&quot;", '"').replace("&#39;", "'")
     expansion = expand(available()["deploy-slurm"], load_cluster(ROOT / "cluster.yaml"), "reasoning")
-    proc = subprocess.run([sys.executable, "-m", "invoke", "deploy.reasoning", "--dry"], cwd=ROOT,
-                          capture_output=True, text=True, env={**os.environ, "COLUMNS": "400",
-                                                               "INVOKE_CLUSTERBOOK_CLUSTER": "cluster.yaml"})
+    proc = run_invoke("deploy.reasoning", "--dry", env={"COLUMNS": "400", "INVOKE_CLUSTERBOOK_CLUSTER": "cluster.yaml"})
     for step in expansion.steps:
         for host, actions in step.hosts.items():
             for action in actions:

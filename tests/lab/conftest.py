@@ -1,4 +1,4 @@
-"""Lab fixtures: a booted lab (shared by the lab tests), invoke as a subprocess, SSH to the nodes."""
+"""Lab fixtures: a booted lab (shared by the lab tests), invoke in process, SSH to the nodes."""
 
 import os
 import shutil
@@ -12,6 +12,7 @@ import pytest
 
 from clusterbook.effects.ssh import SshTransport
 from clusterbook.model.loader import load_cluster
+from tests.inprocess import run_invoke
 
 ROOT = Path(__file__).resolve().parents[2]
 LAB = ROOT / "lab/cluster.yaml"
@@ -71,9 +72,8 @@ def soak_result(config) -> tuple[subprocess.CompletedProcess, Path]:
 
 
 def invoke(*args, timeout=1800, cluster=LAB, extra_env=None):
-    env = {**os.environ, "COLUMNS": "200", "INVOKE_CLUSTERBOOK_CLUSTER": str(cluster), **(extra_env or {})}
-    return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout, env=env)
+    """A task on the lab, in this process (tests/inprocess.py)."""
+    return run_invoke(*args, env={"INVOKE_CLUSTERBOOK_CLUSTER": str(cluster), **(extra_env or {})}, timeout=timeout)
 
 
 @pytest.fixture(scope="session")

@@ -3,7 +3,6 @@
 import os
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -12,6 +11,7 @@ import pytest
 from clusterbook.effects.lab import network
 from clusterbook.effects.ssh import SshTransport
 from clusterbook.model.loader import load_cluster
+from tests.inprocess import run_invoke
 
 ROOT = Path(__file__).resolve().parents[2]
 LAB = ROOT / "lab/cluster.yaml"
@@ -22,8 +22,7 @@ pytestmark = [pytest.mark.lab,
 
 
 def invoke(*args, timeout=1800):
-    return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, "COLUMNS": "200"})
+    return run_invoke(*args, timeout=timeout)
 
 
 @pytest.fixture(scope="module")

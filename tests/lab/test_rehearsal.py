@@ -3,8 +3,6 @@ benched over HTTP and tuned with llama-bench; the code path the GPU machine uses
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 
@@ -12,6 +10,7 @@ from clusterbook.effects.lab.lab import LAB_MODELS
 from clusterbook.effects.lab.llama_build import ensure_build
 from clusterbook.effects.lab.models import write_model
 from clusterbook.model.loader import load_cluster
+from tests.inprocess import run_invoke
 
 from .conftest import ROOT
 
@@ -28,8 +27,7 @@ def local(tmp_path_factory):
 
 
 def invoke(*args):
-    return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=900, env={**os.environ, "COLUMNS": "200"})
+    return run_invoke(*args, timeout=900)
 
 
 def test_rehearse_and_bench_on_cpu(local):

@@ -1,8 +1,6 @@
 """The capacity plan matches hand-checked arithmetic, and refuses what cannot work."""
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -22,6 +20,7 @@ from clusterbook.pure.planner.capacity import (
 from clusterbook.pure.planner.findings import evaluate_claim, plan_findings
 from clusterbook.pure.planner.loadtime import predict_load
 from clusterbook.pure.planner.shape import from_declared, from_gguf
+from tests.inprocess import run_invoke
 
 from ..conftest import seeds_placement
 
@@ -186,8 +185,7 @@ def test_check_cli_fails_an_unfitting_cluster_with_its_line(tmp_path):
                                                                         "    ctx_size: 131072\n    cache_type_k")
     f = tmp_path / "big.yaml"
     f.write_text(text)
-    proc = subprocess.run([sys.executable, "-m", "invoke", "check", "--cluster", str(f)], cwd=ROOT,
-                          capture_output=True, text=True)
+    proc = run_invoke("check", "--cluster", str(f))
     assert proc.returncode == 2
     line = text.splitlines().index("    ctx_size: 131072") + 1
     assert f"{f}:{line}: tiers[reasoning].ctx_size: tier reasoning does not fit RPC0 on vasp-02" in proc.stderr
@@ -208,8 +206,7 @@ def test_gguf_header_gives_exact_tensor_sizes(tmp_path):
 def test_plan_json_is_complete(tmp_path):
     seeds = tmp_path / "cluster.yaml"  # the seeds' placement, where the two tiers exclude each other (D14)
     seeds.write_text(seeds_placement((ROOT / "cluster.yaml").read_text()))
-    proc = subprocess.run([sys.executable, "-m", "invoke", "plan", "--json", "--tier", "reasoning", "--cluster",
-                           str(seeds)], cwd=ROOT, capture_output=True, text=True)
+    proc = run_invoke("plan", "--json", "--tier", "reasoning", "--cluster", str(seeds))
     data = json.loads(proc.stdout)
     assert data["tiers"][0]["tier"] == "reasoning" and data["tiers"][0]["fits"] is True
     assert {"weights", "kv", "compute", "overhead", "total", "headroom"} <= set(data["tiers"][0]["devices"][0])
