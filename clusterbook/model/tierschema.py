@@ -245,8 +245,16 @@ class Gateway(Strict):
     docs_port: Port | None = Field(None, description="serve the published docs site on this port (and at /docs/ "
                                                      "through tailscale serve and the path port): invoke docs.publish")
     docs_dir: AbsPath = Field("/var/www/clusterbook", description="where docs.publish unpacks the site")
-    wake_port: Port = Field(8079, description="loopback port of the wake service that holds a request to a tier on "
-                                              "demand while it starts (only with on_demand tiers)")
+    wake_port: Port = Field(8079, description="loopback port of the gateway's hold (wake) service: it holds a "
+                                              "request to a tier that is down or starting, and starts a tier on "
+                                              "demand")
+    hold_margin_s: int = Field(10, ge=0, le=600,
+                               description="how much longer than a tier's predicted recovery the gateway holds a "
+                                           "request that the tier cannot answer now, s; past it, 503 with "
+                                           "Retry-After (the hold must end within the tier's timeout_s)")
+    queue_per_slot: int = Field(16, ge=1, le=256,
+                                description="requests that may wait in a tier's queue per server slot; a request "
+                                            "beyond its slots and this queue gets 429 with Retry-After at once")
 
     @field_validator("listen")
     @classmethod

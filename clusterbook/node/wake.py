@@ -13,8 +13,15 @@ The keeper releases a tier through GET /release/TIER?idle_s=N: under the same lo
 is released only when no request came for N seconds (nor since its job registered) and llama-server's own
 /metrics show none in flight; a request admitted a moment later waits for a new job instead of reaching the one
 being cancelled. GET /state tells every tier's state, for invoke status and the scenarios.
+
+It also holds what a tier cannot answer now (issue 46): nginx hands it any request to a routed tier that the tier
+refused, dropped before answering, or answered 502/503 (loading), with X-Clusterbook-Tier naming the tier. The request
+waits here until the tier answers /health again, at most the tier's hold (its predicted recovery and the file's
+margin), and is then sent to it and its answer streamed back; past the hold, 503 with Retry-After. A request is sent
+again only when its tier gave no answer: nothing of a first attempt ever reached the client.
 """
 import contextlib
+import http.client
 import http.server
 import json
 import os
@@ -187,8 +194,44 @@ class Tier:
         return "stopped", "stopped by its operator"
 
 
+HOP = {"connection", "keep-alive", "proxy-connection", "te", "trailer", "transfer-encoding", "upgrade",
+       "content-length", "x-clusterbook-tier"}  # not passed on: each hop sets its own
+
+
+class Route:
+    """A tier behind the gateway as the hold sees it: where it serves now, and how long a request may wait."""
+
+    def __init__(self, name, spec):
+        self.name = name
+        self.spec = spec
+
+    def backend(self):
+        """host:port where the tier serves now: its fixed address, or its SLURM job's endpoint record."""
+        if self.spec.get("backend"):
+            return self.spec["backend"]
+        try:
+            with open(self.spec["record"]) as f:
+                data = json.load(f)
+            backend = "{}:{}".format(data["host"], int(data["port"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        return backend if BACKEND.match(backend) else None
+
+    def ready(self, backend):
+        try:
+            return get(f"http://{backend}/health")[0] == 200
+        except (OSError, ValueError, http.client.HTTPException):
+            return False
+
+    def path(self, path):
+        """The path as the tier takes it: without the route's prefix, where the path port's server added one."""
+        prefix = self.spec.get("prefix") or "/"
+        return "/" + path[len(prefix):] if prefix != "/" and path.startswith(prefix) else path
+
+
 class Handler(http.server.BaseHTTPRequestHandler):
     tiers = {}  # noqa: RUF012  set once by main(), before the server starts
+    routes = {}  # noqa: RUF012  likewise: every tier behind the gateway, for the hold
 
     def reply(self, status, headers=(), body=b""):
         self.send_response(status)
@@ -201,7 +244,12 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def json(self, data):
         self.reply(200, [("Content-Type", "application/json")], json.dumps(data).encode())
 
+    def do_POST(self):
+        return self.held()
+
     def do_GET(self):
+        if "X-Clusterbook-Tier" in self.headers:
+            return self.held()
         url = urllib.parse.urlsplit(self.path)
         parts = url.path.strip("/").split("/")
         if parts == ["state"]:
@@ -229,6 +277,66 @@ class Handler(http.server.BaseHTTPRequestHandler):
         print(f"{tier.name}: {why}", flush=True)
         return self.reply(403, [("X-Why", why)])
 
+    def held(self):
+        """A request its tier could not answer: wait until the tier is back, at most its hold, then send it."""
+        route = self.routes.get(self.headers.get("X-Clusterbook-Tier", ""))
+        if route is None:
+            return self.reply(404)
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else None
+        started, tries = time.monotonic(), 0
+        while True:
+            backend = route.backend()
+            if backend and route.ready(backend):
+                tries += 1
+                if self.forward(route, backend, body):
+                    waited = time.monotonic() - started
+                    print(f"{route.name}: held {self.command} {route.path(self.path)} {waited:.1f} s, sent "
+                          f"{tries} time(s)", flush=True)
+                    return None
+            if time.monotonic() - started >= route.spec["hold_s"]:
+                print(f"{route.name}: not back within its hold of {route.spec['hold_s']} s: 503", flush=True)
+                message = (f"tier {route.name} is starting or recovering; predicted back within "
+                           f"{route.spec['retry_after']} s")
+                body = json.dumps({"error": {"code": 503, "type": "unavailable_error", "message": message}})
+                return self.reply(503, [("Content-Type", "application/json"),
+                                        ("Retry-After", str(route.spec["retry_after"]))], body.encode())
+            time.sleep(0.5)
+
+    def forward(self, route, backend, body):
+        """Send the request to the tier and stream its answer back; False, with nothing sent to the client, when
+        the tier gave no answer (it went away again, or answered 502/503 while loading)."""
+        host, port = backend.rsplit(":", 1)
+        headers = {k: v for k, v in self.headers.items() if k.lower() not in HOP}
+        connection = http.client.HTTPConnection(host, int(port), timeout=route.spec["timeout_s"])
+        try:
+            connection.request(self.command, route.path(self.path), body=body, headers=headers)
+            response = connection.getresponse()
+            if response.status in (502, 503):
+                response.read()
+                return False
+        except (OSError, http.client.HTTPException):
+            connection.close()
+            return False
+        try:
+            self.send_response(response.status)
+            for name, value in response.getheaders():
+                if name.lower() not in HOP:
+                    self.send_header(name, value)
+            self.send_header("Connection", "close")  # the answer ends when this connection does
+            self.end_headers()
+            while True:  # line by line: a stream's events reach the client as the tier sends them
+                line = response.readline()
+                if not line:
+                    break
+                self.wfile.write(line)
+                self.wfile.flush()
+        except (OSError, http.client.HTTPException):
+            pass  # cut after its answer began: never sent again
+        finally:
+            connection.close()
+        return True
+
     def log_message(self, *args):
         pass
 
@@ -244,6 +352,7 @@ def main(path):
     with open(path) as f:
         config = json.load(f)
     Handler.tiers = {name: Tier(name, spec) for name, spec in config["tiers"].items()}
+    Handler.routes = {name: Route(name, spec) for name, spec in config.get("routes", {}).items()}
     server = ThreadingServer(("127.0.0.1", config["port"]), Handler)
     server.serve_forever()
 

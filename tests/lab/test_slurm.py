@@ -7,6 +7,7 @@ import subprocess
 import threading
 import time
 
+import httpx
 import pytest
 
 from .conftest import NEEDS_LAB, ROOT, invoke, run_api_examples
@@ -303,3 +304,79 @@ def test_a_tier_on_demand_is_released_when_idle_and_started_by_its_first_request
     finally:
         back = invoke("deploy.gateway", "deploy.reasoning", cluster=SLURM_LAB)
         assert back.returncode == 0, back.stdout[-3000:] + back.stderr
+
+
+def test_a_killed_worker_step_costs_the_gateways_clients_no_request(slurm_lab, ssh):
+    """Issue 46: four clients through the gateway while a worker step is killed. The request in flight (its head
+    aborts) and every request while the job starts its steps again are held by the gateway's hold service and
+    answered once the tier is back: none fails. Prints the longest a request took, beside the hold's bound."""
+    from clusterbook.effects.recovery import disrupt
+    from clusterbook.model.loader import load_cluster
+    from clusterbook.pure.planner.capacity import plan_tier
+    from clusterbook.pure.planner.loadtime import hold_s
+
+    c = load_cluster(SLURM_LAB)
+    tier = c.tier("reasoning")
+    route = next(r for r in c.gateway.routes if r.tier == tier.name)
+    url = f"http://{c.gateway.listen[0]}:{route.port}/v1/chat/completions"
+    results, stop = [], threading.Event()
+
+    def client():
+        while not stop.is_set():
+            started = time.monotonic()
+            try:
+                answer = httpx.post(url, json={"messages": [{"role": "user", "content": "Say hi"}], "max_tokens": 8},
+                                    timeout=120)
+                results.append((started, answer.status_code, time.monotonic() - started))
+            except httpx.HTTPError as exc:
+                results.append((started, repr(exc), time.monotonic() - started))
+            time.sleep(0.2)
+    clients = [threading.Thread(target=client, daemon=True) for _ in range(4)]
+    for thread in clients:
+        thread.start()
+    time.sleep(3)
+    disrupt(c, ssh, tier, "worker killed")
+    killed = time.monotonic()
+    while time.monotonic() - killed < 90 and not any(s > killed + 1 and code == 200 for s, code, _ in results):
+        time.sleep(0.5)
+    time.sleep(3)
+    stop.set()
+    for thread in clients:
+        thread.join(130)
+    failed = [(round(s - killed, 1), code) for s, code, _ in results if code != 200]
+    after = [d for s, code, d in results if s > killed - 5]
+    print(f"{len(results)} requests, {len(failed)} failed; the longest took {max(after):.1f} s "
+          f"(hold bound {hold_s(c, tier, plan_tier(c, tier))} s)")
+    assert not failed, f"requests that failed (seconds after the kill, status): {failed}"
+    assert any(s > killed + 1 and code == 200 for s, code, _ in results), "no request was answered after the kill"
+
+
+def test_past_its_slots_and_queue_a_request_gets_429_at_once(slurm_lab):
+    """Issue 46: more requests at once than a tier's slots and queue (gateway.queue_per_slot): the excess gets 429
+    with Retry-After from nginx at once, never a timeout; every admitted one is answered."""
+    from clusterbook.model.loader import load_cluster
+    from clusterbook.pure.planner.loadtime import admitted
+
+    c = load_cluster(SLURM_LAB)
+    tier = c.tier("reasoning")
+    route = next(r for r in c.gateway.routes if r.tier == tier.name)
+    url = f"http://{c.gateway.listen[0]}:{route.port}/v1/chat/completions"
+    limit, results = admitted(c, tier), []
+    gate = threading.Barrier(limit + 3)
+
+    def one():
+        gate.wait()
+        started = time.monotonic()
+        answer = httpx.post(url, json={"messages": [{"role": "user", "content": "Count to fifty."}], "max_tokens": 64},
+                            timeout=300)
+        results.append((answer.status_code, time.monotonic() - started, answer.headers.get("retry-after")))
+    threads = [threading.Thread(target=one) for _ in range(limit + 3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(300)
+    busy = [r for r in results if r[0] == 429]
+    assert len(results) == limit + 3 and len(busy) >= 3, results
+    assert all(seconds < 1 and after == "1" for _, seconds, after in busy), busy
+    assert all(code == 200 for code, _, _ in results if code != 429), results
+    print(f"{limit} admitted; {len(busy)} got 429, the slowest in {max(s for _, s, _ in busy) * 1000:.0f} ms")

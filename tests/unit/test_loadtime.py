@@ -10,7 +10,7 @@ from clusterbook.model.loader import load_cluster
 from clusterbook.model.schema import Cluster
 from clusterbook.pure.planner.capacity import plan_cluster
 from clusterbook.pure.planner.findings import plan_findings
-from clusterbook.pure.planner.loadtime import predict_load
+from clusterbook.pure.planner.loadtime import hold_s, predict_load
 from clusterbook.pure.render.artifacts import render_artifacts
 
 from ..conftest import seeds_placement
@@ -159,7 +159,7 @@ def test_the_api_page_tells_clients_how_long_a_recovery_lasts():
     assert page.count('!!! note "During a recovery"') == 2  # both of beefcake2's tiers are SLURM jobs
 
 
-def test_the_gateway_answers_a_down_tier_with_a_json_503_and_the_predicted_retry_after():
+def test_the_gateway_holds_a_down_tiers_requests_then_answers_a_json_503_with_the_predicted_retry_after():
     c = load_cluster(ROOT / "cluster.yaml")
     conf = next(a for a in render_artifacts(c) if a.path.endswith("/clusterbook.conf")).text
     for tier in c.tiers:
@@ -167,4 +167,8 @@ def test_the_gateway_answers_a_down_tier_with_a_json_503_and_the_predicted_retry
         assert f"add_header Retry-After {seconds} always;" in conf
         assert f'"message": "tier {tier.name} is starting or recovering; predicted back within {seconds} s"' in conf
     ports = 2 if c.gateway.path_port else 1  # a server per route's port, and one more by path
-    assert conf.count("error_page 502 503 = @recovering") == ports * len(c.gateway.routes)
+    assert conf.count("error_page 502 503 = @hold") == ports * len(c.gateway.routes)  # held first (issue 46)
+    assert conf.count("error_page 502 504 = @recovering") == ports * len(c.gateway.routes)  # if the hold is down
+    for tier in (c.tier(r.tier) for r in c.gateway.routes):
+        hold = hold_s(c, tier, plan_cluster(c)[tier.name])
+        assert f"proxy_set_header X-Clusterbook-Tier {tier.name};" in conf and f"at most {hold} s" in conf

@@ -74,10 +74,10 @@ def test_the_api_page_tells_a_first_request_what_slurm_adds_just_after_a_schedul
     assert f"at most {wait_cap_s(on_demand, tier, plan)} s" in note
 
 
-def test_without_a_tier_on_demand_nothing_of_it_is_rendered():
+def test_without_a_tier_on_demand_no_tier_is_woken():
     c = load_cluster(SLURM_LAB)
     rendered = files(c)
-    assert "/etc/clusterbook/wake.json" not in rendered and "/usr/local/sbin/clusterbook-wake" not in rendered
+    assert json.loads(rendered["/etc/clusterbook/wake.json"])["tiers"] == {}  # the hold service only
     assert "auth_request" not in rendered["/etc/nginx/sites-available/clusterbook.conf"]
     assert not any(j["idle_s"] for j in json.loads(rendered["/etc/clusterbook/keeper.json"])["jobs"])
 

@@ -14,6 +14,7 @@ from clusterbook.pure.planner.capacity import TierPlan, plan_cluster
 from clusterbook.pure.planner.loadtime import (
     cold_start_at_most_s,
     cold_start_s,
+    hold_s,
     predict_load,
     wait_cap_s,
     whole_s,
@@ -195,13 +196,22 @@ def api(c: Cluster) -> str:
             preempted = ("" if load.new_job_recovery_s is None else "; after a preemption it waits until SLURM "
                          f"gives its GPUs back, and is back about {whole_s(load.new_job_recovery_s)} s after that")
             routed = c.gateway and any(r.tier == t.name for r in c.gateway.routes)
-            got = (f"new ones get `503` with `Retry-After: {seconds}` and a JSON `unavailable_error` from the "
-                   "gateway" if routed else "new ones are refused, or get `503` \"Loading model\" while it loads")
+            if routed:
+                hold = hold_s(c, t, plans[t.name])
+                seen = (f"through the gateway a request waits instead: one in flight that got no answer yet is sent "
+                        f"again once the tier is back, and every new one is held until then, at most {hold} s "
+                        f"(the prediction and `gateway.hold_margin_s`), then answered: the client sees latency, not "
+                        f"an error. Past {hold} s it gets `503` with `Retry-After: {seconds}` and a JSON "
+                        "`unavailable_error`. A stream cut after its first tokens is not resumed yet: it stops "
+                        "without an error event")
+            else:
+                seen = ("requests in flight end without an answer (a stream stops without an error event), new ones "
+                        "are refused, or get `503` \"Loading model\" while it loads. Retry with a backoff for that "
+                        "long (the `openai` client retries a 503 only twice by default: the Python examples raise its "
+                        "`max_retries`)")
             out.append(f'\n!!! note "During a recovery"\n    After {cause} the tier is gone for about '
-                       f"{seconds} s (the capacity plan's prediction){preempted}: requests in flight end without an "
-                       f"answer (a stream stops without an error event), {got}. Retry with a backoff for that long "
-                       "(the `openai` client retries a 503 only twice by default: the Python examples raise its "
-                       "`max_retries`); `/health` answers 200 again when the tier is back.\n")
+                       f"{seconds} s (the capacity plan's prediction){preempted}: {seen}; `/health` answers 200 "
+                       "again when the tier is back.\n")
         if t.on_demand:
             out.append(on_demand_note(c, t, plans[t.name]))
     out.append(tailnet_access(c))

@@ -9,7 +9,7 @@ from clusterbook.model.problems import Path
 from clusterbook.model.quantization import weights_bytes
 from clusterbook.model.schema import Claim, Cluster, RpcTier
 from clusterbook.pure.planner.capacity import GIB, TierPlan, plan_tier
-from clusterbook.pure.planner.loadtime import cold_start_s, default_wait_cap_s, predict_load, whole_s
+from clusterbook.pure.planner.loadtime import cold_start_s, default_wait_cap_s, hold_s, predict_load, whole_s
 from clusterbook.pure.planner.residency import parse_mem, plan_residency, ram_findings, residency_findings
 from clusterbook.pure.planner.shape import from_declared
 
@@ -101,7 +101,7 @@ def plan_findings(c: Cluster, plans: dict[str, TierPlan], cplan=None) -> list[tu
                         f"its own share {load.local_bytes / 1e9:.1f} GB in {load.local_s:.1f} s + the workers' "
                         f"{load.rpc_bytes / 1e9:.1f} GB through RPC at {load.rpc_rate_gbs:g} GB/s in "
                         f"{load.rpc_s:.0f} s)"))
-    out += on_demand_findings(c, plans)
+    out += on_demand_findings(c, plans) + hold_findings(c, plans)
     cplan = cplan or plan_residency(c, plans)
     out += residency_findings(c, cplan) + ram_findings(c, cplan) + co_reside_findings(c, cplan)
     for i, targets in enumerate(c.targets):
@@ -145,6 +145,23 @@ def slurm_need(plan: TierPlan) -> int:
 def mem_text(size: float) -> str:
     """A --mem value at or above size: whole GiB, or whole MiB below 1 GiB."""
     return f"{math.ceil(size / GIB)}G" if size >= GIB else f"{math.ceil(size / 2**20)}M"
+
+
+def hold_findings(c: Cluster, plans: dict[str, TierPlan]) -> list[tuple[Path, str]]:
+    """The gateway's hold of each routed tier must end within the tier's own request timeout: a request held
+    longer would time out at nginx instead of getting its 503 with Retry-After."""
+    if c.gateway is None:
+        return []
+    out: list[tuple[Path, str]] = []
+    for route in c.gateway.routes:
+        tier = c.tier(route.tier)
+        if tier.name in plans and hold_s(c, tier, plans[tier.name]) > tier.timeout_s:
+            out.append((("gateway", "hold_margin_s"),
+                        f"tier {tier.name}'s requests would be held {hold_s(c, tier, plans[tier.name])} s (its "
+                        f"predicted recovery {whole_s(predict_load(c, tier, plans[tier.name]).recovery_s)} s + "
+                        f"{c.gateway.hold_margin_s} s), longer than its timeout_s {tier.timeout_s}: give a margin of "
+                        f"at most {tier.timeout_s - (hold_s(c, tier, plans[tier.name]) - c.gateway.hold_margin_s)} s"))
+    return out
 
 
 def on_demand_findings(c: Cluster, plans: dict[str, TierPlan]) -> list[tuple[Path, str]]:

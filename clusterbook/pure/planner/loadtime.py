@@ -102,6 +102,19 @@ def wait_cap_s(c: Cluster, tier: RouterTier | RpcTier, plan: TierPlan) -> int:
     return default_wait_cap_s(c, tier, plan)
 
 
+def hold_s(c: Cluster, tier: RouterTier | RpcTier, plan: TierPlan) -> int:
+    """How long the gateway holds a request its tier cannot answer now: the predicted recovery and the file's
+    margin (gateway.hold_margin_s)."""
+    return whole_s(predict_load(c, tier, plan).recovery_s) + (c.gateway.hold_margin_s if c.gateway else 0)
+
+
+def admitted(c: Cluster, tier: RouterTier | RpcTier) -> int:
+    """Requests the gateway lets reach a tier at once: its slots (per resident model, router mode) and the queue
+    the file allows per slot (gateway.queue_per_slot); the next one gets 429."""
+    slots = tier.parallel * (max(tier.models_max, 1) if isinstance(tier, RouterTier) else 1)
+    return slots * (1 + (c.gateway.queue_per_slot if c.gateway else 0))
+
+
 def default_wait_cap_s(c: Cluster, tier: RouterTier | RpcTier, plan: TierPlan) -> int:
     return math.ceil(1.5 * cold_start_s(c, tier, plan) + 10)
 

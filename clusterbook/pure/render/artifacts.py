@@ -23,7 +23,7 @@ from clusterbook.pure import layout, slurmjob
 from clusterbook.pure import topology as topo
 from clusterbook.pure.layout import path as at
 from clusterbook.pure.planner.capacity import plan_tier
-from clusterbook.pure.planner.loadtime import cold_start_s, predict_load, wait_cap_s, whole_s
+from clusterbook.pure.planner.loadtime import admitted, cold_start_s, hold_s, predict_load, wait_cap_s, whole_s
 from clusterbook.pure.render import monitoring as mon
 from clusterbook.pure.render.escaping import LANGUAGE, Quoted, UnsafeValue, checked_target, guard
 
@@ -330,14 +330,27 @@ def wake_config(c: Cluster) -> str:
                             "cap_s": wait_cap_s(c, tier, plan), "keeper_unit": "clusterbook-keeper.service",
                             "key_file": tier.api_key.file if tier.api_key and tier.api_key.file else None,
                             "marks": {m: slurmjob.marker(c, tier, m) for m in slurmjob.MARKS}}
-    return json.dumps({"port": c.gateway.wake_port, "tiers": tiers}, indent=2) + "\n"
+    return json.dumps({"port": c.gateway.wake_port, "tiers": tiers, "routes": hold_routes(c)}, indent=2) + "\n"
+
+
+def hold_routes(c: Cluster) -> dict:
+    """Every tier behind the gateway as the hold sees it: where it serves (its address, or a SLURM job's record),
+    its hold, the Retry-After past it, its timeout and the route's path prefix."""
+    routes = {}
+    for route in c.gateway.routes:
+        tier = c.tier(route.tier)
+        slurm, plan = tier.manager == "slurm", plan_tier(c, tier)
+        routes[tier.name] = {
+            "backend": None if slurm else f"{topo.http_address(c, tier)}:{tier.port}",
+            "record": posixpath.join(c.storage.endpoint_dir, f"{tier.name}.json") if slurm else None,
+            "hold_s": hold_s(c, tier, plan), "retry_after": whole_s(predict_load(c, tier, plan).recovery_s),
+            "timeout_s": tier.timeout_s, "prefix": route.path}
+    return routes
 
 
 def _wake_files(c: Cluster) -> list[Artifact]:
-    """On the gateway (the keeper's node): the wake service that holds a request to a released tier while the
-    keeper starts it."""
-    if not any(t.on_demand for t in c.tiers):
-        return []
+    """On the gateway: the hold (wake) service that holds a request its tier cannot answer now, and a request to a
+    released tier on demand while the keeper starts it."""
     node = c.gateway.node
     command = Quoted(f"/usr/bin/python3 {at(c, 'wake')} {at(c, 'wake_config')}")
     return [
@@ -525,7 +538,8 @@ def _gateway_files(c: Cluster) -> list[Artifact]:
                     "cold_start": whole_s(cold_start_s(c, tier, plan))}
         routes.append({"path": route.path, "tier": route.tier, "port": route.port, "public": public,
                        "upstream": upstream_name(route.tier), "timeout": tier.timeout_s,
-                       "retry_after": whole_s(recovery), "wake": wake})
+                       "retry_after": whole_s(recovery), "wake": wake, "hold_s": hold_s(c, tier, plan),
+                       "admitted": admitted(c, tier), "hold_url": f"http://127.0.0.1:{gw.wake_port}"})
     files = [Artifact(node, at(c, "nginx_site"),
                       template("nginx-site.conf.j2", header=header(c), gateway=gw, routes=routes), "nginx",
                       about="gateway: nginx site", id="nginx_site")]
