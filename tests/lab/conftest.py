@@ -6,6 +6,8 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -120,3 +122,49 @@ def run_api_examples(cluster_file: Path, site: Path, ssh) -> list[str]:
         assert run.returncode == 0, f"{block}\n{run.stderr}"
         outputs.append(run.stdout)
     return outputs
+
+
+def no_request_fails_through(cluster_file: Path, ssh, fault: str, clients: int = 4) -> None:
+    """Issue 46: `clients` clients send chat completions to the reasoning tier through the gateway, from 3 s
+    before the fault (effects/recovery.disrupt) until 3 s after a request sent after it was answered; none may fail.
+    Prints how many were sent and the longest any took, beside the hold's bound."""
+    import httpx
+
+    from clusterbook.effects.recovery import disrupt
+    from clusterbook.pure.planner.capacity import plan_tier
+    from clusterbook.pure.planner.loadtime import hold_s
+
+    c = load_cluster(cluster_file)
+    tier = c.tier("reasoning")
+    route = next(r for r in c.gateway.routes if r.tier == tier.name)
+    url = f"http://{c.gateway.listen[0]}:{route.port}/v1/chat/completions"
+    results, stop = [], threading.Event()
+
+    def client():
+        while not stop.is_set():
+            started = time.monotonic()
+            try:
+                answer = httpx.post(url, json={"messages": [{"role": "user", "content": "Say hi"}], "max_tokens": 8},
+                                    timeout=120)
+                results.append((started, answer.status_code, time.monotonic() - started))
+            except httpx.HTTPError as exc:
+                results.append((started, repr(exc), time.monotonic() - started))
+            time.sleep(0.2)
+    threads = [threading.Thread(target=client, daemon=True) for _ in range(clients)]
+    for thread in threads:
+        thread.start()
+    time.sleep(3)
+    disrupt(c, ssh, tier, fault)
+    at = time.monotonic()
+    while time.monotonic() - at < 120 and not any(s > at + 1 and code == 200 for s, code, _ in results):
+        time.sleep(0.5)
+    time.sleep(3)
+    stop.set()
+    for thread in threads:
+        thread.join(130)
+    failed = [(round(s - at, 1), code) for s, code, _ in results if code != 200]
+    longest = max(d for s, _, d in results if s > at - 5)
+    print(f"{fault}: {len(results)} requests, {len(failed)} failed; the longest took {longest:.1f} s (hold bound "
+          f"{hold_s(c, tier, plan_tier(c, tier))} s)")
+    assert not failed, f"requests that failed (seconds after the fault, status): {failed}"
+    assert any(s > at + 1 and code == 200 for s, code, _ in results), "no request was answered after the fault"

@@ -7,7 +7,7 @@ import time
 import httpx
 import pytest
 
-from .conftest import LAB, NEEDS_LAB, ROOT, invoke, run_api_examples
+from .conftest import LAB, NEEDS_LAB, ROOT, invoke, no_request_fails_through, run_api_examples
 
 pytestmark = [pytest.mark.lab, NEEDS_LAB]
 DEPLOY = ("deploy.install", "models.fetch", "deploy.reasoning", "deploy.fast")
@@ -143,6 +143,14 @@ def test_stop_and_restart_tier(ssh):
     restart = invoke("restart.reasoning")
     assert restart.returncode == 0, restart.stderr
     assert chat("http://10.213.0.11:8081", "lab-reasoning")["usage"]["completion_tokens"] == 8
+
+
+def test_a_killed_worker_costs_the_gateways_clients_no_request(ssh):
+    """Issue 46, the systemd path: a worker killed with SIGKILL; its head aborts, systemd starts both again, and the
+    gateway's hold service holds every request meanwhile: none fails."""
+    deployed = invoke("deploy.gateway")
+    assert deployed.returncode == 0, deployed.stdout[-2000:] + deployed.stderr
+    no_request_fails_through(LAB, ssh, "worker killed")
 
 
 def test_run_log_is_json_lines():

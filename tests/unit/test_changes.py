@@ -32,7 +32,8 @@ def test_phases_follow_dependency_order():
     assert [p.unit for p in ch.phases(load_cluster(ROOT / "cluster.yaml"))] == [
         "engine", "fast", "reasoning", "router", "gateway", "monitoring"]
     assert [p.unit for p in ch.phases(load_cluster(ROOT / "lab/cluster.yaml"))] == [
-        "engine", "fast", "reasoning", "router", "monitoring"]
+        "engine", "fast", "reasoning", "router", "gateway", "monitoring"]
+    assert "gateway" not in [p.unit for p in ch.phases(load_cluster(ROOT / "tests/clusters/mini.yaml"))]
 
 
 def test_a_converged_cluster_has_nothing_to_apply():
