@@ -4,6 +4,7 @@ completion as a client would until it answers, and time each phase from the node
 from __future__ import annotations
 
 import shlex
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -132,27 +133,40 @@ def _ask(url: str | None, model: str, key: str | None) -> str:
 
 def until_answered(c: Cluster, transport, tier: RpcTier, started: float, limit_s: float,
                    progress=lambda text: None) -> tuple[dict[str, float], dict[str, int]]:
-    """Poll as a client (and, for a SLURM tier, the job's state) until the tier answers; the phases seen from
-    here, in seconds after `started` (time.monotonic), and what the client got meanwhile."""
+    """Poll as a client (and, for a SLURM tier, the job's state, beside it: the gateway holds a client's request
+    while the job is away) until the tier answers; the phases seen from here, in seconds after `started`
+    (time.monotonic), and what the client got meanwhile."""
     key = probes.api_key(transport, c, tier)
     phases: dict[str, float] = {}
     saw: dict[str, int] = {}
-    while time.monotonic() - started < limit_s:
-        since = round(time.monotonic() - started, 2)
-        if tier.manager == "slurm":
+    answered = threading.Event()
+
+    def watch_job() -> None:
+        while not answered.is_set() and time.monotonic() - started < limit_s:
+            since = round(time.monotonic() - started, 2)
             state = _job_state(c, transport, tier)
             if state != "RUNNING" and "job left running" not in phases:
                 phases["job left running"] = since
             if state == "RUNNING" and "job left running" in phases:
                 phases.setdefault("job running", since)
             progress(f"{since:.0f} s: job {state.lower()}")
-        outcome = _ask(client_url(c, transport, tier), tier.served_models[0], key)
-        saw[outcome] = saw.get(outcome, 0) + 1
-        if outcome == "200":
-            phases["first answer"] = round(time.monotonic() - started, 2)
-            return phases, saw
-        progress(f"{since:.0f} s: {outcome}")
-        time.sleep(0.25)
+            answered.wait(0.25)
+    watcher = threading.Thread(target=watch_job, daemon=True) if tier.manager == "slurm" else None
+    if watcher:
+        watcher.start()
+    try:
+        while time.monotonic() - started < limit_s:
+            outcome = _ask(client_url(c, transport, tier), tier.served_models[0], key)
+            saw[outcome] = saw.get(outcome, 0) + 1
+            if outcome == "200":
+                phases["first answer"] = round(time.monotonic() - started, 2)
+                return phases, saw
+            progress(f"{time.monotonic() - started:.0f} s: {outcome}")
+            time.sleep(0.25)
+    finally:
+        answered.set()
+        if watcher:
+            watcher.join(5)
     raise TimeoutError(f"tier {tier.name} did not answer within {limit_s:g} s (clients saw {saw})")
 
 

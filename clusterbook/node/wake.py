@@ -14,11 +14,14 @@ is released only when no request came for N seconds (nor since its job registere
 /metrics show none in flight; a request admitted a moment later waits for a new job instead of reaching the one
 being cancelled. GET /state tells every tier's state, for invoke status and the scenarios.
 
-It also holds what a tier cannot answer now (issue 46): nginx hands it any request to a routed tier that the tier
-refused, dropped before answering, or answered 502/503 (loading), with X-Clusterbook-Tier naming the tier. The request
-waits here until the tier answers /health again, at most the tier's hold (its predicted recovery and the file's
-margin), and is then sent to it and its answer streamed back; past the hold, 503 with Retry-After. A request is sent
-again only when its tier gave no answer: nothing of a first attempt ever reached the client.
+It is also the gateway's hold (issue 46): nginx sends it every request to a routed tier, X-Clusterbook-Tier naming
+the tier (a tier on demand only once woken, when the tier fails it). A request goes to the tier at once; one the tier
+refuses, drops before its whole answer, or answers 502/503 (loading) waits here until the tier answers /health
+again, at most its hold (the predicted recovery, or a new job's while a SLURM job is away, and the file's margin),
+and is sent again: nothing of it reached the client. A stream is relayed event by event; cut in the middle, it is
+held likewise and continued from the text already sent (a chat's answer as an assistant prefill, a completion's
+prompt extended), with comments saying so; past the hold it ends with an error event. Past the hold a request gets
+503 with Retry-After.
 """
 import contextlib
 import http.client
@@ -194,6 +197,69 @@ class Tier:
         return "stopped", "stopped by its operator"
 
 
+def as_json(data):
+    """A request's or an event's JSON object, or None."""
+    try:
+        value = json.loads(data) if data else None
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def continuable(payload):
+    """A stream the hold can continue: a chat whose messages are text, or a completion with a text prompt."""
+    messages = payload.get("messages")
+    if isinstance(messages, list):
+        return all(isinstance(m, dict) and isinstance(m.get("content"), str) for m in messages)
+    return isinstance(payload.get("prompt"), str)
+
+
+def continuation(payload, sent, tokens):
+    """The request that continues a cut stream from its text: the chat's answer so far as an assistant prefill, or
+    the prompt extended; its token limit less what was sent. None: nothing to continue from."""
+    request = dict(payload)
+    if isinstance(payload.get("messages"), list):
+        request["messages"] = payload["messages"] + [{"role": "assistant", "content": sent}]
+    elif isinstance(payload.get("prompt"), str):
+        request["prompt"] = payload["prompt"] + sent
+    else:
+        return None
+    for key in ("max_tokens", "max_completion_tokens", "n_predict"):
+        if isinstance(payload.get(key), int) and payload[key] > 0:
+            request[key] = max(1, payload[key] - tokens)
+    return request
+
+
+def streamed_text(event):
+    """The text one stream event adds: a chat's delta content, or a completion's text (llama-server's too)."""
+    if not event:
+        return ""
+    choices = event.get("choices")
+    if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+        delta = choices[0].get("delta")
+        piece = delta.get("content") if isinstance(delta, dict) else choices[0].get("text")
+        return piece if isinstance(piece, str) else ""
+    piece = event.get("content")
+    return piece if isinstance(piece, str) else ""
+
+
+def last_event(event):
+    """An event that ends its stream: a choice with a finish reason, or llama-server's own `stop`."""
+    if not event:
+        return False
+    choices = event.get("choices")
+    if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+        return choices[0].get("finish_reason") is not None
+    return event.get("stop") is True
+
+
+def unavailable(route, limit, retry_after):
+    if not limit:
+        return f"tier {route.name} is stopped by its operator"
+    return f"tier {route.name} is starting or recovering; predicted back within {retry_after} s"
+
+
+MAX_RESUMES = 3  # a stream cut more often than this ends with an error event: its tier keeps failing it
 HOP = {"connection", "keep-alive", "proxy-connection", "te", "trailer", "transfer-encoding", "upgrade",
        "content-length", "x-clusterbook-tier"}  # not passed on: each hop sets its own
 
@@ -222,6 +288,20 @@ class Route:
             return get(f"http://{backend}/health")[0] == 200
         except (OSError, ValueError, http.client.HTTPException):
             return False
+
+    def away(self):
+        """(hold, Retry-After) while a SLURM tier's job is away and a new one is coming: its record gone and the
+        tier still wanted (or released on demand); None otherwise. A tier its operator stopped is not waited for."""
+        if not self.spec.get("new_job_hold_s") or self.backend():
+            return None
+        marks = [self.spec[m] for m in ("wanted", "released") if self.spec.get(m)]  # on the keeper's node only
+        if marks and not any(os.path.exists(m) for m in marks):
+            return 0, self.spec["retry_after"]
+        return self.spec["new_job_hold_s"], self.spec["new_job_retry_after"]
+
+    def bound(self):
+        """(how long a request may be held, the Retry-After past it), for the tier's state now."""
+        return self.away() or (self.spec["hold_s"], self.spec["retry_after"])
 
     def path(self, path):
         """The path as the tier takes it: without the route's prefix, where the path port's server added one."""
@@ -278,64 +358,171 @@ class Handler(http.server.BaseHTTPRequestHandler):
         return self.reply(403, [("X-Why", why)])
 
     def held(self):
-        """A request its tier could not answer: wait until the tier is back, at most its hold, then send it."""
+        """A request to a routed tier: sent to it; held while the tier cannot answer (at most its hold) and sent
+        again, since nothing of an unanswered request reached the client; a stream is continued where it was cut."""
         route = self.routes.get(self.headers.get("X-Clusterbook-Tier", ""))
         if route is None:
             return self.reply(404)
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else None
+        payload = as_json(body)
+        if payload is not None and payload.get("stream") is True and continuable(payload):
+            return self.streamed(route, payload)
         started, tries = time.monotonic(), 0
+        limit, retry_after = route.bound()
         while True:
             backend = route.backend()
-            if backend and route.ready(backend):
+            if backend and (tries == 0 or route.ready(backend)):  # the first try goes straight to the tier
                 tries += 1
-                if self.forward(route, backend, body):
-                    waited = time.monotonic() - started
-                    print(f"{route.name}: held {self.command} {route.path(self.path)} {waited:.1f} s, sent "
-                          f"{tries} time(s)", flush=True)
-                    return None
-            if time.monotonic() - started >= route.spec["hold_s"]:
-                print(f"{route.name}: not back within its hold of {route.spec['hold_s']} s: 503", flush=True)
-                message = (f"tier {route.name} is starting or recovering; predicted back within "
-                           f"{route.spec['retry_after']} s")
-                body = json.dumps({"error": {"code": 503, "type": "unavailable_error", "message": message}})
-                return self.reply(503, [("Content-Type", "application/json"),
-                                        ("Retry-After", str(route.spec["retry_after"]))], body.encode())
+                answer = self.fetch(route, backend, body)
+                if answer is not None:
+                    if tries > 1:
+                        print(f"{route.name}: held {self.command} {route.path(self.path)} "
+                              f"{time.monotonic() - started:.1f} s, sent {tries} times", flush=True)
+                    return self.reply(*answer)
+            if time.monotonic() - started >= limit:
+                return self.unavailable(route, limit, retry_after)
             time.sleep(0.5)
+            limit, retry_after = max((limit, retry_after), route.bound())  # a job that left meanwhile: its new one
 
-    def forward(self, route, backend, body):
-        """Send the request to the tier and stream its answer back; False, with nothing sent to the client, when
-        the tier gave no answer (it went away again, or answered 502/503 while loading)."""
-        host, port = backend.rsplit(":", 1)
-        headers = {k: v for k, v in self.headers.items() if k.lower() not in HOP}
-        connection = http.client.HTTPConnection(host, int(port), timeout=route.spec["timeout_s"])
+    def unavailable(self, route, limit, retry_after):
+        print(f"{route.name}: not back within its hold of {limit} s: 503", flush=True)
+        body = json.dumps({"error": {"code": 503, "type": "unavailable_error", "message": unavailable(
+            route, limit, retry_after)}})
+        return self.reply(503, [("Content-Type", "application/json"), ("Retry-After", str(retry_after))],
+                          body.encode())
+
+    def fetch(self, route, backend, body):
+        """(status, headers, body) of the tier's whole answer; None, with nothing sent to the client, when the tier
+        gave none (it went away before or during its answer, or answered 502/503 while loading)."""
+        connection = self.connect(route, backend)
         try:
-            connection.request(self.command, route.path(self.path), body=body, headers=headers)
+            connection.request(self.command, route.path(self.path), body=body, headers=self.passed_headers())
             response = connection.getresponse()
-            if response.status in (502, 503):
-                response.read()
-                return False
+            data = response.read()
         except (OSError, http.client.HTTPException):
-            connection.close()
-            return False
-        try:
-            self.send_response(response.status)
-            for name, value in response.getheaders():
-                if name.lower() not in HOP:
-                    self.send_header(name, value)
-            self.send_header("Connection", "close")  # the answer ends when this connection does
-            self.end_headers()
-            while True:  # line by line: a stream's events reach the client as the tier sends them
-                line = response.readline()
-                if not line:
-                    break
-                self.wfile.write(line)
-                self.wfile.flush()
-        except (OSError, http.client.HTTPException):
-            pass  # cut after its answer began: never sent again
+            return None
         finally:
             connection.close()
-        return True
+        if response.status in (502, 503):
+            return None
+        return response.status, [(k, v) for k, v in response.getheaders() if k.lower() not in HOP], data
+
+    def connect(self, route, backend):
+        host, port = backend.rsplit(":", 1)
+        return http.client.HTTPConnection(host, int(port), timeout=route.spec["timeout_s"])
+
+    def passed_headers(self):
+        return {k: v for k, v in self.headers.items() if k.lower() not in HOP}
+
+    def streamed(self, route, payload):
+        """A stream, relayed event by event; when the tier goes away in the middle, the client gets a comment, the
+        stream is held until the tier is back and then continued from the text already sent (the chat's answer
+        as an assistant prefill, a completion's prompt extended), after a comment saying so; past the hold, an
+        error event ends it, never a silent cut."""
+        path, request = route.path(self.path), payload
+        sent, tokens, opened, cut, resumes = "", 0, False, None, 0
+        started, tries = time.monotonic(), 0
+        limit, retry_after = route.bound()
+        while True:
+            backend, response = route.backend(), None
+            if backend and (tries == 0 or route.ready(backend)):
+                tries += 1
+                response = self.open_stream(route, backend, path, request)
+            if response is not None and response.status != 200:
+                data = response.read()
+                if not opened:
+                    return self.reply(response.status, [(k, v) for k, v in response.getheaders()
+                                                        if k.lower() not in HOP], data)
+                return self.end_stream(f"tier {route.name} refused to continue the stream ({response.status}: "
+                                       f"{UNSAFE.sub('', data.decode(errors='replace'))[:200]})")
+            if response is not None:
+                if not opened:
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/event-stream")
+                    self.send_header("Cache-Control", "no-cache")
+                    self.send_header("Connection", "close")
+                    self.end_headers()
+                    opened = True
+                if cut is not None:
+                    self.comment(f"clusterbook: the stream resumed after {time.monotonic() - cut:.1f} s")
+                    print(f"{route.name}: a stream resumed after {time.monotonic() - cut:.1f} s, {tokens} tokens "
+                          "in", flush=True)
+                done, sent, tokens = self.relay(response, sent, tokens)
+                if done:
+                    return None
+                cut, started, tries, resumes = time.monotonic(), time.monotonic(), 1, resumes + 1
+                limit, retry_after = route.bound()
+                request = continuation(payload, sent, tokens)
+                if request is None or resumes > MAX_RESUMES:
+                    return self.end_stream(f"tier {route.name} went away and this stream cannot be continued"
+                                           + (f" (cut {resumes} times)" if request else ""))
+                self.comment("clusterbook: the tier went away; this stream resumes when it is back")
+                continue
+            if time.monotonic() - started >= limit:
+                if not opened:
+                    return self.unavailable(route, limit, retry_after)
+                return self.end_stream(unavailable(route, limit, retry_after))
+            time.sleep(0.5)
+            limit, retry_after = max((limit, retry_after), route.bound())
+
+    def open_stream(self, route, backend, path, request):
+        """The tier's answer to a stream request (its headers read); None when it gave none or is loading."""
+        connection = self.connect(route, backend)
+        headers = dict(self.passed_headers(), **{"Content-Type": "application/json"})
+        try:
+            connection.request("POST", path, body=json.dumps(request).encode(), headers=headers)
+            response = connection.getresponse()
+        except (OSError, http.client.HTTPException):
+            connection.close()
+            return None
+        if response.status in (502, 503):
+            connection.close()
+            return None
+        return response
+
+    def relay(self, response, sent, tokens):
+        """Pass a stream's lines to the client as they come, keeping the text they carry; (done, text, tokens):
+        done when the stream ended ([DONE], a last event, or its HTTP body complete) or the client went away;
+        not done when the tier's connection broke first."""
+        finished = False
+        while True:
+            try:
+                line = response.readline()
+            except (OSError, ValueError, http.client.HTTPException):  # cut mid-chunk or mid-body
+                return finished, sent, tokens
+            if not line:
+                # an end without the stream's own last event is a cut, unless the HTTP body said it was complete:
+                # http.client reads a broken chunked body as its end too, leaving chunk_left 0 (None only after
+                # the last chunk; the same since Python 3.5)
+                whole = response.chunked and response.chunk_left is None
+                return finished or whole, sent, tokens
+            if line.startswith(b"data: "):
+                data = line[6:].strip()
+                event = as_json(data)
+                piece = streamed_text(event)
+                if piece:
+                    sent, tokens = sent + piece, tokens + 1
+                finished = finished or data == b"[DONE]" or last_event(event)
+            if not self.write(line):
+                return True, sent, tokens
+
+    def write(self, data):
+        try:
+            self.wfile.write(data)
+            self.wfile.flush()
+            return True
+        except OSError:
+            return False
+
+    def comment(self, words):
+        self.write(f": {words}\n\n".encode())
+
+    def end_stream(self, message):
+        """An error event, then the stream's end: a client sees why it stopped."""
+        event = {"error": {"code": 503, "type": "unavailable_error", "message": message}}
+        self.write(b"data: " + json.dumps(event).encode() + b"\n\ndata: [DONE]\n\n")
+        return None
 
     def log_message(self, *args):
         pass

@@ -125,9 +125,10 @@ def run_api_examples(cluster_file: Path, site: Path, ssh) -> list[str]:
 
 
 def no_request_fails_through(cluster_file: Path, ssh, fault: str, clients: int = 4) -> None:
-    """Issue 46: `clients` clients send chat completions to the reasoning tier through the gateway, from 3 s
-    before the fault (effects/recovery.disrupt) until 3 s after a request sent after it was answered; none may fail.
-    Prints how many were sent and the longest any took, beside the hold's bound."""
+    """Issue 46: `clients` clients send chat completions to the reasoning tier through the gateway, half of them
+    streaming, from 3 s before the fault (effects/recovery.disrupt) until 3 s after a request sent after it was
+    answered; none may fail (a stream must end with [DONE] and no error event). Prints how many were sent, how many
+    streams were resumed and the longest any took, beside the hold's bound."""
     import httpx
 
     from clusterbook.effects.recovery import disrupt
@@ -140,17 +141,22 @@ def no_request_fails_through(cluster_file: Path, ssh, fault: str, clients: int =
     url = f"http://{c.gateway.listen[0]}:{route.port}/v1/chat/completions"
     results, stop = [], threading.Event()
 
-    def client():
+    def client(stream: bool):
         while not stop.is_set():
             started = time.monotonic()
+            body = {"messages": [{"role": "user", "content": "Say hi"}], "max_tokens": 400 if stream else 8,
+                    "stream": stream, "ignore_eos": stream}  # a long stream: in flight when the fault comes
             try:
-                answer = httpx.post(url, json={"messages": [{"role": "user", "content": "Say hi"}], "max_tokens": 8},
-                                    timeout=120)
-                results.append((started, answer.status_code, time.monotonic() - started))
+                answer = httpx.post(url, json=body, timeout=120)
+                ok = answer.status_code == 200 and (not stream or (answer.text.rstrip().endswith("data: [DONE]")
+                                                                    and '"error"' not in answer.text))
+                results.append((started, 200 if ok else answer.status_code, time.monotonic() - started))
+                resumed.append(": clusterbook: the stream resumed" in answer.text)
             except httpx.HTTPError as exc:
                 results.append((started, repr(exc), time.monotonic() - started))
             time.sleep(0.2)
-    threads = [threading.Thread(target=client, daemon=True) for _ in range(clients)]
+    resumed = []
+    threads = [threading.Thread(target=client, args=(i % 2 == 1,), daemon=True) for i in range(clients)]
     for thread in threads:
         thread.start()
     time.sleep(3)
@@ -164,7 +170,8 @@ def no_request_fails_through(cluster_file: Path, ssh, fault: str, clients: int =
         thread.join(130)
     failed = [(round(s - at, 1), code) for s, code, _ in results if code != 200]
     longest = max(d for s, _, d in results if s > at - 5)
-    print(f"{fault}: {len(results)} requests, {len(failed)} failed; the longest took {longest:.1f} s (hold bound "
+    print(f"{fault}: {len(results)} requests, {len(failed)} failed, {sum(resumed)} streams resumed; the longest took "
+          f"{longest:.1f} s (hold bound "
           f"{hold_s(c, tier, plan_tier(c, tier))} s)")
     assert not failed, f"requests that failed (seconds after the fault, status): {failed}"
     assert any(s > at + 1 and code == 200 for s, code, _ in results), "no request was answered after the fault"

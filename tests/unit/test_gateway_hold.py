@@ -13,6 +13,7 @@ import socket
 import threading
 import time
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
@@ -64,6 +65,13 @@ class Tier(http.server.BaseHTTPRequestHandler):
         pass
 
 
+MODULES: dict = {}  # the hold service's module, by its port
+
+
+def module_of(hold):
+    return MODULES[hold[0]]
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -91,6 +99,7 @@ def hold(tmp_path):
     service = module.ThreadingServer(("127.0.0.1", 0), module.Handler)
     threading.Thread(target=service.serve_forever, daemon=True).start()
     servers = []
+    MODULES[service.server_address[1]] = module
     yield service.server_address[1], port, servers
     service.shutdown()
     for s in servers:
@@ -132,6 +141,27 @@ def test_past_its_hold_a_request_gets_503_with_retry_after(hold):
     assert "tier reasoning is starting or recovering" in json.loads(body)["error"]["message"]
 
 
+def test_while_a_slurm_job_is_away_its_new_job_is_waited_for_and_a_stopped_tier_is_not(hold, tmp_path):
+    hold_port, port, servers = hold
+    route = module_of(hold).Handler.routes["reasoning"]
+    record = Path(route.spec["record"])
+    record.unlink()  # preempted: the record goes, the tier stays wanted
+    wanted = tmp_path / "llama-reasoning.wanted"
+    wanted.touch()
+    route.spec.update(new_job_hold_s=6, new_job_retry_after=5, wanted=str(wanted), released=str(tmp_path / "r"))
+
+    def new_job():
+        record.write_text(json.dumps({"host": "127.0.0.1", "port": port}))
+        servers.append(start(port))
+    threading.Timer(4.0, new_job).start()  # after the crash bound (3 s): only the new job's bound holds it
+    response, _, waited = ask(hold_port, {"prompt": "hi"})
+    assert response.status == 200 and 4 <= waited < 6
+    record.unlink()
+    wanted.unlink()  # invoke stop.reasoning: neither wanted nor released
+    response, body, waited = ask(hold_port, {"prompt": "hi"})
+    assert response.status == 503 and waited < 1 and "stopped by its operator" in body.decode()
+
+
 def test_a_stream_passes_through_event_by_event(hold):
     hold_port, port, servers = hold
     servers.append(start(port))
@@ -140,8 +170,105 @@ def test_a_stream_passes_through_event_by_event(hold):
     assert body == b"".join(f"data: {{\"n\": {i}}}\n\n".encode() for i in range(3))
 
 
+class Cutting(Tier):
+    """A tier that dies in the middle of its first stream, after two events; the next request (the continuation)
+    streams the rest. Every request's body is kept."""
+
+    bodies: ClassVar[list] = []
+
+    def do_POST(self):
+        data = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        Cutting.bodies.append(data)
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        words = ["Hel", "lo"] if len(Cutting.bodies) == 1 else [" wor", "ld"]
+        for word in words:
+            event = {"choices": [{"delta": {"content": word}}]}
+            self.wfile.write(b"data: " + json.dumps(event).encode() + b"\n\n")
+            self.wfile.flush()
+        if len(Cutting.bodies) == 1:
+            self.connection.shutdown(socket.SHUT_RDWR)  # the head aborts: no [DONE]
+            self.close_connection = True
+            return
+        self.wfile.write(b"data: [DONE]\n\n")
+        self.close_connection = True
+
+
+def test_a_stream_cut_in_the_middle_continues_from_its_text(hold):
+    hold_port, port, servers = hold
+    Cutting.bodies = []
+    servers.append(start(port, Cutting))
+    _, body, _ = ask(hold_port, {"messages": [{"role": "user", "content": "Greet"}], "stream": True,
+                                        "max_tokens": 10})
+    events = [json.loads(line[6:]) for line in body.decode().splitlines()
+              if line.startswith("data: {")]
+    assert "".join(e["choices"][0]["delta"]["content"] for e in events) == "Hello world"
+    assert ": clusterbook: the tier went away; this stream resumes when it is back" in body.decode()
+    assert ": clusterbook: the stream resumed after" in body.decode() and body.decode().endswith("data: [DONE]\n\n")
+    assert Cutting.bodies[1]["messages"][-1] == {"role": "assistant", "content": "Hello"}  # the prefill
+    assert Cutting.bodies[1]["max_tokens"] == 8  # less the two tokens already sent
+
+
+def test_a_stream_whose_tier_stays_away_ends_with_an_error_event(hold):
+    hold_port, port, servers = hold
+    Cutting.bodies = []
+
+    class Gone(Cutting):
+        """After its first stream, the tier only ever answers 503 (loading that never ends)."""
+
+        def do_GET(self):
+            Tier.loading = bool(Cutting.bodies)
+            return super().do_GET()
+
+        def do_POST(self):
+            if Cutting.bodies:
+                Tier.loading = True
+                return Tier.do_GET(self)
+            return super().do_POST()
+    servers.append(start(port, Gone))
+    response, body, waited = ask(hold_port, {"prompt": "Greet", "stream": True})
+    text = body.decode()
+    assert response.status == 200 and 3 <= waited < 6
+    assert '"type": "unavailable_error"' in text and text.endswith("data: [DONE]\n\n")
+
+
 def test_an_unknown_tier_is_not_held(hold):
     hold_port, _, _ = hold
     conn = http.client.HTTPConnection("127.0.0.1", hold_port, timeout=5)
     conn.request("POST", "/v1/completions", "{}", {"X-Clusterbook-Tier": "nosuch"})
     assert conn.getresponse().status == 404
+
+
+class ChunkedCut(Cutting):
+    """As llama-server does: a chunked stream; its first one broken off without the last chunk."""
+
+    def do_POST(self):
+        data = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        ChunkedCut.bodies.append(data)
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        first = len(ChunkedCut.bodies) == 1
+        for word in (["Hel", "lo"] if first else [" wor", "ld"]):
+            event = b"data: " + json.dumps({"choices": [{"delta": {"content": word}, "finish_reason": None}]}
+                                           ).encode() + b"\n\n"
+            self.wfile.write(f"{len(event):x}\r\n".encode() + event + b"\r\n")
+            self.wfile.flush()
+        if first:
+            self.connection.shutdown(socket.SHUT_RDWR)  # no last chunk: the head died
+            self.close_connection = True
+            return
+        done = b"data: [DONE]\n\n"
+        self.wfile.write(f"{len(done):x}\r\n".encode() + done + b"\r\n0\r\n\r\n")
+
+
+def test_a_broken_chunked_stream_is_a_cut_and_continues(hold):
+    hold_port, port, servers = hold
+    ChunkedCut.bodies = []
+    servers.append(start(port, ChunkedCut))
+    _, body, _ = ask(hold_port, {"messages": [{"role": "user", "content": "Greet"}], "stream": True})
+    events = [json.loads(line[6:]) for line in body.decode().splitlines() if line.startswith("data: {")]
+    assert "".join(e["choices"][0]["delta"]["content"] for e in events) == "Hello world"
+    assert len(ChunkedCut.bodies) == 2 and body.decode().endswith("data: [DONE]\n\n")

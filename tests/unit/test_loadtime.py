@@ -10,7 +10,7 @@ from clusterbook.model.loader import load_cluster
 from clusterbook.model.schema import Cluster
 from clusterbook.pure.planner.capacity import plan_cluster
 from clusterbook.pure.planner.findings import plan_findings
-from clusterbook.pure.planner.loadtime import hold_s, predict_load
+from clusterbook.pure.planner.loadtime import hold_s, new_job_hold_s, predict_load
 from clusterbook.pure.render.artifacts import render_artifacts
 
 from ..conftest import seeds_placement
@@ -167,8 +167,12 @@ def test_the_gateway_holds_a_down_tiers_requests_then_answers_a_json_503_with_th
         assert f"add_header Retry-After {seconds} always;" in conf
         assert f'"message": "tier {tier.name} is starting or recovering; predicted back within {seconds} s"' in conf
     ports = 2 if c.gateway.path_port else 1  # a server per route's port, and one more by path
-    assert conf.count("error_page 502 503 = @hold") == ports * len(c.gateway.routes)  # held first (issue 46)
-    assert conf.count("error_page 502 504 = @recovering") == ports * len(c.gateway.routes)  # if the hold is down
+    through_hold = [r for r in c.gateway.routes if not c.tier(r.tier).on_demand]  # every request (issue 46)
+    woken = [r for r in c.gateway.routes if c.tier(r.tier).on_demand]  # held when the woken tier fails
+    assert conf.count("error_page 502 504 = @direct") == ports * len(through_hold)  # the hold service down
+    assert conf.count("error_page 502 503 = @hold") == ports * len(woken)
+    assert conf.count("= @recovering") == ports * len(c.gateway.routes)
     for tier in (c.tier(r.tier) for r in c.gateway.routes):
-        hold = hold_s(c, tier, plan_cluster(c)[tier.name])
+        plan = plan_cluster(c)[tier.name]
+        hold = max(hold_s(c, tier, plan), new_job_hold_s(c, tier, plan) or 0)
         assert f"proxy_set_header X-Clusterbook-Tier {tier.name};" in conf and f"at most {hold} s" in conf

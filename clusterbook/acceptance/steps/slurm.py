@@ -1,6 +1,5 @@
 """Steps of slurm.feature: jobs, the gateway, preemption, the keeper and a killed worker step."""
 
-import math
 import shlex
 import time
 
@@ -27,7 +26,7 @@ from clusterbook.effects.recovery import disrupt
 from clusterbook.model.schema import RouterTier
 from clusterbook.pure import topology as topo
 from clusterbook.pure.planner.capacity import plan_cluster, plan_tier
-from clusterbook.pure.planner.loadtime import hold_s, predict_load
+from clusterbook.pure.planner.loadtime import hold_s, new_job_hold_s, predict_load, whole_s
 from clusterbook.pure.planner.residency import plan_residency
 
 
@@ -94,8 +93,11 @@ def _job_left(cluster, transport, context, measured):
     """Issue 46: while the job is away the gateway holds a request (at most the tier's hold) instead of failing it:
     answered when the new job serves within the hold, else 503 with Retry-After once the hold has passed."""
     tier = context["tier"]
-    retry_after = str(max(1, math.ceil(predict_load(cluster, tier, plan_tier(cluster, tier)).recovery_s)))
-    hold = hold_s(cluster, tier, plan_tier(cluster, tier))
+    plan = plan_tier(cluster, tier)
+    load = predict_load(cluster, tier, plan)
+    # while its job is away the new job is waited for (the crash's hold where the job never moves)
+    hold = new_job_hold_s(cluster, tier, plan) or hold_s(cluster, tier, plan)
+    retry_after = str(whole_s(load.new_job_recovery_s if load.new_job_recovery_s is not None else load.recovery_s))
     deadline = time.monotonic() + tier.slurm.grace_seconds + 30
     # requeued (PENDING) or cancelled and submitted again by the keeper: either way the record goes first
     while registered(cluster, transport, tier) is not None:

@@ -202,8 +202,10 @@ def api(c: Cluster) -> str:
                         f"again once the tier is back, and every new one is held until then, at most {hold} s "
                         f"(the prediction and `gateway.hold_margin_s`), then answered: the client sees latency, not "
                         f"an error. Past {hold} s it gets `503` with `Retry-After: {seconds}` and a JSON "
-                        "`unavailable_error`. A stream cut after its first tokens is not resumed yet: it stops "
-                        "without an error event")
+                        "`unavailable_error`. A stream cut in the middle goes on: the gateway holds it likewise and "
+                        "continues it from the text already sent (an assistant prefill for a chat, the prompt "
+                        "extended for a completion), with SSE comments (`: clusterbook: …`) saying so; past the hold "
+                        "it ends with an error event, never silently")
             else:
                 seen = ("requests in flight end without an answer (a stream stops without an error event), new ones "
                         "are refused, or get `503` \"Loading model\" while it loads. Retry with a backoff for that "

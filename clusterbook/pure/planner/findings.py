@@ -9,7 +9,14 @@ from clusterbook.model.problems import Path
 from clusterbook.model.quantization import weights_bytes
 from clusterbook.model.schema import Claim, Cluster, RpcTier
 from clusterbook.pure.planner.capacity import GIB, TierPlan, plan_tier
-from clusterbook.pure.planner.loadtime import cold_start_s, default_wait_cap_s, hold_s, predict_load, whole_s
+from clusterbook.pure.planner.loadtime import (
+    cold_start_s,
+    default_wait_cap_s,
+    hold_s,
+    new_job_hold_s,
+    predict_load,
+    whole_s,
+)
 from clusterbook.pure.planner.residency import parse_mem, plan_residency, ram_findings, residency_findings
 from clusterbook.pure.planner.shape import from_declared
 
@@ -155,7 +162,13 @@ def hold_findings(c: Cluster, plans: dict[str, TierPlan]) -> list[tuple[Path, st
     out: list[tuple[Path, str]] = []
     for route in c.gateway.routes:
         tier = c.tier(route.tier)
-        if tier.name in plans and hold_s(c, tier, plans[tier.name]) > tier.timeout_s:
+        if tier.name in plans and (new_job_hold_s(c, tier, plans[tier.name]) or 0) > tier.timeout_s:
+            out.append((("gateway", "hold_margin_s"),
+                        f"while tier {tier.name}'s job is away its requests would be held "
+                        f"{new_job_hold_s(c, tier, plans[tier.name])} s (its new job's predicted start and load + "
+                        f"{c.gateway.hold_margin_s} s), longer than its timeout_s {tier.timeout_s}: raise timeout_s "
+                        "or shorten the requeue hold"))
+        elif tier.name in plans and hold_s(c, tier, plans[tier.name]) > tier.timeout_s:
             out.append((("gateway", "hold_margin_s"),
                         f"tier {tier.name}'s requests would be held {hold_s(c, tier, plans[tier.name])} s (its "
                         f"predicted recovery {whole_s(predict_load(c, tier, plans[tier.name]).recovery_s)} s + "

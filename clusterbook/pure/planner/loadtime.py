@@ -108,6 +108,16 @@ def hold_s(c: Cluster, tier: RouterTier | RpcTier, plan: TierPlan) -> int:
     return whole_s(predict_load(c, tier, plan).recovery_s) + (c.gateway.hold_margin_s if c.gateway else 0)
 
 
+def new_job_hold_s(c: Cluster, tier: RouterTier | RpcTier, plan: TierPlan) -> int | None:
+    """How long the gateway holds a request while a SLURM tier's job is away (preempted and requeued, or ended and
+    submitted again by the keeper): until the new job is predicted to serve, and the file's margin. None: a tier
+    whose job never moves (systemd)."""
+    load = predict_load(c, tier, plan)
+    if load.new_job_recovery_s is None:
+        return None
+    return whole_s(load.new_job_recovery_s) + (c.gateway.hold_margin_s if c.gateway else 0)
+
+
 def admitted(c: Cluster, tier: RouterTier | RpcTier) -> int:
     """Requests the gateway lets reach a tier at once: its slots (per resident model, router mode) and the queue
     the file allows per slot (gateway.queue_per_slot); the next one gets 429."""

@@ -23,7 +23,15 @@ from clusterbook.pure import layout, slurmjob
 from clusterbook.pure import topology as topo
 from clusterbook.pure.layout import path as at
 from clusterbook.pure.planner.capacity import plan_tier
-from clusterbook.pure.planner.loadtime import admitted, cold_start_s, hold_s, predict_load, wait_cap_s, whole_s
+from clusterbook.pure.planner.loadtime import (
+    admitted,
+    cold_start_s,
+    hold_s,
+    new_job_hold_s,
+    predict_load,
+    wait_cap_s,
+    whole_s,
+)
 from clusterbook.pure.render import monitoring as mon
 from clusterbook.pure.render.escaping import LANGUAGE, Quoted, UnsafeValue, checked_target, guard
 
@@ -345,6 +353,13 @@ def hold_routes(c: Cluster) -> dict:
             "record": posixpath.join(c.storage.endpoint_dir, f"{tier.name}.json") if slurm else None,
             "hold_s": hold_s(c, tier, plan), "retry_after": whole_s(predict_load(c, tier, plan).recovery_s),
             "timeout_s": tier.timeout_s, "prefix": route.path}
+        if slurm:  # while its job is away (the record gone, the tier still wanted), the new job is waited for
+            load = predict_load(c, tier, plan)
+            routes[tier.name].update(new_job_hold_s=new_job_hold_s(c, tier, plan),
+                                     new_job_retry_after=whole_s(load.new_job_recovery_s))
+            if c.keeper_node == c.gateway.node:  # the keeper's marks are here: a stopped tier is not waited for
+                routes[tier.name].update(wanted=slurmjob.marker(c, tier, "wanted"),
+                                         released=slurmjob.marker(c, tier, "released"))
     return routes
 
 
@@ -360,7 +375,8 @@ def _wake_files(c: Cluster) -> list[Artifact]:
                  id="wake_config"),
         Artifact(node, at(c, "wake_unit"),
                  template("daemon.service.j2", header=header(c), command=command,
-                          description=Quoted("clusterbook: hold requests to tiers on demand while they start")),
+                          description=Quoted("clusterbook: hold what a tier cannot answer now, continue cut "
+                                             "streams, wake tiers on demand")),
                  "unit", about="gateway: wake service unit", id="wake_unit"),
     ]
 
@@ -538,7 +554,8 @@ def _gateway_files(c: Cluster) -> list[Artifact]:
                     "cold_start": whole_s(cold_start_s(c, tier, plan))}
         routes.append({"path": route.path, "tier": route.tier, "port": route.port, "public": public,
                        "upstream": upstream_name(route.tier), "timeout": tier.timeout_s,
-                       "retry_after": whole_s(recovery), "wake": wake, "hold_s": hold_s(c, tier, plan),
+                       "retry_after": whole_s(recovery), "wake": wake,
+                       "hold_s": max(hold_s(c, tier, plan), new_job_hold_s(c, tier, plan) or 0),
                        "admitted": admitted(c, tier), "hold_url": f"http://127.0.0.1:{gw.wake_port}"})
     files = [Artifact(node, at(c, "nginx_site"),
                       template("nginx-site.conf.j2", header=header(c), gateway=gw, routes=routes), "nginx",
