@@ -267,7 +267,6 @@ def template_context(c: Cluster, tier: RouterTier | RpcTier | None, host: str | 
                  "ld_library_path": ld_library_path(c),
                  "units_of": topo.units,
                  "marker": lambda t, mark: slurmjob.marker(c, t, mark),  # the keeper's marks (slurmjob.py)
-                 "loaded_as_on_disk": services.loaded_as_on_disk,
                  "files": layout.cluster_paths(c),  # every generated file's node path by artifact id (layout.py)
                  "endpoint_of": lambda t: topo.endpoint_url(c, t)}
     if c.monitoring:  # what deploy.monitoring checks: the scrape jobs that must be up, the key files it reads

@@ -41,14 +41,10 @@ def marker(c: Cluster, tier: RouterTier | RpcTier, mark: str) -> str:
     return f"{layout.keeper_marker_dir(c)}/{topo.units(tier).job}.{mark}"
 
 
-def released_marker(c: Cluster, tier: RouterTier | RpcTier) -> str:
-    return marker(c, tier, "released")
-
-
 def keeper_mark(c: Cluster, tier: RouterTier | RpcTier, state: str) -> tuple[str, str, str]:
     """(command, unless, label) that marks a tier wanted (a tier on demand left released: its next request starts
     it) or removes its marks (the keeper leaves it stopped, and a request does not start it)."""
-    wanted, released, job = marker(c, tier, "wanted"), released_marker(c, tier), topo.units(tier).job
+    wanted, released, job = marker(c, tier, "wanted"), marker(c, tier, "released"), topo.units(tier).job
     if state == "unmarked":
         return (f"rm -f {wanted} {released}", f"! test -e {wanted} && ! test -e {released}",
                 f"unmark {job} (the keeper leaves it stopped, and a request does not start it)")
@@ -60,12 +56,7 @@ def keeper_mark(c: Cluster, tier: RouterTier | RpcTier, state: str) -> tuple[str
 
 def _unless_released(c: Cluster, tier: RouterTier | RpcTier) -> str:
     """A shell test, true when an on-demand tier is released: a deploy changes its files and starts nothing."""
-    return f"test -e {released_marker(c, tier)}" if tier.on_demand else "false"
-
-
-def keeper_lock(c: Cluster, tier: RouterTier | RpcTier) -> str:
-    """The lock a submission and the keeper's pass over one job take, so that only one of them submits it."""
-    return marker(c, tier, "lock")
+    return f"test -e {marker(c, tier, 'released')}" if tier.on_demand else "false"
 
 
 def submit(c: Cluster, tier: RouterTier | RpcTier, replace: str) -> tuple[str, str | None, str]:
@@ -79,9 +70,9 @@ def submit(c: Cluster, tier: RouterTier | RpcTier, replace: str) -> tuple[str, s
     # second job between the cancel and this sbatch (the keeper takes the same lock)
     command = (f"mkdir -p {layout.keeper_marker_dir(c)} && (flock -w 120 9; rm -f {wanted}; "
                f"scancel -n {job} 2>/dev/null; while squeue -h -n {job} | grep -q .; do sleep 1; done; "
-               f"{sbatch_shell(script)} && touch {wanted}) 9>{keeper_lock(c, tier)}")
+               f"{sbatch_shell(script)} && touch {wanted}) 9>{marker(c, tier, 'lock')}")
     if replace == "always":  # a restart starts a released tier too
-        command = (f"rm -f {released_marker(c, tier)}; " if tier.on_demand else "") + command
+        command = (f"rm -f {marker(c, tier, 'released')}; " if tier.on_demand else "") + command
         return command, None, f"sbatch {script} (cancelling the running job first)"
     unless = f'test "$(squeue -h -n {job} -o %k)" = "{digest_shell(script)}"'
     if tier.on_demand:
