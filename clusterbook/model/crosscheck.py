@@ -495,12 +495,21 @@ def _slurm(c: Cluster) -> list[Finding]:
     if c.slurm_site:  # the site's SLURM: a tier runs in a partition it lists, under a QoS that preempts nothing
         preempting = {q.name: q for q in c.slurm_site.qos if q.preempts}
         qos_names = {q.name for q in c.slurm_site.qos}
+        for j, name in enumerate(c.slurm_site.tier_partitions):
+            if name not in c.slurm_site.partitions:
+                out.append((("slurm_site", "tier_partitions", j), f"'{name}' is not one of the site's partitions "
+                            f"({', '.join(c.slurm_site.partitions) or 'none listed'})"))
         for i, tier in enumerate(c.tiers):
             if not tier.slurm:
                 continue
             if c.slurm_site.partitions and tier.slurm.partition not in c.slurm_site.partitions:
                 out.append((("tiers", i, "slurm", "partition"), f"'{tier.slurm.partition}' is not one of the "
                             f"site's partitions ({', '.join(c.slurm_site.partitions)})"))
+            elif c.slurm_site.partitions and tier.slurm.partition not in c.slurm_site.tier_partitions:
+                what = c.slurm_site.partitions[tier.slurm.partition]
+                given = ", ".join(c.slurm_site.tier_partitions) or "none: list them in slurm_site.tier_partitions"
+                out.append((("tiers", i, "slurm", "partition"), f"'{tier.slurm.partition}' runs {what}; the site "
+                            f"gives the tiers {given}"))
             if tier.slurm.qos in preempting:
                 q = preempting[tier.slurm.qos]
                 out.append((("tiers", i, "slurm", "qos"), f"'{q.name}' is the QoS of {q.used_by}: it preempts "

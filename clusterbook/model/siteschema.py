@@ -68,6 +68,9 @@ class SlurmSite(Strict):
     partitions: dict[SlurmName, Line] = Field(default_factory=dict,
                                               description="partition name -> what runs there (troubleshooting "
                                                           "looks at each)")
+    tier_partitions: list[SlurmName] = Field(default_factory=list, max_length=64,
+                                             description="the partitions the site gives clusterbook's tiers: a tier "
+                                                         "runs only in one of these (never in another workload's)")
 
 
 class AlertEmail(Strict):

@@ -129,7 +129,9 @@ def preemption(c: Cluster) -> str:
                          [[f"`{q.name}`", q.priority, ", ".join(f"`{p}`" for p in q.preempts) or "–", text(q.used_by)]
                           for q in sorted(site.qos, key=lambda q: -q.priority)]))
     if site.partitions:
-        out.append("\n" + table(["partition", "runs"], [[f"`{p}`", text(what)] for p, what in site.partitions.items()]))
+        out.append("\n" + table(["partition", "runs", "tiers may run here"],
+                                 [[f"`{p}`", text(what), "yes" if p in site.tier_partitions else "no"]
+                                  for p, what in site.partitions.items()]))
     return "\n".join(out) + "\n"
 
 
