@@ -348,4 +348,17 @@ def bench_recovery(c, cluster=None, tier=None, case="both", runs=2, cold=False):
     commands.recovery(cfg(c), cluster or cfg(c).cluster, tier, cases[case], int(runs), cold)
 
 
-ns.add_collection(Collection("bench", bench_run, bench_rehearse, bench_tune, bench_recovery))
+@task(name="faults", iterable=["fault"],
+      help={"cluster": BENCH_HELP["cluster"], "tier": BENCH_HELP["tier"],
+            "fault": "head killed, worker killed (RPC tiers) or job ended (SLURM tiers: the keeper submits a new "
+                     "one, as after a preemption); repeat it for several (default: every one the tier has)",
+            "clients": "clients sending at once, half of them streaming (default: 20, or fewer where the gateway "
+                       "would tell more 429)"})
+@command
+def bench_faults(c, cluster=None, tier=None, fault=None, clients=0):
+    """Do each fault to a live tier in turn while clients ask it through the gateway; count failed requests and
+    resumed streams, and the latency they saw beside the planner's recovery; reports/bench-faults-summary.md."""
+    commands.faults(cfg(c), cluster or cfg(c).cluster, tier, tuple(fault or ()), int(clients) or None)
+
+
+ns.add_collection(Collection("bench", bench_run, bench_rehearse, bench_tune, bench_recovery, bench_faults))

@@ -12,7 +12,7 @@ from importlib import import_module
 WHERE = {
     **{n: ("acceptance", n) for n in ("demo", "verify")},
     "run_bench": ("bench", "bench"),
-    **{n: ("bench", n) for n in ("fabric", "recovery", "rehearse", "tune")},
+    **{n: ("bench", n) for n in ("fabric", "faults", "recovery", "rehearse", "tune")},
     **{n: ("change", n) for n in ("apply", "rollback")},
     **{n: ("cluster", n) for n in ("check", "models_hash", "plan", "render", "write_reference")},
     "run_preflight": ("preflight", "preflight"),

@@ -25,6 +25,7 @@ from clusterbook.effects.benchmark import (
 from clusterbook.effects.connections import connect
 from clusterbook.effects.console import Failed, console
 from clusterbook.effects.fabric import measure
+from clusterbook.effects.faults import faults_for, run_fault
 from clusterbook.effects.probes import api_key
 from clusterbook.effects.recovery import PAGE_CACHE, run_case
 from clusterbook.effects.rehearsal import Rehearsal, gpu_assignment, head_first_gpu, localize
@@ -36,7 +37,7 @@ from clusterbook.model.loader import load_cluster
 from clusterbook.model.schema import RpcTier
 from clusterbook.pure import topology as topo
 from clusterbook.pure.planner.capacity import GIB, plan_tier
-from clusterbook.pure.planner.loadtime import load_json, predict_load
+from clusterbook.pure.planner.loadtime import admitted, hold_s, load_json, new_job_hold_s, predict_load
 from clusterbook.pure.planner.shape import shape_of
 from clusterbook.pure.recoverylog import ordered
 
@@ -281,6 +282,62 @@ def recovery(s: Settings, cluster_file: str, tier_name: str | None, cases: tuple
     failed = [r for r in results if r.error]
     if failed:
         raise Failed(f"{len(failed)} of {len(results)} runs did not recover: {failed[0].error}")
+
+
+def faults(s: Settings, cluster_file: str, tier_name: str | None, names: tuple[str, ...], clients: int | None) -> None:
+    """Clients through the gateway while each fault is done to a live tier in turn: failed requests, resumed
+    streams and the latency they saw, beside the planner's recovery and the hold's bound; reports/bench-faults*."""
+    cluster = load_cluster(cluster_file)
+    tier = _bench_tier(cluster, tier_name)
+    if not cluster.gateway or not any(r.tier == tier.name for r in cluster.gateway.routes):
+        raise Failed(f"tier {tier.name} has no gateway route: bench.faults measures what the gateway's clients see")
+    known = faults_for(tier)
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise Failed(f"--fault: {', '.join(unknown)}: tier {tier.name} can be given {', '.join(known)}")
+    plan = plan_tier(cluster, tier)
+    predicted = load_json(cluster, tier, plan)
+    bound = {"hold_s": hold_s(cluster, tier, plan), "new_job_hold_s": new_job_hold_s(cluster, tier, plan)}
+    clients = clients or min(20, admitted(cluster, tier))  # more would be told 429 (too many) by design
+    transport = connect(cluster)
+    key = api_key(transport, cluster, tier)
+    url = topo.client_url(cluster, tier) + "/v1/chat/completions"
+    limit = 2 * max(bound["hold_s"], bound["new_job_hold_s"] or 0) + 30
+    runs = []
+    for name in names or known:
+        with console.status(f"{name}: {clients} clients …") as status:
+            runs.append(run_fault(cluster, transport, tier, name, url, key, clients, limit, progress=status.update))
+    table = Table(title=f"{tier.name}: faults through the gateway, {clients} clients (half streaming)")
+    for column in ("fault", "requests", "failed", "streams resumed", "back after", "p50 / p99 before",
+                   "p50 / p99 during", "predicted back", "hold bound"):
+        table.add_column(column)
+    lines = [f"Faults done to tier **{tier.name}** while {clients} clients (every second one streaming) sent chat "
+             f"completions through the gateway, measured by `invoke bench.faults`. A failed request is any answer "
+             "but 200, or a stream without its end. Latency: answered requests' seconds, before the fault and in "
+             "flight or sent during it. Predicted by the planner: back in "
+             f"{predicted['recovery_s']:g} s after a crash inside the job or unit"
+             + (f", {predicted['new_job_recovery_s']:g} s where a new job starts" if "new_job_recovery_s" in predicted
+                else "") + f"; the gateway holds a request at most {bound['hold_s']} s"
+             + (f" ({bound['new_job_hold_s']} s while a new job starts)." if bound["new_job_hold_s"] else "."), "",
+             "| fault | requests | failed | streams resumed | back after | p50 / p99 before | p50 / p99 during | "
+             "predicted back |", "|---|---|---|---|---|---|---|---|"]
+    for run in runs:
+        before, during = run.latency(False), run.latency(True)
+        back = f"{run.back_s:g} s" if run.back_s is not None else "not back"
+        expect = predicted.get("new_job_recovery_s") if run.fault == "job ended" else predicted["recovery_s"]
+        row = [run.fault, str(len(run.requests)), str(len(run.failed)), str(sum(r.resumed for r in run.requests)),
+               back, f"{before['p50']} / {before['p99']} s", f"{during['p50']} / {during['p99']} s", f"{expect:g} s",
+               f"{bound['new_job_hold_s'] if run.fault == 'job ended' else bound['hold_s']} s"]
+        table.add_row(*[escape(cell) for cell in row])
+        lines.append("| " + " | ".join(row[:8]) + " |")
+    console.print(table)
+    write_report(s, "bench-faults", {"tier": tier.name, "card": _tier_card(cluster, tier), "clients": clients,
+                                     "predicted": predicted, "bounds": bound, "runs": [r.to_json() for r in runs]},
+                 "\n".join(lines) + "\n", cluster, cluster_file)
+    failed = [(run.fault, r) for run in runs for r in run.failed]
+    if failed:
+        raise Failed(f"{len(failed)} requests failed: " + "; ".join(
+            f"{fault}: {r.outcome} (sent {r.sent_s:g} s after the fault)" for fault, r in failed[:5]))
 
 
 def fabric(s: Settings, cluster_file: str, tier_name: str | None, seconds: int) -> None:

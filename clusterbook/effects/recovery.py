@@ -16,7 +16,7 @@ from clusterbook.model.schema import Cluster, RpcTier
 from clusterbook.pure import topology as topo
 from clusterbook.pure.recoverylog import journal_phases, last_load_s
 
-CASES = ("worker killed", "head restarted")
+CASES = ("worker killed", "head restarted")  # bench.recovery's; disrupt also knows "head killed" (bench.faults)
 PAGE_CACHE = ("warm", "cold")
 SETTLE_S = 3  # between a tier answering and the next disruption
 
@@ -51,7 +51,11 @@ def _node_time(result) -> float:
 def disrupt(c: Cluster, transport, tier: RpcTier, case: str) -> float:
     """Do the disruption; the node's clock when it happened (the logs' timeline)."""
     now = "date +%s.%N"
-    if tier.manager == "slurm":
+    if case == "head killed":  # SIGKILL to the server: systemd restarts its unit, the job's supervisor its step
+        binary = c.engine.server_binary
+        command = f"{now}; pkill -KILL -f '[{binary[0]}]{binary[1:]} .*--port {tier.port}'"
+        node = tier.head
+    elif tier.manager == "slurm":
         if case == "worker killed":
             binary = c.engine.rpc_worker_binary  # [x]yz: the pattern does not match the shell running pkill
             command = f"{now}; pkill -KILL -f '[{binary[0]}]{binary[1:]} .*--port {tier.rpc_port}'"

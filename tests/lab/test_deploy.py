@@ -145,12 +145,12 @@ def test_stop_and_restart_tier(ssh):
     assert chat("http://10.213.0.11:8081", "lab-reasoning")["usage"]["completion_tokens"] == 8
 
 
-def test_a_killed_worker_costs_the_gateways_clients_no_request(ssh):
+def test_a_killed_worker_costs_the_gateways_clients_no_request(tmp_path):
     """Issue 46, the systemd path: a worker killed with SIGKILL; its head aborts, systemd starts both again, and the
     gateway's hold service holds every request meanwhile: none fails."""
     deployed = invoke("deploy.gateway")
     assert deployed.returncode == 0, deployed.stdout[-2000:] + deployed.stderr
-    no_request_fails_through(LAB, ssh, "worker killed")
+    no_request_fails_through(LAB, "worker killed", tmp_path)
 
 
 def test_run_log_is_json_lines():

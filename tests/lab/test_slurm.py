@@ -307,11 +307,11 @@ def test_a_tier_on_demand_is_released_when_idle_and_started_by_its_first_request
         assert back.returncode == 0, back.stdout[-3000:] + back.stderr
 
 
-def test_a_killed_worker_step_costs_the_gateways_clients_no_request(slurm_lab, ssh):
-    """Issue 46: four clients through the gateway while a worker step is killed. The request in flight (its head
-    aborts) and every request while the job starts its steps again are held by the gateway's hold service and
+def test_a_killed_worker_step_costs_the_gateways_clients_no_request(slurm_lab, tmp_path):
+    """Issue 46: bench.faults' clients through the gateway while a worker step is killed. The request in flight (its
+    head aborts) and every request while the job starts its steps again are held by the gateway's hold service and
     answered once the tier is back: none fails."""
-    no_request_fails_through(SLURM_LAB, ssh, "worker killed")
+    no_request_fails_through(SLURM_LAB, "worker killed", tmp_path)
 
 
 def test_past_its_slots_and_queue_a_request_gets_429_at_once(slurm_lab):

@@ -1,0 +1,88 @@
+"""bench.faults' measuring, against a small HTTP server on loopback in place of the gateway: requests the "tier"
+refuses after the fault are counted as failed, a stream without its end too, and the tier is back when a request
+sent after the fault is answered; which faults each tier can be given; latency before and during a fault."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import threading
+import time
+
+import pytest
+
+from clusterbook.effects import faults
+from clusterbook.effects.faults import FaultRun, Request, faults_for, run_fault
+from clusterbook.model.loader import load_cluster
+
+from .test_path_roles import ROOT
+
+
+class Tier(http.server.BaseHTTPRequestHandler):
+    """Answers chat completions; from the fault for `down_s` it answers 503, and a stream then ends early."""
+
+    fault_at: float | None = None
+    down_s = 1.0
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        down = Tier.fault_at is not None and time.monotonic() - Tier.fault_at < Tier.down_s
+        if down and not body["stream"]:
+            self.send_response(503)
+            self.end_headers()
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream" if body["stream"] else "application/json")
+        self.end_headers()
+        if body["stream"]:
+            self.wfile.write(b'data: {"choices": []}\n\n' + (b"" if down else b"data: [DONE]\n\n"))
+        else:
+            self.wfile.write(b'{"choices": []}')
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def tier():
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Tier)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    Tier.fault_at = None
+    yield f"http://127.0.0.1:{server.server_address[1]}/v1/chat/completions"
+    server.shutdown()
+
+
+def test_requests_the_tier_refuses_after_the_fault_are_failed_and_it_is_back_once_one_is_answered(tier, monkeypatch):
+    monkeypatch.setattr(faults, "BEFORE_S", 0.5)
+    monkeypatch.setattr(faults, "disrupt", lambda *args: setattr(Tier, "fault_at", time.monotonic()))
+    run = run_fault(None, None, None, "worker killed", tier, None, clients=4, limit_s=10)
+    # a refused request shows its status; a stream cut before [DONE] its 200 (the status it began with)
+    assert "503" in {r.outcome for r in run.failed} <= {"503", "200"}, run.failed
+    assert all(r.sent_s + r.took_s >= 0 for r in run.failed)  # nothing failed before the fault
+    assert 1 <= run.back_s <= 2.5, run.back_s
+    assert any(r.outcome == "ok" and r.sent_s < 0 for r in run.requests)  # the baseline before the fault
+    report = run.to_json()
+    assert report["requests"] == len(run.requests) and len(report["failed"]) == len(run.failed)
+
+
+def test_a_tier_that_never_fails_leaves_nothing_failed(tier, monkeypatch):
+    monkeypatch.setattr(faults, "BEFORE_S", 0.3)
+    monkeypatch.setattr(faults, "disrupt", lambda *args: None)
+    run = run_fault(None, None, None, "head killed", tier, None, clients=2, limit_s=5)
+    assert run.failed == [] and run.back_s is not None and run.back_s < 2
+
+
+def test_latency_before_and_during_a_fault():
+    run = FaultRun("head killed", 2, [Request(-3, False, "ok", 0.5), Request(-2, True, "ok", 1.0),
+                                      Request(-0.5, False, "ok", 4.0),  # in flight at the fault
+                                      Request(1, False, "ok", 2.0), Request(6, False, "ok", 0.5)], back_s=1)
+    assert run.latency(False) == {"p50": 0.75, "p99": 1.0}
+    assert run.latency(True) == {"p50": 3.0, "p99": 4.0}
+    assert FaultRun("head killed", 1).latency(True) == {"p50": None, "p99": None}
+
+
+def test_which_faults_a_tier_can_be_given():
+    lab, slurm = load_cluster(ROOT / "lab/cluster.yaml"), load_cluster(ROOT / "lab/cluster-slurm.yaml")
+    assert faults_for(lab.tier("reasoning")) == ("worker killed", "head killed")
+    assert faults_for(slurm.tier("reasoning")) == ("worker killed", "head killed", "job ended")
+    assert faults_for(slurm.tier("fast")) == ("head killed", "job ended")
