@@ -308,8 +308,8 @@ def faults(s: Settings, cluster_file: str, tier_name: str | None, names: tuple[s
         with console.status(f"{name}: {clients} clients …") as status:
             runs.append(run_fault(cluster, transport, tier, name, url, key, clients, limit, progress=status.update))
     table = Table(title=f"{tier.name}: faults through the gateway, {clients} clients (half streaming)")
-    for column in ("fault", "requests", "failed", "streams resumed", "back after", "p50 / p99 before",
-                   "p50 / p99 during", "predicted back", "hold bound"):
+    for column in ("fault", "sent", "failed", "resumed", "back", "before p50/p99", "during p50/p99", "predicted",
+                   "hold"):
         table.add_column(column)
     lines = [f"Faults done to tier **{tier.name}** while {clients} clients (every second one streaming) sent chat "
              f"completions through the gateway, measured by `invoke bench.faults`. A failed request is any answer "
@@ -326,7 +326,7 @@ def faults(s: Settings, cluster_file: str, tier_name: str | None, names: tuple[s
         back = f"{run.back_s:g} s" if run.back_s is not None else "not back"
         expect = predicted.get("new_job_recovery_s") if run.fault == "job ended" else predicted["recovery_s"]
         row = [run.fault, str(len(run.requests)), str(len(run.failed)), str(sum(r.resumed for r in run.requests)),
-               back, f"{before['p50']} / {before['p99']} s", f"{during['p50']} / {during['p99']} s", f"{expect:g} s",
+               back, f"{before['p50']}/{before['p99']} s", f"{during['p50']}/{during['p99']} s", f"{expect:g} s",
                f"{bound['new_job_hold_s'] if run.fault == 'job ended' else bound['hold_s']} s"]
         table.add_row(*[escape(cell) for cell in row])
         lines.append("| " + " | ".join(row[:8]) + " |")

@@ -199,6 +199,7 @@ REPORTS = {  # report name: (what "not yet …" says, the task that writes it)
     "verify": ("verified", "invoke verify"),
     "bench": ("benched", "invoke bench"),
     "bench-recovery": ("timed through a recovery", "invoke bench.recovery"),
+    "bench-faults": ("put through faults with clients", "invoke bench.faults"),
     "fabric": ("measured", "invoke fabric"),
 }
 

@@ -16,7 +16,7 @@ INVOKE = re.compile(r"invoke ([a-z][a-z0-9_.-]*[a-z0-9])(?![<\w.])(?: --tier ([A
 # tasks that are not runbooks: they exist for every cluster
 PLAIN = {"check", "render", "plan", "reference", "status", "logs", "verify", "demo", "docs", "docs.build",
          "docs.serve", "docs.publish", "bench", "bench.run", "bench.rehearse", "bench.tune", "bench.recovery",
-         "lab.up", "lab.down", "lab.status", "lab.ssh", "lab.restart", "fabric",
+         "bench.faults", "lab.up", "lab.down", "lab.status", "lab.ssh", "lab.restart", "fabric",
          "preflight", "models.hash", "apply", "rollback"}
 DRY_TOO = {"apply"}  # not runbooks, but their --dry contacts nothing either: run it
 

@@ -12,6 +12,7 @@ from clusterbook.pure.pages.markdown import gb, gib, picture, slot_context, tabl
 from clusterbook.pure.planner.capacity import TierPlan, plan_cluster
 from clusterbook.pure.planner.findings import evaluate_claim
 from clusterbook.pure.planner.loadtime import (
+    new_job_hold_s,
     predict_load,
     recovery_text,
     whole_s,
@@ -172,12 +173,15 @@ def tier_notes(c: Cluster, t: RouterTier | RpcTier, plan: TierPlan) -> list[str]
             if t.slurm.qos in q.preempts:
                 notes.append(f'!!! warning "{title(q.used_by)} preempt this tier"\n    QoS `{q.name}` (priority '
                              f"{q.priority}) preempts this tier's `{t.slurm.qos}`: its job gets SIGTERM, "
-                             f"{t.slurm.grace_seconds} s to stop, and "
+                             f"{t.slurm.grace_seconds} s to stop (its job script asks SLURM, and restarts no "
+                             "step of a job that is ending), and "
                              + ("is requeued" if t.slurm.requeue else "ends; the keeper submits it again within "
                                 f"{t.slurm.keeper_interval_s} s (no requeue hold)")
                              + "; it runs again when the GPUs are free, about "
                              f"{whole_s(recovery.new_job_recovery_s)} s after the preempting job ends "
-                             "(predicted). Until then the gateway answers 503.\n")
+                             "(predicted). Until then the gateway holds each request "
+                             + (f"up to {new_job_hold_s(c, t, plan)} s, then answers 503 with Retry-After.\n"
+                                if c.gateway and new_job_hold_s(c, t, plan) else "and answers 503.\n"))
     return notes
 
 
