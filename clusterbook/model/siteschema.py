@@ -9,6 +9,7 @@ from pydantic import (
     Field,
 )
 
+from clusterbook.model.measured import PLANNER
 from clusterbook.model.schemabase import Port, Strict
 from clusterbook.model.valuetypes import (
     Email,
@@ -128,48 +129,36 @@ class Monitoring(Strict):
 
 
 class Planner(Strict):
-    """Constants of the capacity planner."""
+    """Constants of the capacity planner (where each default was measured: model/measured.py)."""
 
-    device_overhead_mib: int = Field(600, ge=0, le=65_536,
+    device_overhead_mib: int = Field(int(PLANNER["device_overhead_mib"].value), ge=0, le=65_536,
                                      description="fixed memory per GPU and process: CUDA context, cuBLAS, the pool's "
-                                                 "first blocks (measured 588-594 MiB per process on H200, CUDA 13, "
-                                                 "b11434: benchmarks/results/h200x2-full-size)")
+                                                 "first blocks, MiB")
     rpc_hop_ms: float = Field(0.8, ge=0, le=1000,
                               description="per-token cost of each RPC device: round trips and commands")
     headroom_pct: float = Field(5, ge=0, le=50, description="memory kept free on every device, %")
-    local_load_gbs: float = Field(5.7, ge=0.01, le=10_000,
-                                  description="how fast a head loads its own share from page cache onto "
-                                                          "its devices, GB/s (measured: one H100, b11434, 8.54 GB "
-                                                          "in 1.5 s)")
-    rpc_load_gbs: float = Field(0.40, ge=0.01, le=10_000,
-                                description="how fast a worker's share travels through llama.cpp's RPC "
-                                                         "at load, GB/s (2 x H100 over loopback TCP, b11434: one rate "
-                                                         "for an 8.54 GB and a 3.84 GB model, split 1:1 and 3:1, "
-                                                         "every load within 25 %; benchmarks/README.md; the RPC "
-                                                         "network's bandwidth caps it)")
-    rpc_fast_load_gbs: float = Field(2.0, ge=0.01, le=10_000,
+    local_load_gbs: float = Field(PLANNER["local_load_gbs"].value, ge=0.01, le=10_000,
+                                  description="how fast a head loads its own share from page cache onto its devices, "
+                                              "GB/s")
+    rpc_load_gbs: float = Field(PLANNER["rpc_load_gbs"].value, ge=0.01, le=10_000,
+                                description="how fast a worker's share travels through llama.cpp's RPC at load, "
+                                            "GB/s (the RPC network's bandwidth caps it)")
+    rpc_fast_load_gbs: float = Field(PLANNER["rpc_fast_load_gbs"].value, ge=0.01, le=10_000,
                                      description="the same with an engine patch that speeds up rpc_load (patches/"
-                                                 "rpc-fast-load.patch), GB/s (2 x H200 over loopback TCP, b11434: "
-                                                 "8.54 GB split 1:1 in 2.82 s against 13.34 s without it; "
-                                                 "benchmarks/README.md; the RPC network's bandwidth caps it)")
-    slurm_step_restart_s: float = Field(2, ge=0, le=600,
+                                                 "rpc-fast-load.patch), GB/s (the RPC network's bandwidth caps it)")
+    slurm_step_restart_s: float = Field(PLANNER["slurm_step_restart_s"].value, ge=0, le=600,
                                         description="from a step's end until the job script has started the "
                                                     "head again inside the job, apart from the model's load, s: "
                                                     "the script's 1 s watch, the head's stop, srun starting the "
-                                                    "ended workers and their ports answering (SLURM lab, slurm-wlm "
-                                                    "22.05: a killed worker step answered again in 1.4-4.4 s)")
-    slurm_submit_start_s: float = Field(3, ge=0, le=600,
+                                                    "ended workers and their ports answering")
+    slurm_submit_start_s: float = Field(PLANNER["slurm_submit_start_s"].value, ge=0, le=600,
                                         description="from the keeper's submission of a SLURM job until it answers, "
                                                     "apart from the model's load, when its nodes are free, s: "
-                                                    "slurmctld's next pass (once a second) and the job's start "
-                                                    "(lab, slurm-wlm 22.05: 2.1-2.8 s with the load; up to 3 s "
-                                                    "more within batch_sched_delay of SLURM's last pass)")
-    slurm_start_s: float = Field(35, ge=0, le=3600, description="from the end of a requeued SLURM job's hold until it "
-                                                       "answers again, apart from the model's load, s: the "
-                                                       "scheduler's next pass, the job's start and the gateway's "
-                                                       "update (lab, slurm-wlm 22.05: back 138-178 s after a "
-                                                       "preemption, a killed worker step or a node restart with "
-                                                       "the default 120 s hold, 53-67 s with a 30 s hold)")
+                                                    "slurmctld's next pass (once a second) and the job's start")
+    slurm_start_s: float = Field(PLANNER["slurm_start_s"].value, ge=0, le=3600,
+                                 description="from the end of a requeued SLURM job's hold until it answers again, "
+                                             "apart from the model's load, s: the scheduler's next pass, the job's "
+                                             "start and the gateway's update")
     site_requeue_hold_s: int | None = Field(None, ge=10, le=3600,
                                             description="where SLURM is managed elsewhere: its slurm.conf's "
                                                         "AuthInfo=cred_expire, s (none: SLURM's default 120 s; "
@@ -180,12 +169,11 @@ class Planner(Strict):
                                                              "SchedulerParameters=batch_sched_delay, s (none: "
                                                              "SLURM's default 3 s): no batch job starts within this "
                                                              "of SLURM's last scheduling pass")
-    weights_error_pct: float = Field(2, ge=0, le=50,
+    weights_error_pct: float = Field(PLANNER["weights_error_pct"].value, ge=0, le=50,
                                      description="how far llama.cpp's own load report may differ from the planned "
-                                                 "weights, % (measured within 2 % on the lab: test_planner_accuracy); "
-                                                 "the solver keeps this much free beside headroom_pct")
-    compute_error_pct: float = Field(10, ge=0, le=100,
-                                     description="the same for the compute buffers, % (measured within 10 %)")
+                                                 "weights, %; the solver keeps this much free beside headroom_pct")
+    compute_error_pct: float = Field(PLANNER["compute_error_pct"].value, ge=0, le=100,
+                                     description="the same for the compute buffers, %")
     slurm_mem_margin_pct: float = Field(10, ge=0, le=100,
                                         description="a SLURM job's --mem must exceed the planned host memory "
                                                     "by this, %")

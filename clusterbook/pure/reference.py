@@ -8,6 +8,7 @@ import typing
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
+from clusterbook.model.measured import MEASURED
 from clusterbook.model.pathroles import PATH_ROLES
 from clusterbook.model.schema import Cluster
 
@@ -101,6 +102,8 @@ def reference_markdown(root: type[BaseModel] = Cluster) -> str:
             meaning = field.description or ""
             if role := PATH_ROLES.get((model.__name__, name)):
                 meaning += f" ({role.text})"
+            if measured := MEASURED.get((model.__name__, name)):
+                meaning += f" ({measured.text})"
             rows.append(f"| `{name}` | {kind} | {_default(field)} | {meaning.replace('|', '/')} |")
         parts.append(f"#### {model.__name__}\n\n{doc}\n\n" + "\n".join(rows))
     return "\n\n".join(parts) + "\n"
