@@ -73,7 +73,6 @@ def run_fault(c: Cluster, transport, tier: RouterTier | RpcTier, fault: str, url
     BEFORE_S before the fault until BEFORE_S after the tier answered a request sent after it (at most limit_s)."""
     run, stop, lock = FaultRun(fault, clients), threading.Event(), threading.Lock()
     headers = {"Authorization": f"Bearer {key}"} if key else {}
-    at = [float("inf")]  # the fault's time on this machine's monotonic clock, once done
 
     def client(stream: bool) -> None:
         while not stop.is_set():
@@ -97,12 +96,12 @@ def run_fault(c: Cluster, transport, tier: RouterTier | RpcTier, fault: str, url
     time.sleep(BEFORE_S)
     progress(f"{fault} …")
     disrupt(c, transport, tier, fault)
-    at[0] = time.monotonic()
-    while time.monotonic() - at[0] < limit_s:
+    at = time.monotonic()  # the fault, on this machine's clock
+    while time.monotonic() - at < limit_s:
         with lock:
-            back = [r.sent_s for r in run.requests if r.sent_s > at[0] + 1 and r.outcome == "ok"]
+            back = [r.sent_s for r in run.requests if r.sent_s > at + 1 and r.outcome == "ok"]
         if back:
-            run.back_s = round(min(back) - at[0], 1)
+            run.back_s = round(min(back) - at, 1)
             break
         time.sleep(0.5)
     progress(f"{fault}: the tier answers again; {BEFORE_S} s more")
@@ -111,5 +110,5 @@ def run_fault(c: Cluster, transport, tier: RouterTier | RpcTier, fault: str, url
     for thread in threads:
         thread.join(limit_s + 90)
     for r in run.requests:  # times from the fault
-        r.sent_s = round(r.sent_s - at[0], 2)
+        r.sent_s = round(r.sent_s - at, 2)
     return run

@@ -180,8 +180,8 @@ def tier_notes(c: Cluster, t: RouterTier | RpcTier, plan: TierPlan) -> list[str]
                              + "; it runs again when the GPUs are free, about "
                              f"{whole_s(recovery.new_job_recovery_s)} s after the preempting job ends "
                              "(predicted). Until then the gateway holds each request "
-                             + (f"up to {new_job_hold_s(c, t, plan)} s, then answers 503 with Retry-After.\n"
-                                if c.gateway and new_job_hold_s(c, t, plan) else "and answers 503.\n"))
+                             + (f"up to {held} s, then answers 503 with Retry-After.\n"
+                                if c.gateway and (held := new_job_hold_s(c, t, plan)) else "and answers 503.\n"))
     return notes
 
 
