@@ -206,12 +206,14 @@ ns.add_task(status_task)
 ns.add_task(logs_task)
 
 
-@task(name="build", default=True, help={"cluster": RUN_HELP["cluster"], "out": "output directory (default: site)"})
+@task(name="build", default=True, help={"cluster": RUN_HELP["cluster"], "out": "output directory (default: site)",
+                                        "markdown": "also write the pages as plain Markdown into this folder, with "
+                                                    "an mkdocs.yml any MkDocs-compatible engine builds (Zensical)"})
 @command
 @offline
-def docs_build(c, cluster=None, out="site"):
+def docs_build(c, cluster=None, out="site", markdown=None):
     """Build the docs site strictly into OUT from the cluster file (works offline)."""
-    commands.docs(cfg(c), cluster or cfg(c).cluster, out)
+    commands.docs(cfg(c), cluster or cfg(c).cluster, out, markdown=markdown)
 
 
 @task(name="serve", help={"cluster": RUN_HELP["cluster"], "address": "host:port (default 127.0.0.1:8000)"})

@@ -10,7 +10,7 @@ from mkdocs.structure.files import File
 from mkdocs_macros.plugin import MacrosPlugin
 
 from clusterbook.commands import settings
-from clusterbook.commands.docsite import (
+from clusterbook.commands.docs_inputs import (
     Site,
     build_site,
     build_stamp,
@@ -19,7 +19,7 @@ from clusterbook.commands.docsite import (
     latest_report,
     result_picture,
 )
-from clusterbook.pure import changelog
+from clusterbook.pure import apply_history
 from clusterbook.pure import docpages as pages
 from clusterbook.pure.mdtext import Markdown, active_content, code, escape_value, nav_title, prose, text
 from clusterbook.pure.operations import bringup, cluster_command, tier_command
@@ -34,9 +34,12 @@ class ClusterbookPlugin(MacrosPlugin):
     config_scheme = (*MacrosPlugin.config_scheme, *((name, Type(str, default="")) for name in
                                                     ("cluster_file", "built_at", "reports", "runs")))
     site: Site
+    expanded: dict  # each page's Markdown as MkDocs got it, and its front matter (docs_export.py writes them)
+    files: object  # every file of the build, the generated ones included
 
     def on_config(self, config):
-        # computed once per file and runbooks' state (docsite.build_site): `invoke docs` loaded it already, and
+        self.expanded = {}
+        # computed once per file and runbooks' state (docs_inputs.build_site): `invoke docs` loaded it already, and
         # docs.serve computes it again when the file or a runbook changed
         read = settings.read()  # what a run of mkdocs itself is configured with (docs.serve passes it on)
         chosen = settings.Settings(self.config["cluster_file"] or read.cluster,
@@ -59,7 +62,9 @@ class ClusterbookPlugin(MacrosPlugin):
     def on_page_markdown(self, markdown, page, config, **kwargs):
         """The macros first (mkdocs-macros), then the line saying when the page's sources last changed."""
         markdown = super().on_page_markdown(markdown, page, config, **kwargs)
-        return markdown + pages.last_changed(page_sources(self.site, page.file.src_uri), self.site.history)
+        markdown += pages.last_changed(page_sources(self.site, page.file.src_uri), self.site.history)
+        self.expanded[page.file.src_uri] = (dict(page.meta), markdown)  # for `invoke docs --markdown`
+        return markdown
 
     def on_page_content(self, html, page, config, files):
         """The last wall: a page whose content would run or load something fails the build, naming it."""
@@ -78,6 +83,7 @@ class ClusterbookPlugin(MacrosPlugin):
             files.append(File.generated(config, name, content=svg))
         for a in self.site.artifacts:
             files.append(File.generated(config, pages.download_path(a), content=a.text))
+        self.files = files
         return files
 
 
@@ -171,7 +177,7 @@ def _sections(site: Site) -> dict:
         "prerequisites": lambda: pages.prerequisites(c),
         "latest_report": lambda name: latest_report(name, site),
         "result_picture": lambda name, caption: result_picture(name, site, caption),
-        "apply_overview": lambda: changelog.apply_overview(c),
-        "change_log": lambda: changelog.changes_page(c.cluster.name, change_records(site.settings.runs,
+        "apply_overview": lambda: apply_history.apply_overview(c),
+        "change_log": lambda: apply_history.changes_page(c.cluster.name, change_records(site.settings.runs,
                                                                                     c.cluster.name)),
     }

@@ -9,11 +9,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from clusterbook.commands import settings
+from clusterbook.commands.docs_build import docs
 from clusterbook.commands.lab import lab_up
 from clusterbook.commands.preflight import preflight
 from clusterbook.commands.runbooks import run_operation, run_runbook
 from clusterbook.commands.settings import LAB_CLUSTER, Settings
-from clusterbook.commands.site import docs
 from clusterbook.effects.console import Failed, console
 from clusterbook.effects.verified import mark_verified, remember_verified
 from clusterbook.model.loader import load_cluster

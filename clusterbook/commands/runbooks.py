@@ -20,8 +20,8 @@ from clusterbook.effects.reporters import ConsoleReporter, RunLog, dry_run, reca
 from clusterbook.effects.verified import state_dir
 from clusterbook.model.loader import load_cluster
 from clusterbook.pure import generations as gen
-from clusterbook.pure.changes import engine_hosts, engine_link
 from clusterbook.pure.operations import operations, tier_operations, unavailable_reason
+from clusterbook.pure.phases import engine_hosts, engine_link
 from clusterbook.pure.preflight import facts_command
 from clusterbook.pure.render.artifacts import render_artifacts
 from clusterbook.pure.render.monitoring import GPU_METRICS, PROBE_TEXTFILE, job
@@ -79,7 +79,7 @@ def generation_recording(cluster, cluster_file: str, expansion):
 
     now = datetime.datetime.now(datetime.UTC)
     gid = gen.generation_id(now.strftime("%Y%m%dT%H%M%S.%fZ"), expansion.runbook, expansion.tier)
-    meta = {"unit": gen.unit_of(expansion.runbook, expansion.tier), "runbook": expansion.runbook,
+    meta = {"phase": gen.phase_of(expansion.runbook, expansion.tier), "runbook": expansion.runbook,
             "cluster": cluster.cluster.name, "cluster_sha": file_digest(cluster_file),
             "time": now.strftime("%Y-%m-%dT%H:%M:%SZ")}
     return gen.Recording(cluster.storage.generations_dir, gid, cluster.engine.install_dir, meta)

@@ -7,7 +7,7 @@ import hashlib
 
 from clusterbook.effects.verified import on_each, state_dir
 from clusterbook.model.schema import Cluster
-from clusterbook.pure import changes as ch
+from clusterbook.pure import phases as ch
 from clusterbook.pure.runbooks import Expansion
 
 

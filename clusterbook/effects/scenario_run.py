@@ -10,20 +10,20 @@ from pathlib import Path
 
 from clusterbook.effects.console import console
 from clusterbook.pure import packagedata
-from clusterbook.pure.changelog import ScenarioRun
-from clusterbook.pure.changes import Phase
+from clusterbook.pure.apply_history import ScenarioRun
+from clusterbook.pure.phases import Phase
 
 
 def run_scenarios(cluster_file: str, phase: Phase, when: str, out: Path, names: dict[str, str]) -> ScenarioRun:
     """The phase's scenarios (its tag; a tier's narrowed to that tier) against the file's cluster; `names` turns
     pytest's test names back into the scenarios' own."""
 
-    junit = out / f"{phase.unit}-{when.replace(' ', '-')}.junit.xml"
+    junit = out / f"{phase.name}-{when.replace(' ', '-')}.junit.xml"
     argv = [sys.executable, "-m", "pytest", str(packagedata.ACCEPTANCE), "--live-cluster", cluster_file, "-p",
             "no:cacheprovider", "-m", phase.scenarios, f"--junitxml={junit}", "-q", "--tb=line", "-rN"]
     if phase.tier:
         argv += ["--tier", phase.tier]
-    console.print(f"[bold]{phase.unit}[/]: scenarios {when} …")
+    console.print(f"[bold]{phase.name}[/]: scenarios {when} …")
     started = time.monotonic()
     proc = subprocess.run(argv, capture_output=True, text=True)
     run = ScenarioRun(when, seconds=time.monotonic() - started, report=str(junit))

@@ -50,13 +50,13 @@ def listings(cluster: Cluster, hosts: list[str]) -> dict[str, list[gen.Generatio
     return {h: gen.parse_listing(text) for h, text in out.items()}
 
 
-def mark_verified(cluster: Cluster, units: set[str] | None = None) -> int:
-    """Mark the applied generations of these units (all when None) verified on every node; how many. A tier's
+def mark_verified(cluster: Cluster, phases: set[str] | None = None) -> int:
+    """Mark the applied generations of these phases (all when None) verified on every node; how many. A tier's
     scenarios passing does not verify the engine under it: other tiers run on it too (apply marks the engine
     once every phase landed)."""
     gdir = cluster.storage.generations_dir
     found = listings(cluster, [n.name for n in cluster.nodes])
-    ids = {h: [g.id for g in gens if g.state == "applied" and (units is None or g.unit in units)]
+    ids = {h: [g.id for g in gens if g.state == "applied" and (phases is None or g.phase in phases)]
            for h, gens in found.items()}
     ids = {h: i for h, i in ids.items() if i}
     if ids:

@@ -18,7 +18,7 @@ class Generation:
     """One deploy on one node: the files it replaced (kept) or created, and the engine link before and after."""
 
     id: str
-    unit: str  # what changed: a tier's name, or engine, router, gateway, monitoring, slurm
+    phase: str  # what changed: a tier's name, or engine, router, gateway, monitoring, slurm
     runbook: str
     cluster_sha: str
     time: str
@@ -33,7 +33,7 @@ class Generation:
         return bool(self.engine_after) and self.engine_after != self.engine_before
 
 
-def unit_of(runbook: str, tier: str | None) -> str:
+def phase_of(runbook: str, tier: str | None) -> str:
     """What a runbook run changes, as apply and rollback name it: the tier, else the runbook (install: engine)."""
     return tier or {"install": "engine"}.get(runbook, runbook)
 
@@ -112,7 +112,7 @@ def parse_listing(text: str) -> list[Generation]:
         meta = g.get("meta")
         if not isinstance(meta, dict):
             continue
-        gens.append(Generation(g["id"], str(meta.get("unit", "")), str(meta.get("runbook", "")),
+        gens.append(Generation(g["id"], str(meta.get("phase", "")), str(meta.get("runbook", "")),
                                str(meta.get("cluster_sha", "")), str(meta.get("time", "")),
                                g.get("state") if g.get("state") in STATES else "applied",
                                tuple(g["files"]), tuple(g["created"]), g.get("engine_before", ""),
@@ -120,15 +120,15 @@ def parse_listing(text: str) -> list[Generation]:
     return sorted(gens, key=lambda g: g.id)
 
 
-def concerns(g: Generation, unit: str) -> bool:
-    """A generation counts for a unit when it changed that unit, or the engine every tier runs."""
-    return g.unit == unit or g.unit == "engine"
+def concerns(g: Generation, phase: str) -> bool:
+    """A generation counts for a phase when it changed that phase, or the engine every tier runs."""
+    return g.phase == phase or g.phase == "engine"
 
 
-def to_restore(gens: list[Generation], unit: str) -> list[Generation]:
-    """What a rollback of `unit` undoes on one node, newest first: every applied generation since the newest
+def to_restore(gens: list[Generation], phase: str) -> list[Generation]:
+    """What a rollback of `phase` undoes on one node, newest first: every applied generation since the newest
     verified one; with none verified, only the newest applied one (never the first deploy of a node)."""
-    mine = [g for g in gens if concerns(g, unit)]
+    mine = [g for g in gens if concerns(g, phase)]
     verified = [i for i, g in enumerate(mine) if g.state == "verified"]
     since = mine[verified[-1] + 1:] if verified else mine[-1:]
     return [g for g in reversed(since) if g.state == "applied"]

@@ -76,7 +76,7 @@ def rollback_restart(tier: RouterTier | RpcTier) -> Operation:
                      tier.name)
 
 
-UNIT_RELOAD = {  # what a unit that is not a tier needs after its files are put back (on the nodes they were on)
+PHASE_RELOAD = {  # what a phase that is not a tier needs after its files are put back (on the nodes they were on)
     "gateway": "nginx -t && systemctl reload nginx",
     "monitoring": "systemctl restart prometheus prometheus-alertmanager",
     "slurm": "scontrol reconfigure",

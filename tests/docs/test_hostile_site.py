@@ -11,8 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
+from clusterbook.commands.docs_build import docs
 from clusterbook.commands.settings import of as settings_of
-from clusterbook.commands.site import docs
 from clusterbook.model.schema import Cluster
 from clusterbook.pure import docpages as pages
 from clusterbook.pure.mdtext import active_content, fence_for, prose_inline, text

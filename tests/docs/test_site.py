@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from clusterbook.commands.docs_build import docs
 from clusterbook.commands.settings import of as settings_of
-from clusterbook.commands.site import docs
 from tests.inprocess import run_invoke
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -267,7 +267,7 @@ def test_the_navigation_lists_the_bring_up_in_the_guides_order_and_every_other_r
     group of the navigation; every other runbook page under Operate, none twice, none left out."""
     from clusterbook.adapters.mkdocs_plugin import fill_runbook_groups
     from clusterbook.commands import settings
-    from clusterbook.commands.docsite import build_site
+    from clusterbook.commands.docs_inputs import build_site
     from clusterbook.pure.docpages import bringup_steps
 
     site = build_site(str(ROOT / "cluster.yaml"), settings.read())

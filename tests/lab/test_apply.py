@@ -50,7 +50,7 @@ def test_a_good_change_lands_and_a_bad_one_is_rolled_back_to_it(deployed, tmp_pa
     run = invoke("apply", cluster=good)
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr
     landed = latest_change()
-    assert landed["outcome"] == "landed" and [p["unit"] for p in landed["phases"]] == ["reasoning"]
+    assert landed["outcome"] == "landed" and [p["phase"] for p in landed["phases"]] == ["reasoning"]
     after = next(r for r in landed["phases"][0]["scenarios"] if r["when"] == "after")
     assert after["passed"] and not after["failed"]
     status = invoke("status", cluster=good)
@@ -136,7 +136,7 @@ def test_an_engine_change_whose_tier_fails_is_rolled_back_to_the_build_before(de
         run = invoke("apply", cluster=upgraded)
         assert run.returncode == 1, run.stdout[-4000:]
         change = latest_change()
-        assert [(p["unit"], p["outcome"]) for p in change["phases"]] == [
+        assert [(p["phase"], p["outcome"]) for p in change["phases"]] == [
             ("engine", "landed"), ("fast", "landed"), ("reasoning", "rolled back")], change
         reasoning = change["phases"][-1]
         assert {r["engine"] for r in reasoning["rollback"]["restored"]} == {f"{now}/bin"}, reasoning["rollback"]
@@ -160,7 +160,7 @@ def test_router_and_monitoring_changes_land_each_checked_by_its_own_scenario(dep
     run = invoke("apply", cluster=changed)
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr
     change = latest_change()
-    assert [(p["unit"], p["outcome"]) for p in change["phases"]] == [("router", "landed"), ("monitoring", "landed")]
+    assert [(p["phase"], p["outcome"]) for p in change["phases"]] == [("router", "landed"), ("monitoring", "landed")]
     for phase in change["phases"]:
         assert [(r["when"], len(r["passed"]), r["failed"]) for r in phase["scenarios"]] == [
             ("before", 1, []), ("after", 1, [])], phase

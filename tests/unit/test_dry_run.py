@@ -66,7 +66,7 @@ def test_dry_run_shows_a_diff_when_the_last_upload_is_known(tmp_path):
 
 def test_dry_run_summarises_a_diff_too_long_to_read(tmp_path):
     """docs.publish uploads the packed site as one long line: --dry says it changed instead of printing it."""
-    from clusterbook.commands.docsite import packed_site
+    from clusterbook.commands.docs_inputs import packed_site
     from clusterbook.effects.console import console
     from clusterbook.effects.reporters import dry_run
     from clusterbook.model.loader import load_cluster

@@ -32,8 +32,8 @@ def node(tmp_path):
     return tmp_path
 
 
-def recording(node: Path, gid: str, unit: str = "reasoning") -> gen.Recording:
-    meta = {"unit": unit, "runbook": "deploy-rpc", "cluster_sha": "abc", "time": "t"}
+def recording(node: Path, gid: str, phase: str = "reasoning") -> gen.Recording:
+    meta = {"phase": phase, "runbook": "deploy-rpc", "cluster_sha": "abc", "time": "t"}
     return gen.Recording(str(node / "gens"), gid, str(node / "opt/bin"), meta)
 
 
@@ -52,7 +52,7 @@ def test_a_deploy_keeps_what_it_replaced_and_rollback_puts_it_back(node):
     os.symlink("b2/bin", node / "opt/bin")  # the install moved the engine link
     sh(rec.end())
     [g] = gen.parse_listing(sh(gen.listing_command(str(node / "gens"))))
-    assert (g.unit, g.state, g.engine_before, g.engine_after) == ("reasoning", "applied", "b1/bin", "b2/bin")
+    assert (g.phase, g.state, g.engine_before, g.engine_after) == ("reasoning", "applied", "b1/bin", "b2/bin")
     assert g.files == (str(node / "etc/tier.env"),) and g.created == (str(node / "etc/new.nft"),)
     assert gen.to_restore([g], "reasoning") == [g]
     sh(gen.restore_command(str(node / "gens"), g, str(node / "opt/bin")))
@@ -91,11 +91,11 @@ def test_the_executor_records_a_generation_around_its_uploads(node, tmp_path):
     assert g.files == (path,) and Path(node / "gens" / g.id / "files" / path.lstrip("/")).read_text() == "CTX=2048\n"
 
 
-def g(gid: str, unit: str = "reasoning", state: str = "applied") -> gen.Generation:
-    return gen.Generation(gid, unit, "r", "sha", "t", state)
+def g(gid: str, phase: str = "reasoning", state: str = "applied") -> gen.Generation:
+    return gen.Generation(gid, phase, "r", "sha", "t", state)
 
 
-@pytest.mark.parametrize("gens, unit, expected", [
+@pytest.mark.parametrize("gens, phase, expected", [
     ([g("1", state="verified"), g("2"), g("3")], "reasoning", ["3", "2"]),  # every change since the verified one
     ([g("1"), g("2")], "reasoning", ["2"]),  # nothing verified: the newest only, never a node's first deploy
     ([g("1", state="verified"), g("2", "fast"), g("3")], "reasoning", ["3"]),  # another tier's change stays
@@ -104,8 +104,8 @@ def g(gid: str, unit: str = "reasoning", state: str = "applied") -> gen.Generati
     ([g("1"), g("2", state="verified")], "reasoning", []),  # already at a verified state
     ([], "reasoning", []),
 ])
-def test_what_a_rollback_undoes(gens, unit, expected):
-    assert [x.id for x in gen.to_restore(gens, unit)] == expected
+def test_what_a_rollback_undoes(gens, phase, expected):
+    assert [x.id for x in gen.to_restore(gens, phase)] == expected
 
 
 def test_after_restore_reloads_units_and_rules():
@@ -115,9 +115,9 @@ def test_after_restore_reloads_units_and_rules():
 
 
 def test_a_listing_with_a_broken_generation_skips_it():
-    text = "== a\nmeta {not json\nstate applied\n== b\nmeta {\"unit\": \"fast\"}\nstate weird\nfile /x\n"
+    text = "== a\nmeta {not json\nstate applied\n== b\nmeta {\"phase\": \"fast\"}\nstate weird\nfile /x\n"
     [only] = gen.parse_listing(text)
-    assert (only.id, only.unit, only.state, only.files) == ("b", "fast", "applied", ("/x",))
+    assert (only.id, only.phase, only.state, only.files) == ("b", "fast", "applied", ("/x",))
 
 
 def test_a_converged_run_costs_no_generation_round_trip(node, tmp_path):

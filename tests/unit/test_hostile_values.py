@@ -157,7 +157,7 @@ def test_the_docs_refuse_an_output_folder_with_a_link_inside(tmp_path):
     """MkDocs writes through links: `invoke docs --out D` with D/files a link to elsewhere wrote 62 files there
     (issue 44). Built in process, as invoke docs does; nothing is written outside."""
     from clusterbook.commands import settings
-    from clusterbook.commands.site import docs
+    from clusterbook.commands.docs_build import docs
 
     elsewhere, out = tmp_path / "elsewhere", tmp_path / "site"
     elsewhere.mkdir()

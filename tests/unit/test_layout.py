@@ -59,6 +59,6 @@ def test_every_part_python_names_is_a_part_of_its_runbook(name):
     c = load_cluster(ROOT / name)
     books = available()
     named = {(op.runbook, op.part) for op in cluster_operations(c) + tier_operations(c) if op.part}
-    named |= {("install", "engine-link"), ("deploy-slurm", "job-submit")}  # pure/changes.py
+    named |= {("install", "engine-link"), ("deploy-slurm", "job-submit")}  # pure/phases.py
     for runbook, part in named:
         assert any(part in s.parts for s in books[runbook].runbook.steps), f"{runbook} has no steps of part {part}"

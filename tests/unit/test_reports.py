@@ -4,7 +4,7 @@ them (the plan is the truth: one cluster's results never appear on another's sit
 from pathlib import Path
 
 from clusterbook.commands import settings
-from clusterbook.commands.docsite import build_site, latest_report
+from clusterbook.commands.docs_inputs import build_site, latest_report
 from clusterbook.commands.reportstamp import stamped
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,7 +32,7 @@ def test_commands_read_reports_from_the_configured_folder_and_show_only_their_ow
 def test_result_pictures_are_drawn_only_from_this_clusters_reports(tmp_path):
     import json
 
-    from clusterbook.commands.docsite import result_pictures
+    from clusterbook.commands.docs_inputs import result_pictures
     from clusterbook.model.loader import load_cluster
 
     lab_file = str(ROOT / "lab/cluster.yaml")

@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 
-from clusterbook.pure.changes import phases
 from clusterbook.pure.docpages import table
 from clusterbook.pure.generations import KEPT
 from clusterbook.pure.operations import rollback_restart
+from clusterbook.pure.phases import phases
 
 
 @dataclass
@@ -37,7 +37,7 @@ class Rollback:
 
 @dataclass
 class PhaseRecord:
-    unit: str
+    phase: str
     changes: list[dict]  # {host, what, before, after}
     outcome: str = "pending"  # landed | rolled back | failed | not started (unhealthy before it) | skipped
     error: str | None = None
@@ -63,6 +63,8 @@ def from_json(text: str) -> ChangeRecord:
     data = json.loads(text)
     phases = []
     for p in data.pop("phases", []):
+        if "unit" in p:  # records written before the phase had its name
+            p["phase"] = p.pop("unit")
         runs = [ScenarioRun(**s) for s in p.pop("scenarios", [])]
         rb = p.pop("rollback", None)
         phases.append(PhaseRecord(**p, scenarios=runs, rollback=Rollback(**rb) if rb else None))
@@ -86,7 +88,7 @@ def changes_page(cluster: str, records: list[ChangeRecord]) -> str:
         out.append(f"## {r.started} · {r.outcome}\n\n`{r.cluster_file}` (sha256 `{r.cluster_sha[:12]}`), "
                    f"{r.seconds:.0f} s.\n")
         for p in r.phases:
-            out.append(f"### {p.unit}: {p.outcome}\n")
+            out.append(f"### {p.phase}: {p.outcome}\n")
             if p.changes:
                 out.append(table(["node", "what", "before", "after"],
                                  [[c["host"], f"`{c['what']}`", c["before"], c["after"]] for c in p.changes]) + "\n")
@@ -118,7 +120,7 @@ def apply_overview(c) -> str:
                     + (" (the job submitted again from the restored script)" if c.tier(p.tier).manager == "slurm"
                        else " (workers, then head)" if c.tier(p.tier).kind == "rpc" else ""))
         else:
-            back = "files (and the engine link) back" if p.unit == "engine" else "files back"
-        rows.append([p.unit, f"`{p.runbook}`", tag.get(p.scenarios or "", "the tiers' scenarios after it"), back])
+            back = "files (and the engine link) back" if p.name == "engine" else "files back"
+        rows.append([p.name, f"`{p.runbook}`", tag.get(p.scenarios or "", "the tiers' scenarios after it"), back])
     return (table(["phase", "runbook", "checked by", "on failure"], rows)
             + f"\nEach node keeps its newest {KEPT} generations in `{c.storage.generations_dir}`.\n")

@@ -6,10 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from clusterbook.model.loader import load_cluster
-from clusterbook.pure import changes as ch
 from clusterbook.pure import generations as gen
+from clusterbook.pure import phases as ch
 from clusterbook.pure import slurmjob
-from clusterbook.pure.changelog import ChangeRecord, PhaseRecord, Rollback, ScenarioRun, changes_page, from_json
+from clusterbook.pure.apply_history import ChangeRecord, PhaseRecord, Rollback, ScenarioRun, changes_page, from_json
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -29,11 +29,11 @@ def converged(c, exps) -> dict[str, ch.NodeFacts]:
 
 
 def test_phases_follow_dependency_order():
-    assert [p.unit for p in ch.phases(load_cluster(ROOT / "cluster.yaml"))] == [
+    assert [p.name for p in ch.phases(load_cluster(ROOT / "cluster.yaml"))] == [
         "engine", "fast", "reasoning", "router", "gateway", "monitoring"]
-    assert [p.unit for p in ch.phases(load_cluster(ROOT / "lab/cluster.yaml"))] == [
+    assert [p.name for p in ch.phases(load_cluster(ROOT / "lab/cluster.yaml"))] == [
         "engine", "fast", "reasoning", "router", "gateway", "monitoring"]
-    assert "gateway" not in [p.unit for p in ch.phases(load_cluster(ROOT / "tests/clusters/mini.yaml"))]
+    assert "gateway" not in [p.name for p in ch.phases(load_cluster(ROOT / "tests/clusters/mini.yaml"))]
 
 
 def test_a_converged_cluster_has_nothing_to_apply():
@@ -49,14 +49,14 @@ def test_one_changed_flag_is_one_file_of_one_tier(tmp_path):
     changed.write_text((ROOT / "lab/cluster.yaml").read_text().replace("    ctx_size: 2048\n", "    ctx_size: 1536\n"))
     c2 = load_cluster(changed)
     plans = [pp for pp in ch.plan(c2, ch.phase_expansions(c2), facts) if pp.changed]
-    assert [(pp.phase.unit, [(x.host, x.what, x.kind) for x in pp.changes]) for pp in plans] == [
+    assert [(pp.phase.name, [(x.host, x.what, x.kind) for x in pp.changes]) for pp in plans] == [
         ("reasoning", [("lab1", "/etc/systemd/system/llama-reasoning.service", "changed")])]
 
 
 def test_a_new_build_moves_the_engine_and_restarts_every_tier_on_it(tmp_path):
     c = load_cluster(ROOT / "lab/cluster.yaml")
     facts = {h: ch.NodeFacts(f.files, "b11000/bin", f.jobs) for h, f in converged(c, ch.phase_expansions(c)).items()}
-    plans = {pp.phase.unit: pp for pp in ch.plan(c, ch.phase_expansions(c), facts)}
+    plans = {pp.phase.name: pp for pp in ch.plan(c, ch.phase_expansions(c), facts)}
     assert [(x.host, x.before, x.after) for x in plans["engine"].changes] == [
         (h, "b11000/bin", f"{c.engine.tag}/bin") for h in ("lab1", "lab2", "lab3")]
     assert c.engine.tag.startswith("b11434-p")  # the lab runs the patched build (engine.patches)
@@ -124,5 +124,5 @@ def test_a_tier_rollback_reloads_nothing_itself_and_reaches_every_node_its_deplo
                        files=("/etc/clusterbook/fast.env",))
     [step] = ch.rollback_expansion(c, "fast", {"lab1": [g]}).steps
     assert len(step.hosts["lab1"]) == 1  # its restart is the tier's own operation, run after
-    reasoning = next(e for p, e in ch.phase_expansions(c) if p.unit == "reasoning")
-    assert len(ch.unit_hosts(c, reasoning)) > 1  # the head and its workers
+    reasoning = next(e for p, e in ch.phase_expansions(c) if p.name == "reasoning")
+    assert len(ch.phase_hosts(c, reasoning)) > 1  # the head and its workers

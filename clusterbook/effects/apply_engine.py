@@ -20,9 +20,9 @@ from clusterbook.effects.verified import listings, mark_verified, remember_verif
 from clusterbook.model.loader import load_cluster
 from clusterbook.model.problems import InputError
 from clusterbook.model.schema import Cluster
-from clusterbook.pure import changes as ch
 from clusterbook.pure import generations as gen
-from clusterbook.pure.changelog import ChangeRecord, PhaseRecord, Rollback, ScenarioRun
+from clusterbook.pure import phases as ch
+from clusterbook.pure.apply_history import ChangeRecord, PhaseRecord, Rollback, ScenarioRun
 from clusterbook.pure.operations import rollback_restart, tier_operations
 from clusterbook.pure.runbooks import available, expand
 
@@ -46,12 +46,12 @@ def verified_cluster(cluster_file: str, cluster: Cluster) -> tuple[str, Cluster]
         return None
 
 
-def restored_file(cluster_file: str, cluster: Cluster, unit: str) -> str:
-    """The cluster file that describes what a rollback puts back (the last verified one, when it has the unit):
+def restored_file(cluster_file: str, cluster: Cluster, phase: str) -> str:
+    """The cluster file that describes what a rollback puts back (the last verified one, when it has the phase):
     the tier is started and waited for with its ports and settings, not with those of the change that failed."""
     verified = verified_cluster(cluster_file, cluster)
-    if verified is None or (unit in [t.name for t in cluster.tiers]
-                            and unit not in [t.name for t in verified[1].tiers]):
+    if verified is None or (phase in [t.name for t in cluster.tiers]
+                            and phase not in [t.name for t in verified[1].tiers]):
         return cluster_file
     return verified[0]
 
@@ -67,47 +67,47 @@ def known_good_file(cluster_file: str, cluster: Cluster, phase: ch.Phase) -> str
     return verified[0]
 
 
-def unit_hosts(cluster: Cluster, unit: str) -> list[str]:
-    """The nodes a unit's deploy touches; Failed for a name that is no unit of this cluster."""
-    phase = next((p for p in ch.phases(cluster) if p.unit == unit), None)
+def phase_hosts(cluster: Cluster, name: str) -> list[str]:
+    """The nodes a phase's deploy touches; Failed for a name that is no phase of this cluster."""
+    phase = next((p for p in ch.phases(cluster) if p.name == name), None)
     if phase is None:
-        names = ", ".join(p.unit for p in ch.phases(cluster))
-        raise Failed(f"nothing to roll back by the name '{unit}' (the units of this cluster: {names})")
-    return ch.unit_hosts(cluster, expand(available()[phase.runbook], cluster, phase.tier))
+        names = ", ".join(p.name for p in ch.phases(cluster))
+        raise Failed(f"nothing to roll back by the name '{name}' (the phases of this cluster: {names})")
+    return ch.phase_hosts(cluster, expand(available()[phase.runbook], cluster, phase.tier))
 
 
 @dataclass(frozen=True)
-class ChangeEngine:
+class ApplyEngine:
     """Apply and roll back with the deploy and the check it is given; run logs go to `runs`."""
 
     deploy: Deploy
     check: Check
     runs: Path
 
-    def rollback(self, cluster_file: str, unit: str) -> Rollback:
-        """Put back on each node what the unit's generations since its last verified one replaced, then start it
+    def rollback(self, cluster_file: str, phase: str) -> Rollback:
+        """Put back on each node what the phase's generations since its last verified one replaced, then start it
         again as its manager does, with the file it restores; the seconds until it answers."""
         cluster = load_cluster(cluster_file)
-        start_with = restored_file(cluster_file, cluster, unit)
-        chosen = {h: gen.to_restore(gens, unit) for h, gens in listings(cluster, unit_hosts(cluster, unit)).items()}
+        start_with = restored_file(cluster_file, cluster, phase)
+        chosen = {h: gen.to_restore(gens, phase) for h, gens in listings(cluster, phase_hosts(cluster, phase)).items()}
         chosen = {h: gs for h, gs in chosen.items() if gs}
         restored = [{"host": h, "generation": g.id, "files": list(g.files) + [f"{p} (remove)" for p in g.created],
                      "engine": g.engine_before if g.engine_moved else ""} for h, gs in chosen.items() for g in gs]
         if not restored:
-            console.print(f"rollback {unit}: nothing to restore (no generation since its last verified one)")
+            console.print(f"rollback {phase}: nothing to restore (no generation since its last verified one)")
             return Rollback([], 0.0, True)
-        table = Table("node", "generation", "puts back", "engine", title=f"rollback: {unit}")
+        table = Table("node", "generation", "puts back", "engine", title=f"rollback: {phase}")
         for r in restored:
             table.add_row(r["host"], r["generation"], "\n".join(r["files"]) or "-", r["engine"] or "-")
         console.print(table)
         started = time.monotonic()
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-        log = self.runs / f"{stamp}-{cluster.cluster.name}-rollback-{unit}.jsonl"
+        log = self.runs / f"{stamp}-{cluster.cluster.name}-rollback-{phase}.jsonl"
         report = Executor(connect(cluster), state_dir(cluster) / "deployed",
-                          [ConsoleReporter(), RunLog(log)]).run(ch.rollback_expansion(cluster, unit, chosen))
+                          [ConsoleReporter(), RunLog(log)]).run(ch.rollback_expansion(cluster, phase, chosen))
         if report.failure:
             return Rollback(restored, time.monotonic() - started, False, report.failure)
-        tier = next((t for t in cluster.tiers if t.name == unit), None)
+        tier = next((t for t in cluster.tiers if t.name == phase), None)
         if tier is not None:
             op = rollback_restart(tier)
             try:
@@ -115,7 +115,7 @@ class ChangeEngine:
             except Failed as exc:
                 return Rollback(restored, time.monotonic() - started, False, str(exc))
         seconds = time.monotonic() - started
-        console.print(f"[bold]rollback {unit}[/]: restored and answering after {seconds:.1f} s")
+        console.print(f"[bold]rollback {phase}[/]: restored and answering after {seconds:.1f} s")
         return Rollback(restored, seconds, True)
 
     def apply(self, record: ChangeRecord, cluster: Cluster, todo: list[ch.PhasePlan], out: Path) -> ChangeRecord:
@@ -141,8 +141,8 @@ class ChangeEngine:
         """One phase: its scenarios before (it must be healthy to begin), its deploy, its scenarios after; a
         rollback and the scenarios again when the deploy or the scenarios after fail."""
         phase = pp.phase
-        console.rule(f"apply: {phase.unit}")
-        rec = PhaseRecord(phase.unit, [vars(c) for c in pp.changes]
+        console.rule(f"apply: {phase.name}")
+        rec = PhaseRecord(phase.name, [vars(c) for c in pp.changes]
                           + [{"host": h, "what": "restart on the new engine", "before": "", "after": ""}
                              for h in pp.engine_hosts if pp.restart_only])
         known_good = known_good_file(cluster_file, cluster, phase)
@@ -150,12 +150,12 @@ class ChangeEngine:
             rec.scenarios.append(self.check(known_good, phase, "before", out))
             if not rec.scenarios[-1].ok:  # not healthy before: a change now could not be told from what was there
                 rec.outcome = "not started"
-                rec.error = (f"{phase.unit} fails its scenarios before the change ("
+                rec.error = (f"{phase.name} fails its scenarios before the change ("
                              + "; ".join(rec.scenarios[-1].failed) + f"), checked with {known_good}"
                              + ("" if known_good != cluster_file else " (no verified file yet: `invoke verify` "
                                 "records one)") + "; nothing was changed")
                 return rec
-            mark_verified(cluster, {phase.unit})  # the state before the change is known good: a rollback returns to it
+            mark_verified(cluster, {phase.name})  # the state before the change is known good: a rollback returns to it
         try:
             if pp.restart_only:
                 op = next(o for o in tier_operations(cluster) if o.collection == "restart" and o.name == phase.tier)
@@ -169,11 +169,11 @@ class ChangeEngine:
         if rec.error is None and (not phase.scenarios or rec.scenarios[-1].ok):
             rec.outcome = "landed"
             if phase.scenarios:  # the engine has none of its own: the tiers after it verify it (see apply)
-                mark_verified(cluster, {phase.unit})
+                mark_verified(cluster, {phase.name})
             return rec
-        console.print(f"[bold red]{phase.unit}: the change failed[/] "
+        console.print(f"[bold red]{phase.name}: the change failed[/] "
                       f"({'its deploy' if rec.error else 'its scenarios'}); rolling back")
-        rec.rollback = self.rollback(cluster_file, phase.unit)
+        rec.rollback = self.rollback(cluster_file, phase.name)
         if phase.scenarios and known_good:
             rec.scenarios.append(self.check(known_good, phase, "after rollback", out))
         back = rec.rollback.answered and (not phase.scenarios or rec.scenarios[-1].ok)

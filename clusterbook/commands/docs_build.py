@@ -13,8 +13,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from clusterbook.commands import docs_export as export
 from clusterbook.commands import settings
-from clusterbook.commands.docsite import build_site, build_stamp, packed_site
+from clusterbook.commands.docs_inputs import build_site, build_stamp, packed_site
 from clusterbook.commands.runbooks import run_runbook
 from clusterbook.commands.settings import Settings
 from clusterbook.effects.console import Failed, console
@@ -25,8 +26,9 @@ MERMAID = Path("docs/assets/vendor/mermaid.min.js")
 
 
 def docs(s: Settings, cluster_file: str, out: str, serve: bool = False, address: str = "127.0.0.1:8000",
-         built: str | None = None) -> None:
-    """Build the docs site strictly (or serve it) from a cluster file; nothing is fetched from outside."""
+         built: str | None = None, markdown: str | None = None) -> None:
+    """Build the docs site strictly (or serve it) from a cluster file; nothing is fetched from outside. With
+    MARKDOWN, also write the pages as plain Markdown there, with an mkdocs.yml that needs no plugin (docs_export)."""
     site = build_site(cluster_file, s)  # loaded once; bad input: the usual FILE:LINE messages, before MkDocs starts
     if not MERMAID.exists():
         raise Failed(f"{MERMAID} is missing: run ./setup (it installs the npm package mermaid@11)")
@@ -55,6 +57,14 @@ def docs(s: Settings, cluster_file: str, out: str, serve: bool = False, address:
         logging.getLogger("mkdocs").removeHandler(warnings)
     console.print(f"[green]built[/] {out}/ from {cluster_file} in {time.monotonic() - started:.1f} s; "
                   f"browse it with: invoke docs.serve (or python3 -m http.server -d {out})")
+    if markdown:
+        plugin = config.plugins["clusterbook"]
+        text = export.plain_config(Path("mkdocs.yml").read_text(), config["nav"], config["site_name"],
+                                   config["copyright"], config["site_url"])
+        count = export.write_markdown(Path(markdown), plugin.expanded, plugin.files, text)
+        console.print(f"[green]wrote[/] {markdown}/: {len(plugin.expanded)} pages expanded, {count} files, and an "
+                      f"mkdocs.yml without plugins (build it with: mkdocs build -f {markdown}/mkdocs.yml, or "
+                      f"zensical build -f {markdown}/mkdocs.yml)")
 
 
 class _Collect(logging.Handler):

@@ -12,7 +12,7 @@ from clusterbook.pure import generations as gen
 from clusterbook.pure import slurmjob
 from clusterbook.pure import topology as topo
 from clusterbook.pure.layout import sbatch_path
-from clusterbook.pure.operations import UNIT_RELOAD, cluster_operations, tier_operations
+from clusterbook.pure.operations import PHASE_RELOAD, cluster_operations, tier_operations
 from clusterbook.pure.render.artifacts import render_artifacts
 from clusterbook.pure.runbooks import Command, ExpandedStep, Expansion, PutFile, available, expand
 
@@ -21,9 +21,9 @@ NOT_THERE = "-"  # a file a node does not have, a link that is not set
 
 @dataclass(frozen=True)
 class Phase:
-    """One unit of change, deployed as a whole and verified by its own scenarios before the next begins."""
+    """One phase of a change, deployed as a whole and verified by its own scenarios before the next begins."""
 
-    unit: str  # engine | slurm | a tier's name | router | gateway | monitoring
+    name: str  # engine | slurm | a tier's name | router | gateway | monitoring
     runbook: str
     tier: str | None = None
     scenarios: str | None = None  # the scenario tag that checks it (a tier's are narrowed to it with --tier)
@@ -158,7 +158,7 @@ def plan(c: Cluster, expansions: list[tuple[Phase, Expansion]], facts: dict[str,
             changes += [Change(host, f.path, held.get(f.path, NOT_THERE)[:12], f.sha256[:12])
                         for f in files if held.get(f.path) != f.sha256 and (host, f.path) not in seen]
             seen |= {(host, f.path) for f in files}
-        if phase.unit == "engine":
+        if phase.name == "engine":
             changes += [Change(h, "engine link", facts.get(h, NodeFacts()).engine, engine_link(c))
                         for h in engine_hosts(expansion) if facts.get(h, NodeFacts()).engine != engine_link(c)]
             moved = [ch.host for ch in changes if ch.what == "engine link"]
@@ -184,21 +184,21 @@ def phase_expansions(c: Cluster) -> list[tuple[Phase, Expansion]]:
     return [(p, expand(books[p.runbook], c, p.tier, artifacts=artifacts)) for p in phases(c)]
 
 
-def unit_hosts(c: Cluster, unit_expansion: Expansion) -> list[str]:
-    """The nodes a unit's deploy touches (a SLURM tier's controller too), in the file's order."""
-    return [n.name for n in c.nodes if any(n.name in s.hosts for s in unit_expansion.steps)]
+def phase_hosts(c: Cluster, expansion: Expansion) -> list[str]:
+    """The nodes a phase's deploy touches (a SLURM tier's controller too), in the file's order."""
+    return [n.name for n in c.nodes if any(n.name in s.hosts for s in expansion.steps)]
 
 
-def rollback_expansion(c: Cluster, unit: str, chosen: dict[str, list[gen.Generation]]) -> Expansion:
+def rollback_expansion(c: Cluster, phase: str, chosen: dict[str, list[gen.Generation]]) -> Expansion:
     """The run that puts back, per node, what the chosen generations replaced (newest first), then what the
-    restored files need (systemd, nft) and the unit's reload where it is not a tier."""
+    restored files need (systemd, nft) and the phase's reload where it is not a tier."""
     gdir, install_dir = c.storage.generations_dir, c.engine.install_dir
     per_host = {}
     for host, gens in chosen.items():
         paths = [p for g in gens for p in (*g.files, *g.created)]
         per_host[host] = [Command(gen.restore_command(gdir, g, install_dir), name=f"restore {g.id}") for g in gens]
         per_host[host] += [Command(command) for command in gen.after_restore(paths)]
-        if unit in UNIT_RELOAD:
-            per_host[host].append(Command(UNIT_RELOAD[unit]))
-    return Expansion("rollback", f"Roll {unit} back", "", None,
+        if phase in PHASE_RELOAD:
+            per_host[host].append(Command(PHASE_RELOAD[phase]))
+    return Expansion("rollback", f"Roll {phase} back", "", None,
                      [ExpandedStep("restore", "Put back the files and the engine link", "", per_host)])

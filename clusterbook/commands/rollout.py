@@ -1,6 +1,6 @@
 """Safe change: `invoke apply` (what changed, deployed one phase at a time, each verified by its scenarios and
 rolled back when they fail) and `invoke rollback` (the last verified generation back on the nodes, restarted).
-The engine is effects/change_engine.py; this module reads the nodes, prints, and hands it runbooks and scenarios."""
+The engine is effects/apply_engine.py; this module reads the nodes, prints, and hands it runbooks and scenarios."""
 
 from __future__ import annotations
 
@@ -15,24 +15,24 @@ from clusterbook.commands.arguments import tier_named
 from clusterbook.commands.reportstamp import file_digest
 from clusterbook.commands.runbooks import run_runbook
 from clusterbook.commands.settings import Settings
-from clusterbook.effects.change_engine import ChangeEngine, restored_file, unit_hosts
+from clusterbook.effects.apply_engine import ApplyEngine, phase_hosts, restored_file
 from clusterbook.effects.console import Failed, console
 from clusterbook.effects.node_facts import live_facts, recorded_facts
 from clusterbook.effects.scenario_run import run_scenarios
 from clusterbook.model.loader import load_cluster
 from clusterbook.model.schema import Cluster
-from clusterbook.pure import changes as ch
-from clusterbook.pure.changelog import ChangeRecord
+from clusterbook.pure import phases as ch
+from clusterbook.pure.apply_history import ChangeRecord
 
 
 def changes_dir(s: Settings, cluster: Cluster) -> Path:
     return s.runs / "changes" / cluster.cluster.name
 
 
-def engine(s: Settings) -> ChangeEngine:
+def engine(s: Settings) -> ApplyEngine:
     """The engine with clusterbook's deploy (run_runbook) and scenario runs (a pytest of the phase's tag)."""
     names = {sc.test_name: sc.name for sc in scenarios()}
-    return ChangeEngine(deploy=functools.partial(run_runbook, s),
+    return ApplyEngine(deploy=functools.partial(run_runbook, s),
                         check=functools.partial(run_scenarios, names=names), runs=s.runs)
 
 
@@ -41,9 +41,9 @@ def print_plan(plans: list[ch.PhasePlan], dry: bool) -> None:
     table = Table("phase", "node", "what", "before", "after", title=f"apply: what differs from {source}")
     for pp in plans:
         for c in pp.changes:
-            table.add_row(pp.phase.unit, c.host, c.what, c.before, f"[yellow]{c.after}[/]")
+            table.add_row(pp.phase.name, c.host, c.what, c.before, f"[yellow]{c.after}[/]")
         if pp.restart_only:
-            table.add_row(pp.phase.unit, ", ".join(pp.engine_hosts), "restart on the new engine", "", "")
+            table.add_row(pp.phase.name, ", ".join(pp.engine_hosts), "restart on the new engine", "", "")
     if any(pp.changed for pp in plans):
         console.print(table)
 
@@ -51,7 +51,7 @@ def print_plan(plans: list[ch.PhasePlan], dry: bool) -> None:
 def print_record(record: ChangeRecord, log: Path) -> None:
     console.rule(f"apply: {record.outcome}")
     for p in record.phases:
-        console.print(f"{p.unit}: {p.outcome}" + "".join(f"; {r.when}: {len(r.passed)} passed, {len(r.failed)} "
+        console.print(f"{p.phase}: {p.outcome}" + "".join(f"; {r.when}: {len(r.passed)} passed, {len(r.failed)} "
                                                           "failed" for r in p.scenarios)
                       + (f"; answered again {p.rollback.seconds:.1f} s after the rollback began"
                          if p.rollback and p.rollback.answered else ""))
@@ -62,16 +62,16 @@ def rollback(s: Settings, cluster_file: str, tier: str | None = None, dry: bool 
     """`invoke rollback`: one tier, or every tier (last first). --dry contacts nothing: it says what it would read
     and from where."""
     cluster = load_cluster(cluster_file)
-    units = [tier] if tier else [t.name for t in reversed(cluster.tiers)]
+    phases = [tier] if tier else [t.name for t in reversed(cluster.tiers)]
     if dry:
-        for unit in units:
-            console.print(f"rollback {unit} --dry: would read the generations in {cluster.storage.generations_dir} "
-                          f"on {', '.join(unit_hosts(cluster, unit))} (over SSH), put back every file and engine "
-                          f"link changed since {unit}'s last verified generation, and start it again with "
-                          f"{restored_file(cluster_file, cluster, unit)}. Nothing was contacted or changed.")
+        for phase in phases:
+            console.print(f"rollback {phase} --dry: would read the generations in {cluster.storage.generations_dir} "
+                          f"on {', '.join(phase_hosts(cluster, phase))} (over SSH), put back every file and engine "
+                          f"link changed since {phase}'s last verified generation, and start it again with "
+                          f"{restored_file(cluster_file, cluster, phase)}. Nothing was contacted or changed.")
         return
-    change_engine = engine(s)
-    failed = [r.error for u in units if not (r := change_engine.rollback(cluster_file, u)).answered]
+    apply_engine = engine(s)
+    failed = [r.error for u in phases if not (r := apply_engine.rollback(cluster_file, u)).answered]
     if failed:
         raise Failed("rollback did not bring everything back:\n" + "\n".join(e or "" for e in failed))
 
@@ -86,7 +86,7 @@ def apply(s: Settings, cluster_file: str, tier: str | None = None, dry: bool = F
     facts = recorded_facts(cluster) if dry else live_facts(cluster, exps)
     plans = ch.plan(cluster, exps, facts, check_jobs=not dry)
     if tier:  # only the tier's own change: an engine move is the engine phase's (apply without --tier)
-        plans = [ch.PhasePlan(pp.phase, pp.changes) for pp in plans if pp.phase.unit == tier]
+        plans = [ch.PhasePlan(pp.phase, pp.changes) for pp in plans if pp.phase.name == tier]
     print_plan(plans, dry)
     todo = [pp for pp in plans if pp.changed]
     if not todo:
@@ -95,7 +95,7 @@ def apply(s: Settings, cluster_file: str, tier: str | None = None, dry: bool = F
         return
     if dry:
         console.print(f"--dry: {len(todo)} phase(s) would be deployed in this order, each verified by its scenarios: "
-                      + ", ".join(pp.phase.unit for pp in todo) + ". Nothing was contacted or changed.")
+                      + ", ".join(pp.phase.name for pp in todo) + ". Nothing was contacted or changed.")
         return
     now = datetime.datetime.now(datetime.UTC)
     out = changes_dir(s, cluster) / now.strftime("%Y%m%dT%H%M%SZ")
@@ -105,7 +105,7 @@ def apply(s: Settings, cluster_file: str, tier: str | None = None, dry: bool = F
     print_record(record, out.with_suffix(".json"))
     if record.outcome != "landed":
         last = record.phases[-1]
-        raise Failed(f"apply: {record.outcome} at {last.unit}: "
+        raise Failed(f"apply: {record.outcome} at {last.phase}: "
                      + (last.error if last.outcome == "not started" else
                         f"its deploy failed:\n{last.error}" if last.error else "its scenarios failed: "
                         + "; ".join(next((r.failed for r in last.scenarios if r.when == "after"), []))))

@@ -16,7 +16,7 @@ from clusterbook.model.problems import InputError
 from clusterbook.model.schema import Cluster
 from clusterbook.pure import charts, layout
 from clusterbook.pure import docpages as pages
-from clusterbook.pure.changelog import from_json
+from clusterbook.pure.apply_history import from_json
 from clusterbook.pure.charts import node_pictures
 from clusterbook.pure.operations import bringup, operations
 from clusterbook.pure.planner.capacity import TierPlan, plan_cluster
