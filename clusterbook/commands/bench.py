@@ -25,7 +25,7 @@ from clusterbook.effects.benchmark import (
 from clusterbook.effects.connections import connect
 from clusterbook.effects.console import Failed, console
 from clusterbook.effects.fabric import measure
-from clusterbook.effects.faults import faults_for, run_fault
+from clusterbook.effects.faults import NEW_JOB_FAULTS, faults_for, run_fault
 from clusterbook.effects.probes import api_key
 from clusterbook.effects.recovery import PAGE_CACHE, run_case
 from clusterbook.effects.rehearsal import Rehearsal, gpu_assignment, head_first_gpu, localize
@@ -291,7 +291,7 @@ def faults(s: Settings, cluster_file: str, tier_name: str | None, names: tuple[s
     tier = _bench_tier(cluster, tier_name)
     if not cluster.gateway or not any(r.tier == tier.name for r in cluster.gateway.routes):
         raise Failed(f"tier {tier.name} has no gateway route: bench.faults measures what the gateway's clients see")
-    known = faults_for(tier)
+    known = faults_for(cluster, tier)
     unknown = [n for n in names if n not in known]
     if unknown:
         raise Failed(f"--fault: {', '.join(unknown)}: tier {tier.name} can be given {', '.join(known)}")
@@ -306,7 +306,8 @@ def faults(s: Settings, cluster_file: str, tier_name: str | None, names: tuple[s
     runs = []
     for name in names or known:
         with console.status(f"{name}: {clients} clients …") as status:
-            runs.append(run_fault(cluster, transport, tier, name, url, key, clients, limit, progress=status.update))
+            runs.append(run_fault(cluster, transport, tier, name, url, key, clients, limit, progress=status.update,
+                                  model=tier.served_models[0]))
     table = Table(title=f"{tier.name}: faults through the gateway, {clients} clients (half streaming)")
     for column in ("fault", "sent", "failed", "resumed", "back", "before p50/p99", "during p50/p99", "predicted",
                    "hold"):
@@ -324,10 +325,11 @@ def faults(s: Settings, cluster_file: str, tier_name: str | None, names: tuple[s
     for run in runs:
         before, during = run.latency(False), run.latency(True)
         back = f"{run.back_s:g} s" if run.back_s is not None else "not back"
-        expect = predicted.get("new_job_recovery_s") if run.fault == "job ended" else predicted["recovery_s"]
+        new_job = run.fault in NEW_JOB_FAULTS
+        expect = predicted.get("new_job_recovery_s") if new_job else predicted["recovery_s"]
         row = [run.fault, str(len(run.requests)), str(len(run.failed)), str(sum(r.resumed for r in run.requests)),
                back, f"{before['p50']}/{before['p99']} s", f"{during['p50']}/{during['p99']} s", f"{expect:g} s",
-               f"{bound['new_job_hold_s'] if run.fault == 'job ended' else bound['hold_s']} s"]
+               f"{bound['new_job_hold_s'] if new_job else bound['hold_s']} s"]
         table.add_row(*[escape(cell) for cell in row])
         lines.append("| " + " | ".join(row[:8]) + " |")
     console.print(table)

@@ -11,18 +11,23 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from clusterbook.effects.recovery import disrupt
+from clusterbook.effects.recovery import disrupt, end_preemption, preempting_partition
 from clusterbook.model.schema import Cluster, RouterTier, RpcTier
 
 RESUMED = ": clusterbook: the stream resumed"  # the SSE comment the hold service writes where it continued a stream
 BEFORE_S = 3  # clients run this long before the fault (the baseline) and after the tier answers again
+NEW_JOB_FAULTS = ("job ended", "preempted")  # the tier comes back in a new SLURM job: the new job's hold and prediction
 
 
-def faults_for(tier: RouterTier | RpcTier) -> tuple[str, ...]:
-    """The faults a tier can be given: its server killed, an RPC worker killed, and under SLURM its job ended (as a
-    preemption ends a job that is not requeued: the keeper submits a new one)."""
+def faults_for(c: Cluster, tier: RouterTier | RpcTier) -> tuple[str, ...]:
+    """The faults a tier can be given: its server killed, an RPC worker killed; under SLURM its job ended (as a
+    preemption ends a job that is not requeued: the keeper submits a new one), and a single-node tier preempted by a
+    job of the partition that preempts it (where clusterbook configures SLURM): it moves to another node, and the
+    preemptor is ended once the tier answers again."""
+    slurm = tier.manager == "slurm"
     return (("worker killed",) if isinstance(tier, RpcTier) else ()) + ("head killed",) + \
-        (("job ended",) if tier.manager == "slurm" else ())
+        (("job ended",) if slurm else ()) + \
+        (("preempted",) if slurm and isinstance(tier, RouterTier) and preempting_partition(c) else ())
 
 
 @dataclass
@@ -68,8 +73,10 @@ class FaultRun:
 
 
 def run_fault(c: Cluster, transport, tier: RouterTier | RpcTier, fault: str, url: str, key: str | None,
-              clients: int, limit_s: float, progress: Callable[[str], None] = lambda text: None) -> FaultRun:
-    """`clients` clients (every second one streaming a long answer, so that one is in flight at the fault) from
+              clients: int, limit_s: float, progress: Callable[[str], None] = lambda text: None,
+              model: str | None = None) -> FaultRun:
+    """`clients` clients (every second one streaming a long answer, so that one is in flight at the fault; asking for
+    `model`, which a router tier needs) from
     BEFORE_S before the fault until BEFORE_S after the tier answered a request sent after it (at most limit_s)."""
     run, stop, lock = FaultRun(fault, clients), threading.Event(), threading.Lock()
     headers = {"Authorization": f"Bearer {key}"} if key else {}
@@ -78,7 +85,7 @@ def run_fault(c: Cluster, transport, tier: RouterTier | RpcTier, fault: str, url
         while not stop.is_set():
             started = time.monotonic()
             body = {"messages": [{"role": "user", "content": "Say hi"}], "max_tokens": 400 if stream else 8,
-                    "stream": stream, "ignore_eos": stream}
+                    "stream": stream, "ignore_eos": stream, **({"model": model} if model else {})}
             try:
                 answer = httpx.post(url, json=body, headers=headers, timeout=limit_s + 60)
                 ok = answer.status_code == 200 and (not stream or (answer.text.rstrip().endswith("data: [DONE]")
@@ -95,20 +102,24 @@ def run_fault(c: Cluster, transport, tier: RouterTier | RpcTier, fault: str, url
         thread.start()
     time.sleep(BEFORE_S)
     progress(f"{fault} …")
-    disrupt(c, transport, tier, fault)
-    at = time.monotonic()  # the fault, on this machine's clock
-    while time.monotonic() - at < limit_s:
-        with lock:
-            back = [r.sent_s for r in run.requests if r.sent_s > at + 1 and r.outcome == "ok"]
-        if back:
-            run.back_s = round(min(back) - at, 1)
-            break
-        time.sleep(0.5)
-    progress(f"{fault}: the tier answers again; {BEFORE_S} s more")
-    time.sleep(BEFORE_S)
-    stop.set()
-    for thread in threads:
-        thread.join(limit_s + 90)
+    try:
+        disrupt(c, transport, tier, fault)
+        at = time.monotonic()  # the fault, on this machine's clock
+        while time.monotonic() - at < limit_s:
+            with lock:
+                back = [r.sent_s for r in run.requests if r.sent_s > at + 1 and r.outcome == "ok"]
+            if back:
+                run.back_s = round(min(back) - at, 1)
+                break
+            time.sleep(0.5)
+        progress(f"{fault}: the tier answers again; {BEFORE_S} s more")
+        time.sleep(BEFORE_S)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(limit_s + 90)
+        if fault == "preempted":  # the node is the tiers' again, also where the tier never came back
+            end_preemption(c, transport)
     for r in run.requests:  # times from the fault
         r.sent_s = round(r.sent_s - at, 2)
     return run

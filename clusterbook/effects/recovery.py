@@ -16,7 +16,8 @@ from clusterbook.model.schema import Cluster, RpcTier
 from clusterbook.pure import topology as topo
 from clusterbook.pure.recoverylog import journal_phases, last_load_s
 
-CASES = ("worker killed", "head restarted")  # bench.recovery's; disrupt also knows "head killed" (bench.faults)
+CASES = ("worker killed", "head restarted")  # bench.recovery's; disrupt also knows bench.faults' (faults.py)
+PREEMPTOR = "clusterbook-preemptor"  # the job name of the higher-priority job a preemption is done with
 PAGE_CACHE = ("warm", "cold")
 SETTLE_S = 3  # between a tier answering and the next disruption
 
@@ -60,6 +61,14 @@ def disrupt(c: Cluster, transport, tier: RpcTier, case: str) -> float:
             binary = c.engine.rpc_worker_binary  # [x]yz: the pattern does not match the shell running pkill
             command = f"{now}; pkill -KILL -f '[{binary[0]}]{binary[1:]} .*--port {tier.rpc_port}'"
             node = tier.workers[0]
+        elif case == "preempted":  # a job of the partition that preempts the tiers takes the tier's node whole
+            job = shlex.quote(topo.units(tier).job)
+            partition = shlex.quote(preempting_partition(c) or "")
+            command = (f"node=$(squeue -h -n {job} -t RUNNING -o %N | head -1); {now}; "
+                       f"test -n \"$node\" || {{ echo 'job {job} is not running' >&2; exit 1; }}; "
+                       f"sbatch --parsable -p {partition} -w \"$node\" --exclusive --job-name={PREEMPTOR} "
+                       "--wrap 'sleep 900'")
+            node = c.slurm_controller
         else:  # the job ends and comes back as the tier says: SLURM's requeue, or the keeper's new submission
             job = topo.units(tier).job
             ends = "scontrol requeue" if tier.slurm.requeue else "scancel"
@@ -76,6 +85,21 @@ def disrupt(c: Cluster, transport, tier: RpcTier, case: str) -> float:
     if not result.ok:
         raise Failed(f"{node}: {case}: `{command}` exited {result.returncode}: {result.tail()}")
     return _node_time(result)
+
+
+def preempting_partition(c: Cluster) -> str | None:
+    """The partition whose jobs preempt the tiers' (the highest PriorityTier), where clusterbook configures SLURM."""
+    if not c.slurm:
+        return None
+    high = max(c.slurm.partitions, key=lambda p: p.priority_tier)
+    return high.name if any(p.priority_tier < high.priority_tier for p in c.slurm.partitions) else None
+
+
+def end_preemption(c: Cluster, transport) -> None:
+    """End the higher-priority job a preemption was done with: its node is the tiers' again."""
+    result = transport.run(c.slurm_controller, f"scancel -n {PREEMPTOR}")
+    if not result.ok:
+        raise Failed(f"{c.slurm_controller}: `scancel -n {PREEMPTOR}` exited {result.returncode}: {result.tail()}")
 
 
 EVICTED = "/run/clusterbook-bench-evicted"  # what the evictor left on the head node: resident pages after it ran

@@ -24,7 +24,8 @@ stop_steps() {
     # Preemption sends SIGTERM and SIGKILL after the grace time: stop everything well before that, the head first
     # (a head whose workers vanish under it aborts), then the workers. SLURM signals every step at once too, and
     # may end this script at once: the worker guard keeps the order on the workers' side.
-    trap - TERM INT EXIT
+    trap '' TERM INT  # a second signal (scancel after a preemption's) must not cut the stop short
+    trap - EXIT
     rm -f "$RECORD"
     stop_step "$HEAD" $(((GRACE - 5) / 2))
     local pid deadline=$((SECONDS + (GRACE - 5) / 2))
@@ -186,12 +187,12 @@ restart_steps() { # index of the step that ended: start it again inside this job
         job_ending
         ending=$?
         if [ "$ending" = 0 ]; then
-            # SLURM signals the steps and this script alike on a preemption or scancel, and the steps' signal can
-            # come first. That is no crash: the job's own signal is coming (the trap stops the rest).
-            echo "$TIER: SLURM is ending job ${SLURM_JOB_ID:-}: ${names[$i]} is not restarted" >&2
-            sleep "$GRACE" &
-            wait $!
-            give_up "job ${SLURM_JOB_ID:-} is ending"
+            # No crash: SLURM is ending the job. A preemption signals only the steps during its grace time (this
+            # script gets SIGKILL at its end), so waiting for a signal of our own would hold the node that long from
+            # the job that preempts us: stop the rest now, the head first, and leave.
+            echo "$TIER: SLURM is ending job ${SLURM_JOB_ID:-}: ${names[$i]} is not restarted; stopping the rest now" >&2
+            stop_steps
+            exit 143
         elif [ "$ending" = 2 ] && [ "$status" = 143 ]; then
             echo "$TIER: ${names[$i]} was stopped by SIGTERM; waiting ${SIGNAL_WAIT_S} s for the job's own" >&2
             sleep "$SIGNAL_WAIT_S" &

@@ -10,6 +10,15 @@ from clusterbook.pure import layout
 from clusterbook.pure import topology as topo
 
 DIGEST_CHARS = 16  # the job's --comment: the first 16 hex digits of its script's sha256
+NICE_PER_NODE = 10  # the job's --nice for each node it asks beyond one
+
+
+def job_nice(tier: RouterTier | RpcTier) -> int:
+    """A tier job asking more nodes waits behind one asking fewer. SLURM's main scheduling pass stops at the first
+    job of a partition that cannot start: after a preemption, the RPC tier's new job (waiting for the taken node)
+    kept the router tier's, which could start on a free node at once, waiting 12 s for the backfill pass (lab,
+    2026-11-29). Positive only: a user may lower a job's priority, not raise it."""
+    return NICE_PER_NODE * (len(tier.nodes) - 1)
 
 
 def script_digest(text: str) -> str:

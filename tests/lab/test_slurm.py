@@ -278,7 +278,7 @@ def test_the_solvers_placement_is_deployed_and_every_tier_answers_at_once(slurm_
 
 
 def test_a_tier_on_demand_is_released_when_idle_and_started_by_its_first_request(slurm_lab, tmp_path):
-    """Issue 33 on the lab: reasoning on demand (released after 10 s idle). The scenarios wait for the release each
+    """Issue 33 on the lab: reasoning on demand (released after 5 s idle). The scenarios wait for the release each
     time: the first request is answered within 25 % of the predicted cold start, ten concurrent first requests start
     one job and are all answered, and a request that waits past the cap (the partition down) gets 503 with
     Retry-After. A deploy of the released tier changes its files and starts nothing."""
@@ -287,7 +287,7 @@ def test_a_tier_on_demand_is_released_when_idle_and_started_by_its_first_request
     line = "    slurm: {partition: ai, mem: 1G, grace_seconds: 10, requeue: false, gres: null, keeper_interval_s: 3}\n"
     assert text.count(line) == 2, "the SLURM lab's tiers changed: update this test"
     head, tail = text.rsplit(line, 1)  # the last: reasoning's
-    demand.write_text(head + line + "    on_demand: {idle_s: 10}\n" + tail)
+    demand.write_text(head + line + "    on_demand: {idle_s: 5}\n" + tail)
     try:
         run = invoke("deploy.gateway", "deploy.reasoning", cluster=demand)
         assert run.returncode == 0, run.stdout[-3000:] + run.stderr

@@ -12,6 +12,7 @@ import time
 import pytest
 
 from clusterbook.effects import faults
+from clusterbook.effects.console import Failed
 from clusterbook.effects.faults import FaultRun, Request, faults_for, run_fault
 from clusterbook.model.loader import load_cluster
 
@@ -23,9 +24,14 @@ class Tier(http.server.BaseHTTPRequestHandler):
 
     fault_at: float | None = None
     down_s = 1.0
+    model: str | None = None  # a router tier: a request must name one of its models (400 otherwise)
 
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        if Tier.model and body.get("model") != Tier.model:
+            self.send_response(400)
+            self.end_headers()
+            return
         down = Tier.fault_at is not None and time.monotonic() - Tier.fault_at < Tier.down_s
         if down and not body["stream"]:
             self.send_response(503)
@@ -47,7 +53,7 @@ class Tier(http.server.BaseHTTPRequestHandler):
 def tier():
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Tier)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    Tier.fault_at = None
+    Tier.fault_at, Tier.model = None, None
     yield f"http://127.0.0.1:{server.server_address[1]}/v1/chat/completions"
     server.shutdown()
 
@@ -83,6 +89,36 @@ def test_latency_before_and_during_a_fault():
 
 def test_which_faults_a_tier_can_be_given():
     lab, slurm = load_cluster(ROOT / "lab/cluster.yaml"), load_cluster(ROOT / "lab/cluster-slurm.yaml")
-    assert faults_for(lab.tier("reasoning")) == ("worker killed", "head killed")
-    assert faults_for(slurm.tier("reasoning")) == ("worker killed", "head killed", "job ended")
-    assert faults_for(slurm.tier("fast")) == ("head killed", "job ended")
+    assert faults_for(lab, lab.tier("reasoning")) == ("worker killed", "head killed")
+    assert faults_for(slurm, slurm.tier("reasoning")) == ("worker killed", "head killed", "job ended")
+    # a single-node tier can move: its preemption by the partition above it (the lab's vasp) is a fault it is given
+    assert faults_for(slurm, slurm.tier("fast")) == ("head killed", "job ended", "preempted")
+    beefcake2 = load_cluster(ROOT / "cluster.yaml")  # SLURM managed by the site: no preemptor of clusterbook's
+    assert "preempted" not in faults_for(beefcake2, beefcake2.tier("fast"))
+
+
+@pytest.mark.parametrize("disruption_fails", [False, True])
+def test_a_preemption_is_ended_after_the_run_also_when_the_disruption_fails(tier, monkeypatch, disruption_fails):
+    """The higher-priority job goes once the tier answered again (and its clients stopped); where submitting it
+    failed, scancel still runs: no node stays taken from the tiers."""
+    events = []
+
+    def disrupt(*args):
+        events.append("preempted")
+        if disruption_fails:
+            raise Failed("lab1: preempted: sbatch exited 1")
+
+    monkeypatch.setattr(faults, "BEFORE_S", 0.3)
+    monkeypatch.setattr(faults, "disrupt", disrupt)
+    monkeypatch.setattr(faults, "end_preemption", lambda c, transport: events.append("ended"))
+    Tier.model = "lab-fast-a"  # a router tier (the one a preemption moves): the clients name its model
+    if disruption_fails:
+        with pytest.raises(Failed):
+            run_fault(None, None, None, "preempted", tier, None, clients=2, limit_s=5, model="lab-fast-a")
+    else:
+        run = run_fault(None, None, None, "preempted", tier, None, clients=2, limit_s=5, model="lab-fast-a")
+        assert run.back_s is not None and run.failed == []
+    assert events == ["preempted", "ended"]
+    monkeypatch.setattr(faults, "disrupt", lambda *args: None)
+    run_fault(None, None, None, "head killed", tier, None, clients=2, limit_s=5, model="lab-fast-a")
+    assert events == ["preempted", "ended"]  # only a preemption is ended

@@ -57,3 +57,13 @@ def test_a_tier_gets_only_its_own_managers_files(beefcake2):
     assert {"/etc/llama/slurm/llama-reasoning.sbatch", "/etc/llama/slurm/llama-fast.sbatch"} <= paths
     lab = {a.path for a in render_artifacts(load_cluster(ROOT / "lab/cluster.yaml"))}
     assert "/etc/systemd/system/llama-reasoning.service" in lab and not any(p.endswith(".sbatch") for p in lab)
+
+
+def test_a_job_asking_more_nodes_waits_behind_one_asking_fewer(beefcake2):
+    """SLURM's main pass stops at a partition's first job that cannot start: a multi-node tier's pending job must not
+    hold back a single-node tier's (slurmjob.job_nice); nice is never negative (a user may only lower priority)."""
+    from clusterbook.pure.slurmjob import job_nice
+    scripts = {a.tier: a.text for a in render_artifacts(beefcake2) if a.id == "sbatch"}
+    assert "#SBATCH --nodes=2\n#SBATCH --nice=10\n" in scripts["reasoning"]  # the head and one worker
+    assert "--nice" not in scripts["fast"]
+    assert (job_nice(beefcake2.tier("fast")), job_nice(beefcake2.tier("reasoning"))) == (0, 10)

@@ -171,15 +171,21 @@ def test_a_crashed_worker_is_started_again_inside_the_job_and_the_head_after_it(
     assert j.record.exists()  # the endpoint stayed registered all along: the gateway held its requests
 
 
-def test_a_step_ended_while_slurm_ends_the_job_is_not_restarted(job):
-    j = job(grace=6)
+def test_a_step_ended_while_slurm_ends_the_job_is_not_restarted_and_the_job_ends_at_once(job):
+    """A preemption signals the steps only, for its grace time (60 s here): the script stops the rest and exits at
+    once instead of holding the node until SLURM's SIGKILL."""
+    j = job(grace=60)
     j.wait_for("endpoint registered")
     (j.dir / "job").write_text("JobId=41 JobState=RUNNING PreemptTime=2026-11-28T21:00:00 Partition=p\n")
-    j.kill_step("head", signal.SIGTERM)  # the step's signal came before the script's
-    j.wait_for("SLURM is ending job 41: head is not restarted")
-    assert j.stop() in (1, 143)
-    assert "restart 1" not in j.log()
-    assert j.started().count("head") == 1
+    started = time.monotonic()
+    j.kill_step("head", signal.SIGTERM)  # SLURM's signal to the job's tasks
+    assert j.proc.wait(30) == 143, j.log()
+    assert time.monotonic() - started < 15  # not the grace time: the workers stop within (60 - 5) / 2 s, at once
+    log = j.log()
+    assert "SLURM is ending job 41: head is not restarted; stopping the rest now" in log
+    assert "worker step(s) stopped after the head" in log
+    assert "restart 1" not in log and j.started().count("head") == 1
+    assert not j.record.exists()  # the gateway no longer sends to it
 
 
 def test_a_step_sigterm_ended_when_slurm_cannot_be_asked_waits_for_the_jobs_signal_then_restarts(job):

@@ -1,6 +1,5 @@
 """Steps of slurm.feature: jobs, the gateway, preemption, the keeper and a killed worker step."""
 
-import shlex
 import time
 
 import httpx
@@ -22,7 +21,7 @@ from clusterbook.acceptance.steps.helpers import (
     through_gateway,
 )
 from clusterbook.effects import probes
-from clusterbook.effects.recovery import disrupt
+from clusterbook.effects.recovery import disrupt, end_preemption
 from clusterbook.model.schema import RouterTier
 from clusterbook.pure import topology as topo
 from clusterbook.pure.planner.capacity import plan_cluster, plan_tier
@@ -74,17 +73,11 @@ def _preempt(cluster, transport, context, request):
     tier = tiers[0]
     record = registered(cluster, transport, tier)
     assert record, f"tier {tier.name}: not registered before the preemption"
-    high = max(cluster.slurm.partitions, key=lambda p: p.priority_tier)
-    node = record["nodes"]
-    out = transport.run(controller(cluster), f"sbatch --parsable -p {high.name} -w {node} --exclusive "
-                                             "--job-name=clusterbook-preemptor --wrap 'sleep 900'")
-    assert out.ok, out.tail()
-    preemptor = out.stdout.strip()
     # should a later step fail, the node must not stay taken for the scenarios after this one
-    request.addfinalizer(lambda: transport.run(controller(cluster), f"scancel {shlex.quote(preemptor)}"))
+    request.addfinalizer(lambda: end_preemption(cluster, transport))
+    disrupt(cluster, transport, tier, "preempted")  # bench.faults' preemption: a vasp job takes the node whole
     jobs = {t.name: (registered(cluster, transport, t) or {}).get("job_id") for t in slurm_tiers(cluster)}
-    context.update(tier=tier, node=node, host=record["host"], started=time.monotonic(), preemptor=preemptor,
-                   jobs=jobs)
+    context.update(tier=tier, node=record["nodes"], host=record["host"], started=time.monotonic(), jobs=jobs)
 
 
 @then("the tier's job leaves its node, its endpoint leaves the gateway, and a client is held, then answered or told "
@@ -150,7 +143,7 @@ def _back_elsewhere(cluster, transport, context, measured):
 
 @then("when the higher-priority job ends, every SLURM tier answers through the gateway again on its own")
 def _all_back(cluster, transport, context, measured):
-    transport.run(controller(cluster), f"scancel {context['preemptor']}")
+    end_preemption(cluster, transport)
     ended = time.monotonic()
     for tier in slurm_tiers(cluster):
         # a tier whose job the preemption also ended waits for the node in a new job: a start and a load, bounded

@@ -21,6 +21,7 @@ from clusterbook.pure.planner.residency import exclusion_text, plan_residency
 from clusterbook.pure.planner.variants import variants
 from clusterbook.pure.rehearsed import UNITS, WHAT, compared
 from clusterbook.pure.render.artifacts import selector_rows
+from clusterbook.pure.slurmjob import job_nice
 
 
 def architecture(c: Cluster) -> str:
@@ -133,6 +134,12 @@ def preemption(c: Cluster) -> str:
         out.append("\n" + table(["partition", "runs", "tiers may run here"],
                                  [[f"`{p}`", text(what), "yes" if p in site.tier_partitions else "no"]
                                   for p, what in site.partitions.items()]))
+    nice = [(t.name, job_nice(t)) for t in c.tiers if t.manager == "slurm" and job_nice(t)]
+    if nice:
+        out.append("\nA tier's job asks for a lower priority the more nodes it needs ("
+                   + ", ".join(f"{name}: `--nice={n}`" for name, n in nice) + "): SLURM's main pass stops at the "
+                   "first job of a partition that cannot start, so after a preemption a tier waiting for a taken node "
+                   "would hold back one that could start elsewhere until the backfill pass.")
     return "\n".join(out) + "\n"
 
 

@@ -501,7 +501,8 @@ def _sbatch(c: Cluster, tier: RouterTier | RpcTier) -> Artifact:
     addresses = {n: topo.address(c, n, topo.listen_network(c, tier)) for n in candidates}
     text = template("tier.sbatch.j2", header=header(c), tier=tier, summary=summary, job=topo.units(tier).job,
                     slurm=tier.slurm, nodes=[] if floating else [s["node"] for s in steps], steps=steps,
-                    count=len(steps), log_dir=c.storage.log_dir, endpoint_dir=c.storage.endpoint_dir,
+                    count=len(steps), nice=slurmjob.job_nice(tier), log_dir=c.storage.log_dir,
+                    endpoint_dir=c.storage.endpoint_dir,
                     http_addr=None if floating else topo.http_address(c, tier), addresses=addresses,
                     ld_library_path=ld_library_path(c), cpus=tier.slurm_cpus,
                     rpc_port=tier.rpc_port if isinstance(tier, RpcTier) else 0,
