@@ -83,7 +83,7 @@ LAB_HELP = "lab cluster file (default: lab/cluster.yaml)"
 
 
 @task(name="up", help={"cluster": LAB_HELP + "; with --slurm: lab/cluster-slurm.yaml",
-                       "slurm": "also configure SLURM (slurmctld on lab1, slurmd on all) for SLURM-managed tiers"})
+                       "slurm": "also configure SLURM (slurmctld on its controller, slurmd on all) for SLURM tiers"})
 @command
 def lab_up(c, cluster=None, slurm=False):
     """Boot the lab: containers with systemd and sshd on bridges, llama.cpp build and models served (cached)."""

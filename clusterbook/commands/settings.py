@@ -15,7 +15,7 @@ PROJECT = Path(__file__).resolve().parents[2]  # where tasks.py and invoke.yaml 
 # /etc/invoke.yaml (system), `invoke -f FILE` (runtime) or the environment: INVOKE_CLUSTERBOOK_CLUSTER=lab/cluster.yaml
 DEFAULTS = {"cluster": "cluster.yaml", "reports": "reports", "runs": "runs"}
 LAB_CLUSTER = "lab/cluster.yaml"  # the lab in the same schema (systemd tiers)
-LAB_SLURM_CLUSTER = "lab/cluster-slurm.yaml"  # the same containers with SLURM tiers and the gateway
+LAB_SLURM_CLUSTER = "lab/cluster-slurm.yaml"  # containers of its own (slab1-3): SLURM tiers and the gateway
 
 
 @dataclass(frozen=True)

@@ -21,21 +21,55 @@ NEEDS_LAB = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("systemd-ns
                                reason="the lab needs root and systemd-nspawn")
 
 
+SLURM_LAB = ROOT / "lab/cluster-slurm.yaml"
+
 # The lab modules in the order that boots and deploys the lab least, after every other test: the soak (test_verify)
 # starts as the session does and runs beside the tests that need no lab (it waits, they compute), and leaves the lab
 # deployed for the rest of its module; test_deploy takes it down and boots it fresh, the modules after it reuse that
-# deployment, the SLURM lab runs on the same containers, and the lifecycle test takes everything down last.
+# deployment, and the lifecycle test takes everything down last. The SLURM lab has containers of its own: in a run
+# that also holds other lab tests, test_slurm runs from the start in a pytest of its own beside them all
+# (SIDE_BY_SIDE), and test_slurm_side waits for it at the end.
 LAB_ORDER = ("test_verify", "test_deploy", "test_apply", "test_bench_recovery", "test_planner_accuracy",
-             "test_rehearsal", "test_slurm", "test_lab")
+             "test_rehearsal", "test_lab", "test_slurm", "test_slurm_side")
+SIDE_BY_SIDE = "test_slurm"
+CHILD = "CLUSTERBOOK_LAB_SIDE_RUN"  # set in the side run's environment: it runs its tests itself
 SOAK = pytest.StashKey[tuple]()
+SIDE = pytest.StashKey[tuple]()
 
 
-def pytest_collection_modifyitems(items):
-    """Every other test first, in its place; then the lab modules, in LAB_ORDER."""
+def pytest_collection_modifyitems(config, items):
+    """Every other test first, in its place; then the lab modules, in LAB_ORDER. In a run with other lab tests, the
+    SLURM lab's are handed to a side run (started at once) instead of running here."""
     here = Path(__file__).parent
     lab = sorted((item for item in items if item.path.parent == here),
                  key=lambda item: LAB_ORDER.index(item.path.stem) if item.path.stem in LAB_ORDER else len(LAB_ORDER))
     items[:] = [item for item in items if item.path.parent != here] + lab
+    side = [item for item in items if item.path.stem == SIDE_BY_SIDE]
+    others = [item for item in lab if item.path.stem not in (SIDE_BY_SIDE, "test_slurm_side")]
+    if side and others and not os.environ.get(CHILD) and not config.option.collectonly and not NEEDS_LAB.args[0]:
+        config.stash[SIDE] = start_side_run([item.nodeid for item in side])
+        config.hook.pytest_deselected(items=side)
+        items[:] = [item for item in items if item.path.stem != SIDE_BY_SIDE]
+
+
+def start_side_run(nodeids: list[str]) -> tuple:
+    """pytest of these tests in the background, with reports of its own: (process, its folder)."""
+    folder = Path(tempfile.mkdtemp(prefix="clusterbook-slurm-side-"))
+    env = {**os.environ, CHILD: "1", "INVOKE_CLUSTERBOOK_REPORTS": str(folder / "reports")}
+    with (folder / "pytest.log").open("w") as stream:
+        process = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rfE",
+                                    f"--junitxml={folder / 'junit.xml'}", *nodeids], cwd=ROOT, env=env,
+                                   stdout=stream, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    return process, folder
+
+
+def side_run_result(config) -> tuple[int, Path] | None:
+    """Wait for the side run the session started, if it did: (its exit status, its folder)."""
+    process, folder = config.stash.get(SIDE, (None, None))
+    if process is None:
+        return None
+    process.wait(timeout=3600)
+    return process.returncode, folder
 
 
 def start_soak() -> tuple:
@@ -59,10 +93,11 @@ def pytest_collection_finish(session):
 
 
 def pytest_sessionfinish(session):
-    process = session.config.stash.get(SOAK, (None,))[0]
-    if process and process.poll() is None:  # the session ended early (-x, ^C): the soak goes with it
-        os.killpg(process.pid, signal.SIGTERM)
-        process.wait(timeout=60)
+    for key in (SOAK, SIDE):  # the session ended early (-x, ^C): the background runs go with it
+        process = session.config.stash.get(key, (None,))[0]
+        if process and process.poll() is None:
+            os.killpg(process.pid, signal.SIGTERM)
+            process.wait(timeout=120)
 
 
 def soak_result(config) -> tuple[subprocess.CompletedProcess, Path]:

@@ -15,8 +15,8 @@ LAB = ROOT / "lab/cluster.yaml"
 DEPLOY = ("deploy.install", "models.fetch", "deploy.router", "deploy.reasoning", "deploy.fast", "deploy.monitoring")
 
 
-def latest_change() -> dict:
-    return json.loads(sorted((ROOT / "runs/changes/lab").glob("*.json"))[-1].read_text())
+def latest_change(cluster_name: str = "lab") -> dict:
+    return json.loads(sorted((ROOT / "runs/changes" / cluster_name).glob("*.json"))[-1].read_text())
 
 
 def with_missing_model(text: str) -> str:

@@ -1,28 +1,37 @@
 """The SLURM way (seed 004) in the lab: slurmctld and slurmd in the containers, both tiers as preemptible jobs,
-the gateway following them; verify passes every scenario, preemption included; stop shuts down cleanly."""
+the gateway following them; verify passes every scenario, preemption included; stop shuts down cleanly. The SLURM
+lab has containers of its own (slab1-3): in a full run these tests run beside the systemd lab's (conftest.py)."""
 
 import json
+import os
 import re
 import subprocess
 import threading
 import time
+from pathlib import Path
 
 import httpx
 import pytest
 
-from .conftest import NEEDS_LAB, ROOT, invoke, no_request_fails_through, run_api_examples
+from clusterbook.effects.ssh import SshTransport
+from clusterbook.model.loader import load_cluster
+
+from .conftest import NEEDS_LAB, ROOT, SLURM_LAB, invoke, no_request_fails_through, run_api_examples
 from .test_apply import latest_change, with_missing_model
 
 pytestmark = [pytest.mark.lab, NEEDS_LAB]
-SLURM_LAB = ROOT / "lab/cluster-slurm.yaml"
+REPORTS = Path(os.environ.get("INVOKE_CLUSTERBOOK_REPORTS", ROOT / "reports"))  # a run beside the others has its own
 DEPLOY = ("deploy.install", "models.fetch", "deploy.router", "deploy.gateway", "deploy.fast", "deploy.reasoning",
           "deploy.monitoring")
 
 
 @pytest.fixture(scope="module")
+def ssh():
+    return SshTransport(load_cluster(SLURM_LAB), ROOT)
+
+
+@pytest.fixture(scope="module")
 def slurm_lab():
-    # the same containers as lab/cluster.yaml: its systemd tiers must not run beside the SLURM jobs
-    invoke("stop.fast", "stop.reasoning", cluster=ROOT / "lab/cluster.yaml")
     up = invoke("lab.up", "--slurm", cluster=SLURM_LAB)
     assert up.returncode == 0, up.stdout[-2000:] + up.stderr
     run = invoke(*DEPLOY, cluster=SLURM_LAB)
@@ -30,10 +39,12 @@ def slurm_lab():
     assert "serving: job" in run.stdout  # deploy reports the job id, nodes and endpoint
     yield
     invoke("stop.fast", "stop.reasoning", cluster=SLURM_LAB)
+    down = invoke("lab.down", "--cluster", str(SLURM_LAB))  # its containers go with its tests
+    assert down.returncode == 0, down.stdout[-2000:] + down.stderr
 
 
 def test_slurm_is_configured(slurm_lab, ssh):
-    out = ssh.run("lab1", "sinfo -h -o '%P %D %T'").stdout
+    out = ssh.run("slab1", "sinfo -h -o '%P %D %T'").stdout
     assert any(line.startswith("ai* ") and "down" not in line for line in out.splitlines()), out
     assert sum(int(line.split()[1]) for line in out.splitlines() if line.startswith("ai* ")) == 3, out
 
@@ -41,7 +52,7 @@ def test_slurm_is_configured(slurm_lab, ssh):
 def test_verify_passes_with_preemption(slurm_lab):
     result = invoke("verify", "--disruptive", cluster=SLURM_LAB, timeout=900)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr
-    results = json.loads((ROOT / "reports/verify-summary.json").read_text())
+    results = json.loads((REPORTS / "verify-summary.json").read_text())
     preempted = next(r for r in results if "preempted tier" in r.get("scenario", ""))
     assert preempted["outcome"] == "passed", preempted
     moved = preempted["measurements"]["fast moved"]  # the registered nodes before and after
@@ -60,12 +71,12 @@ def test_stop_is_clean_within_the_grace_time(slurm_lab, ssh):
     result = invoke("stop.fast", cluster=SLURM_LAB)
     assert result.returncode == 0, result.stderr
     assert time.monotonic() - started < 10 + 15  # grace_seconds of the lab's tiers, plus SSH and polling
-    assert ssh.run("lab1", "squeue -h -n llama-fast").stdout.strip() == ""
-    assert not ssh.run("lab1", "test -e /cluster/shared/ai/endpoints/fast.json").ok, "record left behind"
-    log = ssh.run("lab1", "cat /cluster/shared/ai/logs/llama-fast-*.log").stdout
+    assert ssh.run("slab1", "squeue -h -n llama-fast").stdout.strip() == ""
+    assert not ssh.run("slab1", "test -e /cluster/shared/ai/endpoints/fast.json").ok, "record left behind"
+    log = ssh.run("slab1", "cat /cluster/shared/ai/logs/llama-fast-*.log").stdout
     assert "SIGTERM (preemption or scancel), shutting down" in log
     assert invoke("deploy.fast", cluster=SLURM_LAB).returncode == 0
-    record = json.loads(ssh.run("lab1", "cat /cluster/shared/ai/endpoints/fast.json").stdout)
+    record = json.loads(ssh.run("slab1", "cat /cluster/shared/ai/endpoints/fast.json").stdout)
     assert record["tier"] == "fast" and record["port"] == 8180
 
 
@@ -74,28 +85,28 @@ def test_a_cancelled_rpc_job_stops_its_head_before_its_workers(slurm_lab, ssh):
     at once. Each worker step's guard ignores the signal until its head has closed the connection, so the head stops
     cleanly (before the guard, it aborted with a backtrace as its workers vanished); then the guard kills the worker
     and the job leaves the queue without waiting for SLURM's KillWait."""
-    job = ssh.run("lab1", "squeue -h -n llama-reasoning -t R -o %i").stdout.strip()
+    job = ssh.run("slab1", "squeue -h -n llama-reasoning -t R -o %i").stdout.strip()
     assert job, "no reasoning job"
     started = time.monotonic()
     try:
-        assert ssh.run("lab1", f"scancel {job}").ok
-        while ssh.run("lab1", f"squeue -h -j {job} 2>/dev/null").stdout.strip() and time.monotonic() - started < 40:
+        assert ssh.run("slab1", f"scancel {job}").ok
+        while ssh.run("slab1", f"squeue -h -j {job} 2>/dev/null").stdout.strip() and time.monotonic() - started < 40:
             time.sleep(0.5)
         left = time.monotonic() - started
         logs = "/cluster/shared/ai/logs/llama-reasoning-" + job
         if left >= 10:  # not after KillWait (30 s): say what SLURM and the job script did meanwhile
-            said = ssh.run("lab1", f"grep -h 'JobId={job}\\b' /var/log/slurm/slurmctld.log | tail -n 20; "
+            said = ssh.run("slab1", f"grep -h 'JobId={job}\\b' /var/log/slurm/slurmctld.log | tail -n 20; "
                                    f"tail -n 20 {logs}.log; tail -n 5 {logs}-*.log").stdout
             pytest.fail(f"job {job} left the queue {left:.0f} s after scancel\n{said}")
-        head = ssh.run("lab1", f"cat {logs}-head.log").stdout
+        head = ssh.run("slab1", f"cat {logs}-head.log").stdout
         assert "cleaning up before exit" in head, head[-2000:]
         assert "GGML_ASSERT" not in head and "libc.so" not in head, head[-2000:]  # no abort, no backtrace
-        log = ssh.run("lab1", f"cat {logs}.log").stdout
+        log = ssh.run("slab1", f"cat {logs}.log").stdout
         assert "Aborted" not in log, log[-2000:]
         assert "restart 1 of" not in log, log[-2000:]  # the supervisor asked SLURM: a cancel is no crash
         # each worker ended by its guard: 143 when the job script stopped it after the head, 137 when SLURM's
-        # signal reached the guard first (the head's guard ends with 143 too, on lab1)
-        assert len(re.findall(r"lab[23]: task 0: Exited with exit code 1(?:37|43)", log)) == 2, log[-2000:]
+        # signal reached the guard first (the head's guard ends with 143 too, on slab1)
+        assert len(re.findall(r"slab[23]: task 0: Exited with exit code 1(?:37|43)", log)) == 2, log[-2000:]
     finally:
         assert invoke("deploy.reasoning", cluster=SLURM_LAB).returncode == 0
 
@@ -104,24 +115,24 @@ def test_a_job_cancelled_with_a_request_in_flight_leaves_the_queue_at_once(slurm
     """llama-server stops at once on SIGTERM when idle, but with a request in flight it waits for that request; the
     job, already cancelled, then stayed COMPLETING until SLURM's KillWait (32 s here). The server step's guard sends
     the second SIGTERM that makes it exit at once."""
-    job = ssh.run("lab1", "squeue -h -n llama-reasoning -t R -o %i").stdout.strip()
+    job = ssh.run("slab1", "squeue -h -n llama-reasoning -t R -o %i").stdout.strip()
     assert job, "no reasoning job"
     request = threading.Thread(target=ssh.run, daemon=True, args=(
-        "lab1", "curl -s -o /dev/null -m 30 http://10.213.0.11:8181/completion "
+        "slab1", "curl -s -o /dev/null -m 30 http://10.214.0.11:8181/completion "
                 "-d '{\"prompt\": \"hello\", \"n_predict\": 1500, \"ignore_eos\": true}'"))
     request.start()
     logs = "/cluster/shared/ai/logs/llama-reasoning-" + job
     try:
         deadline = time.monotonic() + 10
-        while "processing task" not in ssh.run("lab1", f"tail -n 3 {logs}-head.log").stdout:
+        while "processing task" not in ssh.run("slab1", f"tail -n 3 {logs}-head.log").stdout:
             assert time.monotonic() < deadline, "the request never reached the head"
             time.sleep(0.2)
         started = time.monotonic()
-        assert ssh.run("lab1", f"scancel {job}").ok
-        while ssh.run("lab1", f"squeue -h -j {job} 2>/dev/null").stdout.strip() and time.monotonic() - started < 40:
+        assert ssh.run("slab1", f"scancel {job}").ok
+        while ssh.run("slab1", f"squeue -h -j {job} 2>/dev/null").stdout.strip() and time.monotonic() - started < 40:
             time.sleep(0.5)
         left = time.monotonic() - started
-        head = ssh.run("lab1", f"cat {logs}-head.log").stdout
+        head = ssh.run("slab1", f"cat {logs}-head.log").stdout
         assert left < 10, f"job {job} left the queue {left:.0f} s after scancel\n{head[-1500:]}"
         assert "Received second interrupt, terminating immediately" in head, head[-1500:]
     finally:
@@ -135,7 +146,7 @@ def test_status_shows_jobs_nodes_and_endpoints(slurm_lab):
     assert "SLURM jobs" in result.stdout
     for job in ("llama-fast", "llama-reasoning"):
         row = next(line for line in result.stdout.splitlines() if line.startswith(f"│ {job} "))
-        assert "RUNNING" in row and "http://10.213.0." in row, row
+        assert "RUNNING" in row and "http://10.214.0." in row, row
 
 
 def test_bench_recovery_under_slurm(slurm_lab, tmp_path):
@@ -181,13 +192,13 @@ def test_docs_publish_serves_the_site_from_the_gateway(slurm_lab):
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr
     built = re.search(r"at (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)\)", result.stdout.replace("\n", " ")).group(1)
     footer = f"Built by clusterbook from lab/cluster-slurm.yaml (sha256 {file_digest(SLURM_LAB)[:12]}) at {built}"
-    for url in ("http://10.213.0.11:8095/", "http://10.213.0.11:8090/docs/", "http://10.213.0.11:8090/docs/api/"):
+    for url in ("http://10.214.0.11:8095/", "http://10.214.0.11:8090/docs/", "http://10.214.0.11:8090/docs/api/"):
         page = httpx.get(url, timeout=10)
         assert page.status_code == 200 and footer in page.text, (url, page.status_code)
     again = invoke("docs.publish", cluster=SLURM_LAB)  # a second publish swaps in the new build, keeps the old
     assert again.returncode == 0, again.stdout[-2000:] + again.stderr
-    assert footer not in httpx.get("http://10.213.0.11:8095/", timeout=10).text
-    browse_published("http://10.213.0.11:8090/docs/")
+    assert footer not in httpx.get("http://10.214.0.11:8095/", timeout=10).text
+    browse_published("http://10.214.0.11:8090/docs/")
 
 
 def browse_published(url: str) -> None:
@@ -237,7 +248,7 @@ def test_apply_rolls_a_bad_change_back_and_resubmits_the_previous_script(slurm_l
     run = invoke("apply", "--tier", "reasoning", cluster=bad)
     assert run.returncode == 1, run.stdout[-4000:]
     assert "rolled back at reasoning" in run.stderr and "left the queue" in run.stderr, run.stderr[-3000:]
-    [phase] = latest_change()["phases"]
+    [phase] = latest_change("lab-slurm")["phases"]
     assert phase["outcome"] == "rolled back" and phase["rollback"]["answered"], phase
     restored = [f for r in phase["rollback"]["restored"] for f in r["files"]]
     assert script.path in restored, restored

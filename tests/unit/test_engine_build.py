@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.mark.parametrize("cluster, archs, node, cuda_compiler", [
     ("cluster.yaml", ["70"], "vasp-01", "-DCMAKE_CUDA_COMPILER=/usr/local/cuda-12.2/bin/nvcc"),  # V100S
     ("lab/cluster.yaml", [], "lab1", None),  # CPU only: no CUDA option at all
-    ("lab/cluster-slurm.yaml", [], "lab1", None),
+    ("lab/cluster-slurm.yaml", [], "slab1", None),
 ])
 def test_options_follow_the_gpus(cluster, archs, node, cuda_compiler):
     c = load_cluster(ROOT / cluster)

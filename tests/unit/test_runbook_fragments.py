@@ -151,5 +151,5 @@ def test_the_keepers_marks_are_named_in_one_place():
     for text in (p.read_text() for p in RUNBOOK_DIR.rglob("*.yaml")):
         assert ".wanted" not in text and ".released" not in text and "keeper_dir" not in text
     deploy = {s.id: s for s in expand(available()["deploy-slurm"], c, "reasoning").steps}
-    mark = next(a for a in deploy["keeper"].hosts["lab1"] if isinstance(a, Command) and "touch" in a.command)
+    mark = next(a for a in deploy["keeper"].hosts["slab1"] if isinstance(a, Command) and "touch" in a.command)
     assert mark.command.endswith("touch /etc/llama/slurm/llama-reasoning.wanted")

@@ -138,9 +138,9 @@ def test_a_cluster_without_gpus_is_solved_over_its_nodes_ram(tmp_path):
     apart.write_text((CLUSTERS["beefcake2"].parent / "lab/cluster-slurm.yaml").read_text()
                      .replace("mem: 1G,", "mem: 3G,", 1))  # the first: fast's
     cluster, _ = load_cluster_document(apart)
-    assert solver.share_nodes(cluster) == {"lab1": [4 * 10**9], "lab2": [4 * 10**9], "lab3": [4 * 10**9]}
+    assert solver.share_nodes(cluster) == {"slab1": [4 * 10**9], "slab2": [4 * 10**9], "slab3": [4 * 10**9]}
     current, best = solver.judge(cluster, {}), solver.solve(cluster, best=1)[0]
-    assert not current.serving_together and "lab1's 4 GB of RAM" in current.waits[0]
+    assert not current.serving_together and "slab1's 4 GB of RAM" in current.waits[0]
     assert best.serving_together and best.feasible and solver.better(current, best)
     assert len(best.changes["reasoning"]["workers"]) == 1
     assert set(best.changes["reasoning"]["tensor_split"].values()) == {40}

@@ -147,7 +147,7 @@ class Lab:
     # --- lifecycle -------------------------------------------------------------------------------
     def up(self) -> None:
         preflight()
-        with step("network: bridges " + ", ".join(network.bridge_name(n) for n in self.c.networks)):
+        with step("network: bridges " + ", ".join(network.bridge_name(self.c, n) for n in self.c.networks)):
             network.ensure_bridges(self.c)
         base = ensure_rootfs()
         public_key, host_keys = self.ensure_keys()

@@ -156,7 +156,7 @@ def start(c: Cluster, machine: Machine) -> None:
     for path in (machine.pid_file, machine.log):
         path.parent.mkdir(parents=True, exist_ok=True)
     argv = ["systemd-nspawn", "--quiet", "--boot", "--register=no", "--keep-unit", f"--machine={machine.name}",
-            f"--directory={machine.root}", f"--network-bridge={network.bridge_name(c.management_network)}",
+            f"--directory={machine.root}", f"--network-bridge={network.bridge_name(c, c.management_network)}",
             "--capability=CAP_IPC_LOCK,CAP_NET_ADMIN", "--console=passive", "--link-journal=no"]
     argv += [f"--network-veth-extra={veth}:{inner}" for _, veth, inner in interfaces(c, machine)]
     if not c.engine.release_url and machine.name == plan_build(c).node:
@@ -178,7 +178,7 @@ def start(c: Cluster, machine: Machine) -> None:
             raise RuntimeError(f"{machine.name}: systemd-nspawn exited with {proc.returncode}; see {machine.log}")
         for item in list(pending):
             if network.link_exists(item[1]):
-                network.attach(item[1], item[0])
+                network.attach(c, item[1], item[0])
                 pending.remove(item)
         time.sleep(0.2)
     if pending:
