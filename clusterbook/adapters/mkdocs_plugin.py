@@ -175,6 +175,7 @@ def _sections(site: Site) -> dict:
         "criteria": lambda: pages.criteria(c),
         "slurm_asks": lambda: pages.slurm_asks(c),
         "prerequisites": lambda: pages.prerequisites(c),
+        "tier_managers": lambda: pages.tier_managers(c),
         "latest_report": lambda name: latest_report(name, site),
         "result_picture": lambda name, caption: result_picture(name, site, caption),
         "apply_overview": lambda: apply_history.apply_overview(c),

@@ -21,6 +21,7 @@ from clusterbook.pure.pages.bringuppages import (  # noqa: F401 (the sections, b
     monitoring,
     prerequisites,
     slurm_asks,
+    tier_managers,
     where_alerts_go,
 )
 from clusterbook.pure.pages.markdown import (  # noqa: F401 (the sections, by page)

@@ -116,10 +116,23 @@ PROSE_TAGS = {"p", "em", "strong", "code", "pre", "ul", "ol", "li", "a", "br", "
 PROSE_SCHEMES = {"http", "https", "mailto"}
 
 
+CODE_SPAN = re.compile(r"(?<!\\)(`+)(.+?)(?<!`)\1(?!`)")  # Python-Markdown's inline code span, on one line
+
+
+def _escape_outside_code_spans(source: str) -> str:
+    """HTML-escape prose except inside its code spans, which Markdown escapes itself (escaped here too, `<tier>`
+    showed as &lt;tier&gt;)."""
+    out, last = [], 0
+    for span in CODE_SPAN.finditer(source):
+        out += [html.escape(source[last:span.start()], quote=False), span.group(0)]
+        last = span.end()
+    return "".join(out) + html.escape(source[last:], quote=False)
+
+
 def prose_html(value: object) -> str:
     """Prose from the cluster file (it may carry Markdown) as sanitized HTML: raw HTML shown as text, attribute
     lists not parsed, links only to http(s) and mail, nothing else kept (nh3, the Rust ammonia sanitizer)."""
-    source = html.escape(str(value), quote=False)  # raw HTML in prose is text, never markup
+    source = _escape_outside_code_spans(str(value))  # raw HTML in prose is text, never markup
     rendered = markdown.markdown(source, extensions=[], output_format="html")
     return nh3.clean(rendered, tags=PROSE_TAGS, attributes={"a": {"href", "title"}}, url_schemes=PROSE_SCHEMES,
                      link_rel="noopener noreferrer nofollow")

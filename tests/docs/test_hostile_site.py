@@ -136,3 +136,13 @@ def test_any_text_value_renders_to_pages_with_nothing_active(field, value):
         html = markdown.markdown(section(cluster), extensions=PAGE_EXTENSIONS)
         assert active_content(html) == [], (section.__name__, value)
         assert "<script" not in html and "<img" not in html, (section.__name__, value)
+
+
+def test_prose_is_escaped_exactly_once():
+    """Raw HTML in prose is text; a code span's content is escaped by Markdown alone (issue 47: `invoke stop.<tier>`
+    showed as stop.&lt;tier&gt;); a payload inside a code span stays text too."""
+    from clusterbook.pure.mdtext import prose_html
+    out = prose_html("Run `invoke stop.<tier>` & <b>x</b>, ``a ` b`` and `<img src=x onerror=alert(1)>`")
+    assert "<code>invoke stop.&lt;tier&gt;</code>" in out and " &amp; &lt;b&gt;x&lt;/b&gt;" in out, out
+    assert "<code>a ` b</code>" in out and "<code>&lt;img src=x onerror=alert(1)&gt;</code>" in out, out
+    assert "&amp;lt;" not in out and active_content(out) == []

@@ -329,3 +329,19 @@ def test_pages_follow_the_managers_the_cluster_uses(beefcake2_site, ridge_site):
         for page in root.rglob("index.html"):
             shown = html.unescape(re.sub(r"<[^>]+>", "", re.sub(r"<pre.*?</pre>", "", page.read_text(), flags=re.S)))
             assert not re.search(r"\\[._*`{}\[\]()#+!|>-]", shown), (page, re.search(r".{30}\\[._*`{}].{10}", shown))
+
+
+@needs_mermaid
+def test_every_page_shows_its_text_escaped_once_and_no_stray_backticks(beefcake2_site, ridge_site):
+    """Issue 47 item 6: no entity escaped twice (&amp;lt;), and no backtick outside code, where a code span was
+    escaped as text instead of rendered (the guide showed "SLURM job `llama-fast`")."""
+    for site in (beefcake2_site[0], ridge_site):
+        for page in site.rglob("*.html"):
+            found = re.search(r'<article class="md-content__inner md-typeset">(.*?)</article>', page.read_text(), re.S)
+            if not found:
+                continue
+            body = found.group(1)
+            twice = re.search(r".{0,80}&amp;(lt|gt|amp|quot|#).{0,40}", body)
+            assert not twice, (page, twice.group(0))
+            prose = re.sub(r"<(code|pre|script)[^>]*>.*?</\1>", "", body, flags=re.S)
+            assert "`" not in re.sub(r"<[^>]+>", "", prose), (page, re.search(r".{60}`.{60}", prose))

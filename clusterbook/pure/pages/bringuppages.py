@@ -17,6 +17,19 @@ from clusterbook.pure.planner.residency import plan_residency
 from clusterbook.pure.render import monitoring as mon
 
 
+def tier_managers(c: Cluster) -> str:
+    """How each tier runs: its manager, and for a SLURM tier its job, partition, QoS, memory and shutdown grace."""
+    lines = []
+    for t in c.tiers:
+        line = f"- **{t.name}**: {t.manager}"
+        if t.slurm:
+            line += (f" — SLURM job {code_span(topo.units(t).job)} in partition {code_span(t.slurm.partition)}"
+                     + (f", QoS {code_span(t.slurm.qos)}" if t.slurm.qos else "")
+                     + f", {code_span('--mem=' + t.slurm.mem)}, {t.slurm.grace_seconds} s to shut down when preempted")
+        lines.append(line)
+    return "\n".join(lines) + "\n"
+
+
 def prerequisites(c: Cluster) -> str:
     """What must be true before the first task runs, from the cluster file: where clusterbook runs and how it reaches
     each node, and per node the OS, driver, CUDA, fabric address and the folders that must be mounted."""
