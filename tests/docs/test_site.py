@@ -259,7 +259,8 @@ def test_troubleshooting_follows_the_manager(beefcake2_site):
     monitoring = (beefcake2_site[0] / "monitoring/index.html").read_text()
     assert 'href="../troubleshooting/#job-not-starting"' in monitoring
     assert "systemctl" not in page  # beefcake2's tiers are SLURM jobs: no unit to restart
-    assert "squeue -n llama-reasoning" in page and "scontrol requeue" in page
+    assert "squeue -n llama-reasoning" in page and "scancel -n llama-reasoning" in page
+    assert "scontrol requeue" not in page  # D21: the tiers' jobs are not requeued; the keeper submits them again
 
 
 def test_the_navigation_lists_the_bring_up_in_the_guides_order_and_every_other_runbook_once():
