@@ -79,6 +79,19 @@ ns.add_task(reference)
 ns.add_task(plan)
 
 
+@task(name="ssh-config", help={"cluster": CLUSTER_HELP,
+                               "out": "write it to this file (e.g. ~/.ssh/clusterbook-NAME) instead of printing it"})
+@command
+@offline
+def ssh_config(c, cluster=None, out=None):
+    """The ssh_config clusterbook connects with: a Host entry per node by its name (jump hosts, key, checked host
+    keys, connect timeout), for `Include` in ~/.ssh/config; the docs' `ssh NODE ...` lines use these names."""
+    commands.ssh_config(cluster or cfg(c).cluster, out)
+
+
+ns.add_task(ssh_config)
+
+
 LAB_HELP = "lab cluster file (default: lab/cluster.yaml)"
 
 

@@ -159,6 +159,7 @@ def _sections(site: Site) -> dict:
         "when_index": lambda: pages.when_index(c),
         "owner": lambda: pages.owner(c),
         "maintenance": lambda: pages.maintenance(c),
+        "ssh_aliases": lambda: pages.ssh_aliases(c),
         "decision_log": lambda: pages.decisions(c, site.plans),
         "targets": lambda: pages.targets(c),
         "api_reference": lambda: pages.api(c),

@@ -14,7 +14,7 @@ WHERE = {
     "run_bench": ("bench", "bench"),
     **{n: ("bench", n) for n in ("fabric", "faults", "recovery", "rehearse", "tune")},
     **{n: ("rollout", n) for n in ("apply", "rollback")},
-    **{n: ("cluster", n) for n in ("check", "models_hash", "plan", "render", "write_reference")},
+    **{n: ("cluster", n) for n in ("check", "models_hash", "plan", "render", "ssh_config", "write_reference")},
     "run_preflight": ("preflight", "preflight"),
     **{n: ("lab", n) for n in ("lab_down", "lab_restart", "lab_status", "lab_up", "ssh_command")},
     **{n: ("runbooks", n) for n in ("logs", "run_named", "run_operation", "run_runbook", "status")},

@@ -50,6 +50,7 @@ from clusterbook.pure.pages.operatepages import (  # noqa: F401 (the sections, b
     observations,
     owner,
     runbook_page,
+    ssh_aliases,
     targets,
     troubleshooting,
     when_index,

@@ -9,7 +9,8 @@ from clusterbook.pure import topology as topo
 
 
 def fix_step_commands(c: Cluster, trouble, step) -> list[str]:
-    """One fix step's command lines, one per host it runs on (ssh in front where it runs on a node)."""
+    """One fix step's command lines, one per host it runs on (`ssh NODE` in front, by the node's alias, where it runs
+    on a node)."""
     tier = c.tier(trouble.tier) if trouble.tier else None
     lines = []
     hosts = resolve_hosts(c, step.hosts)
@@ -19,7 +20,7 @@ def fix_step_commands(c: Cluster, trouble, step) -> list[str]:
                "rpc_addresses": [e.split(":")[0] for e in topo.rpc_endpoints(c, tier)]
                if isinstance(tier, RpcTier) else []}
         command = render_command(step.run, **ctx)
-        lines.append(topo.ssh_route(c, host).command(command) if host else command)
+        lines.append(topo.ssh_route(c, host).short(command) if host else command)
     return lines
 
 

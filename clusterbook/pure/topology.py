@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shlex
 from dataclasses import dataclass
 
@@ -159,14 +160,32 @@ def units(tier: RouterTier | RpcTier) -> Units:
                  job=f"llama-{tier.name}", firewall=f"llama-rpc-{tier.name}-firewall" if rpc else None)
 
 
+PEOPLE_SAFE = re.compile(r"[^$`\"\\!]*")  # what a shell leaves alone inside double quotes
+
+
+def quoted_for_people(remote: str) -> str:
+    """One shell word for a command a person reads: in double quotes where the shell would change nothing inside
+    them (no $, backtick, double quote, backslash or !), else single-quoted as shlex does ('"'"' for a quote)."""
+    if "'" in remote and PEOPLE_SAFE.fullmatch(remote):
+        return f'"{remote}"'
+    return shlex.quote(remote)
+
+
 @dataclass(frozen=True)
 class SshRoute:
-    """How to reach a node: user@host plus the ProxyJump chain, nearest hop last."""
+    """How to reach a node: user@host plus the ProxyJump chain, nearest hop last; `alias` is the node's Host entry in
+    the ssh_config clusterbook writes (`invoke ssh-config`)."""
 
     user: str
     host: str
     jumps: tuple[str, ...]
     connect_timeout: int = 10  # access.connect_timeout: a node that does not answer is reported, not waited for
+    alias: str = ""
+
+    def short(self, remote: str) -> str:
+        """The command by the node's alias, as the docs show it: the remote command starts a few characters in
+        (readable on a phone); the alias carries the user, the jumps and the connect timeout."""
+        return f"ssh {self.alias} {quoted_for_people(remote)}"
 
     @property
     def target(self) -> str:
@@ -193,4 +212,4 @@ def ssh_route(c: Cluster, node_name: str) -> SshRoute:
         port = f":{j.port}" if j.port != 22 else ""
         chain.insert(0, f"{j.user or c.access.user}@{j.address}{port}")
         jump = j.via
-    return SshRoute(c.access.user, host, tuple(chain), c.access.connect_timeout)
+    return SshRoute(c.access.user, host, tuple(chain), c.access.connect_timeout, node.name)

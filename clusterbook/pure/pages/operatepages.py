@@ -32,11 +32,21 @@ def fix_commands(c: Cluster, trouble) -> str:
     return "\n".join(out)
 
 
+def ssh_aliases(c: Cluster) -> str:
+    """Once per page that shows `ssh NODE …` lines: where the aliases come from and how to install them."""
+    name = f"~/.ssh/clusterbook-{c.cluster.name}"
+    return ('!!! tip "ssh NODE on this page"\n    The commands reach each node by its name: a Host entry of the '
+            "ssh_config clusterbook writes (user, jump hosts, key, checked host keys, a "
+            f"{c.access.connect_timeout} s connect timeout). Once, on the machine you run them from: "
+            f"`invoke ssh-config --out {name}`, then make `Include {name}` the first line "
+            "of `~/.ssh/config`. Each node's full ssh line is on [Hardware](hardware.md#nodes).\n")
+
+
 def maintenance(c: Cluster) -> str:
     """The four routine procedures, with this cluster's hosts, tiers and files: a node out for other work, a model
     added, an API key rotated, llama.cpp upgraded."""
     def ssh(host: str, command: str) -> str:
-        return topo.ssh_route(c, host).command(command)
+        return topo.ssh_route(c, host).short(command)
 
     def task(action: str, tier: str) -> str:
         return tier_command(c, action, tier).strip("`")
