@@ -93,8 +93,8 @@ class SystemdService(Strict):
 RESERVED_TIER_NAMES = frozenset({
     "apply", "bench", "build", "check", "demo", "deploy", "docs", "down", "fabric", "faults", "fetch", "gateway",
     "hash", "install", "lab", "logs", "models", "monitoring", "plan", "preflight", "publish", "recovery", "reference",
-    "rehearse", "render", "restart", "rollback", "router", "run", "serve", "slurm", "ssh", "status", "stop", "tier",
-    "tune", "up", "verify", "legacy", "restore"})
+    "rehearse", "render", "restart", "rollback", "router", "run", "serve", "slurm", "ssh", "ssh-config", "status",
+    "stop", "tier", "tune", "up", "verify", "legacy", "restore"})
 
 
 def _tier_name(value: str) -> str:

@@ -222,7 +222,7 @@ def browse_published(url: str) -> None:
     driver = webdriver.Chrome(options=options, service=webdriver.ChromeService(shutil.which("chromedriver")))
     try:
         driver.get(url)
-        assert driver.find_element(By.CSS_SELECTOR, "article h1").text == "lab"
+        assert driver.find_element(By.CSS_SELECTOR, "article h1").text == "lab-slurm"
         assert "Built by clusterbook" in driver.find_element(By.CSS_SELECTOR, "footer").text
         driver.get(url + "api/")
         tabs = driver.find_element(By.CSS_SELECTOR, ".tabbed-set")

