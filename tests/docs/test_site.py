@@ -346,3 +346,10 @@ def test_every_page_shows_its_text_escaped_once_and_no_stray_backticks(beefcake2
             assert not twice, (page, twice.group(0))
             prose = re.sub(r"<(code|pre|script)[^>]*>.*?</\1>", "", body, flags=re.S)
             assert "`" not in re.sub(r"<[^>]+>", "", prose), (page, re.search(r".{60}`.{60}", prose))
+
+
+def test_the_monitoring_page_opens_prometheus_and_alertmanager_through_a_tunnel(beefcake2_site):
+    """Issue 47 item 1: the person on call finds the UIs where the alerts are (they listen on the monitoring node)."""
+    page = (beefcake2_site[0] / "monitoring/index.html").read_text()
+    assert "ssh -N -L 9090:localhost:9090 -L 9093:localhost:9093 slurm-ctl" in page
+    assert 'href="http://localhost:9090/alerts"' in page and 'href="http://localhost:9093/#/alerts"' in page

@@ -221,6 +221,16 @@ def where_alerts_go(c: Cluster) -> str:
             "`monitoring.alert_email` (the on-call's address and the mail relay) in the cluster file.\n")
 
 
+def monitoring_uis(c: Cluster) -> str:
+    """How to open Prometheus's and Alertmanager's web UIs: a tunnel over the monitoring node's ssh alias (they listen
+    on the node, not on the gateway)."""
+    m = c.monitoring
+    tunnel = f"ssh -N -L {m.port}:localhost:{m.port} -L {m.alertmanager_port}:localhost:{m.alertmanager_port} {m.node}"
+    return (f"**The web UIs**: from your machine, `{tunnel}` (the node's alias: `invoke ssh-config`), then open "
+            f"[the firing alerts in Prometheus](http://localhost:{m.port}/alerts) and "
+            f"[Alertmanager](http://localhost:{m.alertmanager_port}/#/alerts) (silences, what was sent).\n")
+
+
 def _monitoring_source(c: Cluster) -> str:
     """Where the monitoring node's Prometheus and Alertmanager come from, by its OS family."""
     m = c.monitoring
@@ -243,7 +253,7 @@ def monitoring(c: Cluster) -> str:
            f"{m.journald_max_use} on every node. " + _monitoring_source(c) + "The files are on the [service "
            "files](files.md) page; "
            "`invoke check` runs `promtool check config`, `promtool check rules` and the generated "
-           "`promtool test rules` on them.\n", where_alerts_go(c), "## What is scraped\n"]
+           "`promtool test rules` on them.\n", where_alerts_go(c), monitoring_uis(c), "## What is scraped\n"]
     rows = [["`node`", ", ".join(n.name for n in c.nodes), f"the node exporter, port {m.node_exporter_port}"
              + ("; GPU figures from nvidia-smi through its textfile collector on "
                 + ", ".join(n.name for n in c.nodes if n.gpus) + " (utilisation, memory, temperature, power, the "
