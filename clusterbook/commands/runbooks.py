@@ -6,6 +6,7 @@ import datetime
 import json
 import time as _time
 
+from rich.markup import escape
 from rich.table import Table
 
 from clusterbook.commands.arguments import nodes_named, tier_named
@@ -15,7 +16,7 @@ from clusterbook.commands.settings import Settings
 from clusterbook.effects.connections import connect
 from clusterbook.effects.console import Failed, console
 from clusterbook.effects.executor import Executor
-from clusterbook.effects.probes import prometheus_query
+from clusterbook.effects.probes import prometheus_alerts, prometheus_query
 from clusterbook.effects.reporters import ConsoleReporter, RunLog, dry_run, recap, step_times
 from clusterbook.effects.verified import state_dir
 from clusterbook.model.loader import load_cluster
@@ -204,10 +205,29 @@ def _live_figures(cluster) -> None:
             for g in sorted(gpus, key=lambda g: (g["metric"].get("node", ""), g["metric"].get("gpu", ""))):
                 table.add_row(g["metric"].get("node", "?"), g["metric"].get("gpu", "?"), f"{float(g['value'][1]):.2f}")
             console.print(table)
+        _alerts(cluster, prometheus_alerts(transport, cluster))
     except RuntimeError as exc:
         console.print(f"[dim]no live figures: {exc} (invoke deploy.monitoring)[/]")
     finally:
         transport.close(cluster.monitoring.node)
+
+
+def _alerts(cluster, alerts: list[dict]) -> None:
+    """The alerts firing (and about to) as Prometheus has them, each with its troubleshooting entry; or a line that
+    none is. Where Alertmanager sends them: the Monitoring page."""
+    if not alerts:
+        console.print(f"[green]no alert is firing[/] (Prometheus on {cluster.monitoring.node})")
+        return
+    table = Table("alert", "state", "since", "tier / node", "summary", "troubleshooting",
+                  title="alerts, from Prometheus")
+    for a in sorted(alerts, key=lambda a: (a.get("state") != "firing", a.get("activeAt", ""))):
+        labels, notes = a.get("labels", {}), a.get("annotations", {})
+        state = a.get("state", "?")
+        table.add_row(escape(labels.get("alertname", "?")), f"[red]{state}[/]" if state == "firing" else state,
+                      escape(a.get("activeAt", "-")[:19]), escape(labels.get("tier") or labels.get("node") or "-"),
+                      escape(notes.get("summary", "-")),
+                      escape(notes.get("runbook_url") or notes.get("troubleshooting") or "-"))
+    console.print(table)
 
 
 def logs(s: Settings, cluster_file: str, only: str | None = None, tier: str | None = None, dry: bool = False) -> None:

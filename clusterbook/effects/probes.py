@@ -223,6 +223,17 @@ def registered_endpoint(transport, c: Cluster, tier) -> dict | None:
     return json.loads(out.stdout) if out.ok and out.stdout.strip() else None
 
 
+def prometheus_alerts(transport, c: Cluster) -> list[dict]:
+    """The alerts Prometheus has now (firing and pending), each with its labels, annotations, state and activeAt,
+    asked on the monitoring node itself."""
+    out = transport.run(c.monitoring.node, f"curl -sf -m 10 http://localhost:{c.monitoring.port}/api/v1/alerts",
+                        timeout=30)
+    if not out.ok:
+        raise RuntimeError(f"{c.monitoring.node}: Prometheus did not list its alerts (exit {out.returncode}): "
+                           f"{out.tail()}")
+    return json.loads(out.stdout)["data"]["alerts"]
+
+
 def prometheus_query(transport, c: Cluster, promql: str) -> list[dict]:
     """An instant PromQL query, asked on the monitoring node itself (its port need not be reachable from here):
     the result's series, each {"metric": labels, "value": [time, "text"]}."""

@@ -1,5 +1,6 @@
 """Steps of monitoring.feature: Prometheus scrapes, the probe, counters and the tier-down alert."""
 
+import re
 import time
 
 import pytest
@@ -121,6 +122,8 @@ def _down_until_alert(cluster, cluster_file, transport, context, measured):
                 context["probe_saw_down"] = True
             time.sleep(5)
         context["fired_after"] = time.monotonic() - started if alert_firing(cluster, transport, tier) else None
+        if context["fired_after"] is not None:  # what the person on call sees first (issue 47)
+            context["status"] = run_invoke(cluster_file, "status").stdout
         # the probe runs on its own timer: a window shorter than its interval can end before it looked once
         seen_by = started + cluster.monitoring.probe_interval_s + 3 * cluster.monitoring.scrape_interval_s + 10
         while not context.get("probe_saw_down") and time.monotonic() < seen_by:
@@ -139,6 +142,15 @@ def _down_until_alert(cluster, cluster_file, transport, context, measured):
 @then("the probe saw the tier unhealthy while it was down")
 def _probe_saw_down(context):
     assert context.get("probe_saw_down"), f"tier {context['tier'].name}: the probe never reported it unhealthy"
+
+
+@then("invoke status listed the firing alert while the tier was down")
+def _status_listed(context):
+    tier, shown = context["tier"], " ".join(context.get("status", "").split())
+    assert "alerts, from Prometheus" in shown and "TierDown" in shown and "firing" in shown, \
+        f"tier {tier.name}: invoke status did not list TierDown while it fired:\n{context.get('status', '')[-3000:]}"
+    assert re.search(rf"TierDown\s*│\s*firing\s*│[^│]*│\s*{re.escape(tier.name)}\b", context["status"]), \
+        context["status"][-3000:]
 
 
 @then("the alert fired once its for window had passed, and resolves after the tier is deployed again")
