@@ -70,8 +70,9 @@ def ensure_build(c: Cluster, jobs: int = 2) -> LlamaBuild:
     build = LlamaBuild(plan_build(c))
     if build.built:
         return build
-    build.root.mkdir(parents=True, exist_ok=True)
-    with (build.root / "build.lock").open("a") as lock:  # the install runbook's lock: one build in the tree at a time
+    Path(build.plan.tree).mkdir(parents=True, exist_ok=True)
+    # the install runbook's lock, in the tree the lab's build nodes bind: one configure or build in it at a time
+    with (Path(build.plan.tree) / ".clusterbook-build.lock").open("a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not build.built:
             _build(c, build, jobs)
