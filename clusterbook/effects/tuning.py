@@ -8,8 +8,7 @@ import subprocess
 from dataclasses import dataclass
 
 from clusterbook.effects.console import Failed
-from clusterbook.model.crosscheck import FLASH_ATTN_MIN_CC
-from clusterbook.model.schema import QUANTIZED_CACHE_TYPES, Cluster, RpcTier
+from clusterbook.model.schema import FLASH_ATTN_MIN_CC, QUANTIZED_CACHE_TYPES, Cluster, RpcTier
 from clusterbook.pure import flags as fl
 from clusterbook.pure import topology as topo
 from clusterbook.pure.render.artifacts import ld_library_path

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from clusterbook.model.crosscheck import FLASH_ATTN_MIN_CC, FLASH_ATTN_PROVEN_CC
-from clusterbook.model.schema import Cluster, RouterTier, RpcTier
+from clusterbook.model.schema import FLASH_ATTN_MIN_CC, FLASH_ATTN_PROVEN_CC, Cluster, RouterTier, RpcTier
 from clusterbook.pure import flags as fl
 from clusterbook.pure import topology as topo
 from clusterbook.pure.mdtext import mermaid_text, prose_inline, text, title

@@ -14,8 +14,7 @@ from itertools import combinations, product
 
 import yaml
 
-from clusterbook.model.crosscheck import FLASH_ATTN_MIN_CC
-from clusterbook.model.schema import QUANTIZED_CACHE_TYPES, Cluster, RouterTier, RpcTier
+from clusterbook.model.schema import FLASH_ATTN_MIN_CC, QUANTIZED_CACHE_TYPES, Cluster, RouterTier, RpcTier
 from clusterbook.pure.planner.capacity import GIB, plan_tier
 from clusterbook.pure.planner.findings import mem_text, plan_findings, slurm_need
 from clusterbook.pure.planner.loadtime import predict_load

@@ -1,0 +1,60 @@
+"""What the node programs are told: the keeper's and the wake service's JSON configuration (per SLURM tier its job,
+script, marks and idle time; per tier behind the gateway its hold, Retry-After and where it serves). Pure."""
+
+from __future__ import annotations
+
+import json
+import posixpath
+
+from clusterbook.model.schema import Cluster
+from clusterbook.pure import layout, slurmjob
+from clusterbook.pure import topology as topo
+from clusterbook.pure.planner.capacity import plan_tier
+from clusterbook.pure.planner.loadtime import hold_s, new_job_hold_s, predict_load, wait_cap_s, whole_s
+
+
+def keeper_config(c: Cluster) -> str:
+    """The keeper's configuration: per SLURM tier its job, script, marks and, on demand, its idle time."""
+    jobs = [{"job": topo.units(t).job, "tier": t.name, "script": layout.sbatch_path(c, t),
+             "idle_s": t.on_demand.idle_s if t.on_demand else None,
+             "gpus": sum(1 for d in plan_tier(c, t).devices if d.gpu),
+             "marks": {m: slurmjob.marker(c, t, m) for m in slurmjob.MARKS}} for t in c.slurm_tiers]
+    return json.dumps({"log_dir": c.storage.log_dir, "wake_port": c.gateway.wake_port if c.gateway else None,
+                       "textfile_dir": layout.TEXTFILE_DIR, "digest_chars": slurmjob.DIGEST_CHARS, "jobs": jobs},
+                      indent=2) + "\n"
+
+
+def wake_config(c: Cluster) -> str:
+    """The wake service's configuration: per tier on demand its job, endpoint record, cap and how to read its
+    requests in flight."""
+    tiers = {}
+    for tier in (t for t in c.tiers if t.on_demand):
+        plan = plan_tier(c, tier)
+        tiers[tier.name] = {"job": topo.units(tier).job, "kind": tier.kind,
+                            "record": posixpath.join(c.storage.endpoint_dir, f"{tier.name}.json"),
+                            "cap_s": wait_cap_s(c, tier, plan), "keeper_unit": "clusterbook-keeper.service",
+                            "key_file": tier.api_key.file if tier.api_key and tier.api_key.file else None,
+                            "marks": {m: slurmjob.marker(c, tier, m) for m in slurmjob.MARKS}}
+    return json.dumps({"port": c.gateway.wake_port, "tiers": tiers, "routes": hold_routes(c)}, indent=2) + "\n"
+
+
+def hold_routes(c: Cluster) -> dict:
+    """Every tier behind the gateway as the hold sees it: where it serves (its address, or a SLURM job's record),
+    its hold, the Retry-After past it, its timeout and the route's path prefix."""
+    routes = {}
+    for route in c.gateway.routes:
+        tier = c.tier(route.tier)
+        slurm, plan = tier.manager == "slurm", plan_tier(c, tier)
+        routes[tier.name] = {
+            "backend": None if slurm else f"{topo.http_address(c, tier)}:{tier.port}",
+            "record": posixpath.join(c.storage.endpoint_dir, f"{tier.name}.json") if slurm else None,
+            "hold_s": hold_s(c, tier, plan), "retry_after": whole_s(predict_load(c, tier, plan).recovery_s),
+            "timeout_s": tier.timeout_s, "prefix": route.path}
+        if slurm:  # while its job is away (the record gone, the tier still wanted), the new job is waited for
+            load = predict_load(c, tier, plan)
+            routes[tier.name].update(new_job_hold_s=new_job_hold_s(c, tier, plan),
+                                     new_job_retry_after=whole_s(load.new_job_recovery_s))
+            if c.keeper_node == c.gateway.node:  # the keeper's marks are here: a stopped tier is not waited for
+                routes[tier.name].update(wanted=slurmjob.marker(c, tier, "wanted"),
+                                         released=slurmjob.marker(c, tier, "released"))
+    return routes
