@@ -40,6 +40,8 @@ def resolve_hosts(c: Cluster, selector: str) -> list[str]:
     if selector in ("compute", "gateway", "controller"):
         if selector == "gateway" and c.gateway:
             return [c.gateway.node]
+        if selector == "controller" and c.slurm_controller:  # where sbatch runs: the slurm section's, else the role's
+            return [c.slurm_controller]
         return [n.name for n in c.nodes if selector in n.roles]
     if selector == "all":
         return names

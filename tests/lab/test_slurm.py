@@ -6,6 +6,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -354,3 +355,44 @@ def test_past_its_slots_and_queue_a_request_gets_429_at_once(slurm_lab):
     assert all(seconds < 1 and after == "1" for _, seconds, after in busy), busy
     assert all(code == 200 for code, _, _ in results if code != 429), results
     print(f"{limit} admitted; {len(busy)} got 429, the slowest in {max(s for _, s, _ in busy) * 1000:.0f} ms")
+
+
+def test_every_diagnose_command_of_beefcake2s_troubleshooting_returns_on_the_slurm_lab(slurm_lab, tmp_path):
+    """Issue 47 item 2: beefcake2's troubleshooting entries on the SLURM lab's nodes (the same tiers), each read-only
+    command run as the Troubleshooting page shows it (`ssh NODE "…"`, through the ssh_config clusterbook writes; an
+    `invoke` line with this file configured; the rest on this machine, as on the operator's). Each must end on its
+    own within 30 s; any exit status is an answer (a diagnosis may find nothing). Commands that do not render for
+    the lab (the site's partitions: the lab has none) are listed, not run."""
+    import shlex
+
+    import yaml
+
+    from clusterbook.effects.ssh import ssh_config_path
+    from clusterbook.pure.fixsteps import fix_step_commands
+
+    entries = yaml.safe_load((ROOT / "cluster.yaml").read_text())["troubleshooting"]
+    file = tmp_path / SLURM_LAB.name
+    file.write_text(SLURM_LAB.read_text() + "\n" + yaml.safe_dump({"troubleshooting": entries}, sort_keys=False))
+    cluster = load_cluster(file)
+    config = str(ssh_config_path(cluster, ROOT))
+    env = {**os.environ, "INVOKE_CLUSTERBOOK_CLUSTER": str(file)}
+    ran, unrendered, hung = [], [], []
+    for trouble in cluster.troubleshooting:
+        for step in (s for s in trouble.fix if not s.act):
+            try:
+                lines = fix_step_commands(cluster, trouble, step)
+            except Exception as exc:
+                unrendered.append(f"{trouble.id}: {type(exc).__name__}")
+                continue
+            for line in lines:
+                argv = (["ssh", "-F", config, *shlex.split(line)[1:]] if line.startswith("ssh ")
+                        else [sys.executable, "-m", "invoke", *shlex.split(line)[1:]] if line.startswith("invoke ")
+                        else ["bash", "-c", line])  # on the operator's machine (hosts: local)
+                try:
+                    subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, timeout=30)
+                    ran.append(line)
+                except subprocess.TimeoutExpired:
+                    hung.append(f"{trouble.id}: {line}")
+    print(f"{len(ran)} commands returned; not rendered for the lab: {unrendered}")
+    assert not hung, "commands that did not return within 30 s:\n" + "\n".join(hung)
+    assert len(ran) >= 20 and len(unrendered) <= 2, (len(ran), unrendered)

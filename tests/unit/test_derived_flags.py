@@ -101,6 +101,17 @@ def test_host_selectors(beefcake2_seeds, selector, hosts):
     assert resolve_hosts(beefcake2, selector) == hosts
 
 
+def test_controller_is_where_sbatch_runs_also_without_the_role():
+    """The SLURM lab's nodes have no roles: its slurm section names the controller, and `hosts: controller` (a
+    troubleshooting command's) runs there, not on the operator's machine."""
+    from clusterbook.model.loader import load_cluster
+
+    from ..conftest import ROOT
+    lab = load_cluster(ROOT / "lab/cluster-slurm.yaml")
+    assert not any("controller" in n.roles for n in lab.nodes)
+    assert resolve_hosts(lab, "controller") == [lab.slurm_controller] == ["slab1"]
+
+
 def test_unknown_selector_explains(beefcake2):
     with pytest.raises(ValueError, match="unknown host selector 'nowhere'"):
         resolve_hosts(beefcake2, "nowhere")
