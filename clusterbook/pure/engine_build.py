@@ -70,6 +70,12 @@ class BuildPlan:
     def tree(self) -> str:
         return posixpath.join(self.root, "build")
 
+    @property
+    def lock(self) -> str:
+        """One unpack, patch, configure or build in the tree at a time: its lock file lives in the build tree, the
+        folder the lab's build nodes bind from the host (both labs build side by side)."""
+        return posixpath.join(self.tree, ".clusterbook-build.lock")
+
 
 def options_key(options: list[str], targets_: list[str], patches: str | None = None) -> str:
     """The build tree's key: its CMake options and targets, and the patch set's digest where there is one."""

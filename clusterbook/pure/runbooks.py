@@ -240,6 +240,7 @@ def _build_context(c: Cluster) -> dict:
     plan = eb.plan_build(c)
     root = eb.cuda_root(c)
     return {"node": plan.node, "root": plan.root, "src": plan.src, "tree": plan.tree, "targets": plan.targets,
+            "locked": f"mkdir -p {plan.tree} && exec 9>>{plan.lock} && flock -w 7200 9",  # held until the step ends
             "options": plan.options, "options_q": " ".join(shlex.quote(o) for o in plan.options),
             "cuda": plan.cuda, "cuda_archs": eb.cuda_architectures(c), "cuda_root": root,
             "nvcc": posixpath.join(root, "bin/nvcc") if root else "nvcc", "release": plan.release,

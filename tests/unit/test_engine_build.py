@@ -127,3 +127,19 @@ def test_the_source_unpacks_only_plain_files_inside_it(tmp_path, bad):
         tar.addfile(info, io.BytesIO(b""))
     with tarfile.open(tmp_path / "bad.tar") as tar, pytest.raises(RuntimeError, match="refused to unpack"):
         plain_members(tar)
+
+
+def test_two_build_nodes_take_turns_in_one_build_tree(tmp_path):
+    """Both labs' build nodes bind the host's build tree: the install runbook's steps hold one lock there, so two at
+    once take turns (the first side-by-side CI reconfigured the tree twice at once). Run as the runbook renders it."""
+    import subprocess
+
+    from clusterbook.pure.runbooks import _build_context
+
+    c = load_cluster(ROOT / "lab/cluster.yaml")
+    locked = _build_context(c)["locked"].replace(plan_build(c).root, str(tmp_path))
+    log = tmp_path / "log"
+    step = f"{locked} && echo start >>{log} && sleep 0.5 && echo end >>{log}"
+    both = [subprocess.Popen(["bash", "-c", step]) for _ in range(2)]
+    assert [p.wait(30) for p in both] == [0, 0]
+    assert log.read_text().split() == ["start", "end", "start", "end"]

@@ -72,7 +72,7 @@ def ensure_build(c: Cluster, jobs: int = 2) -> LlamaBuild:
         return build
     Path(build.plan.tree).mkdir(parents=True, exist_ok=True)
     # the install runbook's lock, in the tree the lab's build nodes bind: one configure or build in it at a time
-    with (Path(build.plan.tree) / ".clusterbook-build.lock").open("a") as lock:
+    with Path(build.plan.lock).open("a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not build.built:
             _build(c, build, jobs)
