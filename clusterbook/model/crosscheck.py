@@ -33,8 +33,8 @@ def check_cluster(c: Cluster) -> list[Finding]:
     findings: list[Finding] = []
     for rule in (_networks, _nodes, _hostnames, _jumps, _engine, _models, _tiers, _contexts, port_findings, _router,
                  _gateway, _on_demand, _co_reside, _targets, _unique_ids, slurm_findings, path_role_findings,
-                 folder_findings, legacy_findings, _memory_max, _compilers, _alert_receivers, _monitoring_releases,
-                 _fetched_over_https):
+                 folder_findings, legacy_findings, _memory_max, _compilers, _owner, _alert_receivers,
+                 _monitoring_releases, _fetched_over_https):
         findings.extend(rule(c))
     return findings
 
@@ -392,6 +392,20 @@ def _monitoring_releases(c: Cluster) -> list[Finding]:
         return [(("monitoring", "el_releases"), f"the monitoring node {m.node} runs {os_.id} {os_.version}: it "
                  "installs Prometheus and Alertmanager from its packages; el_releases is for an EL monitoring node")]
     return []
+
+
+def _owner(c: Cluster) -> list[Finding]:
+    """A production file names who answers for it, or a decision of the log says why not yet."""
+    decisions = {d.id for d in c.decisions}
+    if c.owner_unrecorded and c.owner:
+        return [(("owner_unrecorded",), "the file names its owner: remove owner_unrecorded")]
+    if c.owner_unrecorded and c.owner_unrecorded not in decisions:
+        return [(("owner_unrecorded",), f"no decision {c.owner_unrecorded} in decisions (known: "
+                 f"{', '.join(sorted(decisions)) or 'none'})")]
+    if c.owner or c.owner_unrecorded or c.cluster.kind != "production":
+        return []
+    return [(("owner",), "a production file names who answers for it: add owner (name, contact, escalation), or "
+             "name the decision that accepts none for now in owner_unrecorded")]
 
 
 def _alert_receivers(c: Cluster) -> list[Finding]:

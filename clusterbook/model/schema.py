@@ -102,7 +102,10 @@ class Cluster(Strict):
 
     cluster: ClusterInfo = Field(description="name, description, docs URL")
     owner: Owner | None = Field(None, description="who answers for the cluster and whom to escalate to (the home "
-                                                  "and troubleshooting pages show it)")
+                                                  "and troubleshooting pages show it); a production file without "
+                                                  "one is refused unless owner_unrecorded names a decision")
+    owner_unrecorded: Name | None = Field(None, description="the decision (its id in `decisions`) that accepts a "
+                                                            "production file with no owner for now")
     access: Access = Field(description="SSH user, key, known_hosts, jump hosts, connect timeout")
     networks: dict[Name, Network] = Field(min_length=1, description="networks by name")
     nodes: list[Node] = Field(min_length=1, description="the machines")

@@ -37,6 +37,10 @@ CASES = [  # (old text of cluster.yaml, new text, field named, what the message 
     ("  - name: vasp-02\n", "  - name: VASP-01\n", "nodes[VASP-01].name", "unique in any case"),
     ("scenarios: [Every RPC worker is active and listens on its fabric address only]",
      "scenarios: [Every RPC worker is active]", "criteria[2].scenarios[0]", "no acceptance scenario is named"),
+    # issue 47: who answers for a production cluster is in the file, or a decision says why not yet
+    ("owner_unrecorded: D28  #", "owner_unrecorded: D99  #", "owner_unrecorded", "no decision D99 in decisions"),
+    ("owner_unrecorded: D28  #", "owner_unrecorded: D28\nowner: {name: Ana, contact: ana@lab.example}  #",
+     "owner_unrecorded", "remove owner_unrecorded"),
 ]
 
 
@@ -83,3 +87,9 @@ def test_a_split_that_leaves_a_worker_no_layer_is_refused():
         "tensor_split: {vasp-01: 1000000, vasp-02: 1, vasp-03: 1}")
     problems = problems_of(text)
     assert any(": tiers[reasoning].tensor_split: " in p and "RPC1 on vasp-03 no layer" in p for p in problems), problems
+
+
+def test_a_production_file_without_an_owner_is_refused_unless_a_decision_accepts_it():
+    text = edit("owner_unrecorded: D28  # who answers for beefcake2 is in no seed: the first thing to fill in\n", "")
+    assert any(": owner: a production file names who answers for it" in p for p in problems_of(text)), \
+        problems_of(text)

@@ -100,8 +100,11 @@ def owner(c: Cluster) -> str:
     """Who answers for the cluster and the escalation after them, or that the cluster file does not say."""
     o = c.owner
     if o is None:
+        why = (f" Decision [{text(c.owner_unrecorded)}](decisions.md#{c.owner_unrecorded.lower()}) accepts this for "
+               "now." if c.owner_unrecorded else "")
         return (f"!!! warning \"No owner recorded\"\n    The cluster file does not say who answers for "
-                f"{text(c.cluster.name)}: add an `owner:` section (name, contact, escalation) and rebuild the site.\n")
+                f"{text(c.cluster.name)}: add an `owner:` section (name, contact, escalation) and rebuild the site."
+                f"{why}\n")
     rows = [["owner", text(o.name), text(o.contact), text(o.when) or "first"]]
     rows += [[f"escalation {i}", text(e.name), text(e.contact), text(e.when) or "–"]
              for i, e in enumerate(o.escalation, 1)]
