@@ -226,7 +226,8 @@ def monitoring_uis(c: Cluster) -> str:
     on the node, not on the gateway)."""
     m = c.monitoring
     tunnel = f"ssh -N -L {m.port}:localhost:{m.port} -L {m.alertmanager_port}:localhost:{m.alertmanager_port} {m.node}"
-    return (f"**The web UIs**: from your machine, `{tunnel}` (the node's alias: `invoke ssh-config`), then open "
+    return (f"**The web UIs**: from your machine, `{tunnel}` (the node's alias: `invoke ssh-config`; it holds the "
+            "tunnel until Ctrl-C), then open "
             f"[the firing alerts in Prometheus](http://localhost:{m.port}/alerts) and "
             f"[Alertmanager](http://localhost:{m.alertmanager_port}/#/alerts) (silences, what was sent).\n")
 
