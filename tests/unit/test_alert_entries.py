@@ -26,7 +26,9 @@ def test_an_alert_whose_entry_is_missing_is_named_with_its_line(tmp_path):
     [problem] = [str(p) for p in raised.value.problems]
     section = text[:text.index("\ntroubleshooting:")].count("\n") + 2  # the line of `troubleshooting:`
     assert f"cluster.yaml:{section}: troubleshooting:" in problem, problem
-    assert "DecodeSlow (fast), DecodeSlow (reasoning)" in problem and "'rpc-on-ethernet'" in problem
+    # only the RPC tier's slow decode has the RPC network as its first cause (issue 47: the single-node fast tier's
+    # pointed there too)
+    assert "alerts DecodeSlow (reasoning) point to" in problem and "'rpc-on-ethernet'" in problem, problem
 
 
 def test_every_alert_of_beefcake2_and_the_lab_lands():
@@ -60,3 +62,17 @@ def test_a_tier_the_plan_says_waits_does_not_alert_while_the_other_serves(tmp_pa
     # as beefcake2 is declared (both serve at once), nothing is quieted so
     declared = alerts(load_cluster(ROOT / "cluster.yaml"))
     assert not any("unless on() (clusterbook_tier_healthy" in r["expr"] for r in declared)
+
+
+def test_each_alert_names_every_cause_the_file_has_an_entry_for(beefcake2):
+    """Issue 47 item 5: a tier that is down may be crashed, pending or gone with its GPU; a slow single-node tier is
+    no RPC network's fault. The first cause is the runbook_url; the site and the when-index list them all."""
+    from clusterbook.pure.render.monitoring import alerts, entries_of
+    rules = {(r["alert"], r["labels"].get("tier")): entries_of(r) for r in alerts(beefcake2)}
+    assert rules[("TierDown", "reasoning")] == ["rpc-worker-down", "job-not-starting", "on-demand-not-serving",
+                                                "worker-oom-killed", "gpu-memory-or-xid"]  # reasoning is on demand
+    assert rules[("TierDown", "fast")] == ["gateway-connection-refused", "job-not-starting", "gpu-memory-or-xid"]
+    assert rules[("DecodeSlow", "fast")][0] == "gpu-memory-or-xid"
+    assert rules[("DecodeSlow", "reasoning")][0] == "rpc-on-ethernet"
+    url = next(r for r in alerts(beefcake2) if r["alert"] == "TierDown")["annotations"].get("runbook_url", "")
+    assert url.endswith("/troubleshooting/#gateway-connection-refused") or not url

@@ -284,8 +284,8 @@ def monitoring(c: Cluster) -> str:
     entries = {t.id: text(t.symptom) for t in c.troubleshooting}
     rows = []
     for rule in mon.alerts(c):
-        entry = rule["annotations"].get("troubleshooting")
-        link = f"[{entries[entry]}](troubleshooting.md#{entry})" if entry in entries else "–"
+        link = "<br>".join(f"[{entries[e]}](troubleshooting.md#{e})" for e in mon.entries_of(rule) if e in entries)
+        link = link or "–"
         rows.append([f"**{rule['alert']}**", rule["labels"].get("tier", "–"), rule["annotations"]["summary"],
                      rule["for"], link])
     out.append(table(["alert", "tier", "when", "for", "troubleshooting"], rows))

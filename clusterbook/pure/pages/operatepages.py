@@ -120,8 +120,7 @@ def when_index(c: Cluster) -> str:
         for status in sorted(set(re.findall(r"\b([45]\d\d)\b", t.symptom))):
             rows.append((0, f"HTTP {status}: {text(t.symptom)}", t.id))
     for rule in mon.alerts(c) if c.monitoring else []:
-        entry = rule["annotations"].get("troubleshooting")
-        if entry in ids:
+        for entry in (e for e in mon.entries_of(rule) if e in ids):  # each of its causes
             tier = rule["labels"].get("tier")
             rows.append((1, f"alert {code_span(rule['alert'])}" + (f" (tier {text(tier)})" if tier else "")
                          + f": {text(rule['annotations']['summary'])}", entry))

@@ -115,15 +115,23 @@ def docs_base(c: Cluster) -> str | None:
     return None
 
 
-def _entry(c: Cluster, trouble: str) -> dict:
-    """The annotations naming the alert's troubleshooting entry and linking to it on the published site (runbook_url,
-    Alertmanager's usual name for it); none where the cluster file has no troubleshooting at all. A file that has
-    entries but not this one is refused by `invoke check` (alert_findings)."""
+def _entry(c: Cluster, trouble: str, *also: str) -> dict:
+    """The annotations naming the alert's troubleshooting entries (its first cause, then every other cause the file
+    has an entry for, comma-separated) and linking to the first on the published site (runbook_url, Alertmanager's
+    usual name for it); none where the cluster file has no troubleshooting at all. A file that has entries but not
+    the first one is refused by `invoke check` (alert_findings)."""
     if not c.troubleshooting:
         return {}
+    ids = {t.id for t in c.troubleshooting}
     base = docs_base(c)
-    linked = base and trouble in {t.id for t in c.troubleshooting}
-    return {"troubleshooting": trouble, **({"runbook_url": f"{base}/troubleshooting/#{trouble}"} if linked else {})}
+    linked = base and trouble in ids
+    return {"troubleshooting": ", ".join([trouble, *(a for a in also if a in ids and a != trouble)]),
+            **({"runbook_url": f"{base}/troubleshooting/#{trouble}"} if linked else {})}
+
+
+def entries_of(rule: dict) -> list[str]:
+    """The troubleshooting entries an alert rule names, first cause first."""
+    return [e for e in rule["annotations"].get("troubleshooting", "").split(", ") if e]
 
 
 def alert_findings(c: Cluster) -> list[tuple[tuple, str]]:
@@ -131,7 +139,7 @@ def alert_findings(c: Cluster) -> list[tuple[tuple, str]]:
     ids = {t.id for t in c.troubleshooting}
     missing = {}
     for rule in alerts(c) if c.monitoring else []:
-        entry = rule["annotations"].get("troubleshooting")
+        entry = next(iter(entries_of(rule)), None)
         if entry and entry not in ids:
             missing.setdefault(entry, []).append(rule["alert"] + (f" ({rule['labels']['tier']})"
                                                                    if "tier" in rule["labels"] else ""))
@@ -205,8 +213,16 @@ def _tier_alerts(c: Cluster, tier: RouterTier | RpcTier, targets, n: int, partne
     name, label = tier.name, {"tier": tier.name}
     recovery = c.recovery_level(name).critical
     hold = f"{math.ceil(recovery)}s"  # promtool reads whole seconds; 1e+06s it refuses
-    down = f"tier {name} has not answered for {recovery:g} s (its recovery target's critical level)"
-    trouble = _entry(c, "rpc-worker-down" if isinstance(tier, RpcTier) else "gateway-connection-refused")
+    own = bool(targets and targets.recovery_s)  # a tier without a recovery target has the default level
+    down = (f"tier {name} has not answered for {recovery:g} s ("
+            + ("its recovery target's critical level)" if own else "the default recovery level: it has no target)"))
+    # every cause of a tier that does not answer: its own crash first, then a job that does not start, a tier on
+    # demand that does not come back, a step the kernel killed, a GPU gone
+    causes = [entry for entry, when in (("job-not-starting", tier.manager == "slurm"),
+                                        ("on-demand-not-serving", bool(tier.on_demand)),
+                                        ("worker-oom-killed", tier.manager == "slurm" and isinstance(tier, RpcTier)),
+                                        ("gpu-memory-or-xid", any(c.node(n).gpus for n in tier.nodes))) if when]
+    trouble = _entry(c, "rpc-worker-down" if isinstance(tier, RpcTier) else "gateway-connection-refused", *causes)
     probe = f'clusterbook_tier_healthy{{tier="{name}"}}'
     # down on purpose, so neither down, unregistered nor pending alerts fire: a tier on demand that the keeper
     # released, and a tier that waits while a tier it cannot run beside serves
@@ -263,7 +279,9 @@ def _tier_alerts(c: Cluster, tier: RouterTier | RpcTier, targets, n: int, partne
                      for rate in (critical / 2, targets.decode_tps.target))
         cases.append(Alert(_rule("DecodeSlow", DECODE.format(job=job(tier)) + f" < {critical:g}", "5m", "critical",
                                  label, f"tier {name} decodes below {critical:g} tok/s (target "
-                                 f"{targets.decode_tps.target:g})", _entry(c, "rpc-on-ethernet")),
+                                 f"{targets.decode_tps.target:g})",
+                                 _entry(c, "rpc-on-ethernet", "gpu-memory-or-xid") if isinstance(tier, RpcTier)
+                                 else _entry(c, "gpu-memory-or-xid", "slow-first-response")),
                            bad, good, {"job": job(tier)}))
     if targets and targets.ttft_s:
         critical = targets.ttft_s.critical
