@@ -389,10 +389,17 @@ def test_every_diagnose_command_of_beefcake2s_troubleshooting_returns_on_the_slu
                         else [sys.executable, "-m", "invoke", *shlex.split(line)[1:]] if line.startswith("invoke ")
                         else ["bash", "-c", line])  # on the operator's machine (hosts: local)
                 try:
-                    subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, timeout=30)
-                    ran.append(line)
+                    done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=30)
+                    ran.append((trouble.id, line, done.returncode, (done.stdout + done.stderr).strip()[-300:]))
                 except subprocess.TimeoutExpired:
                     hung.append(f"{trouble.id}: {line}")
     print(f"{len(ran)} commands returned; not rendered for the lab: {unrendered}")
+    for entry, line, status, err in ran:
+        print(f"  {status:3d} {entry}: {line[:100]}{(' | ' + err[-100:]) if status else ''}")
     assert not hung, "commands that did not return within 30 s:\n" + "\n".join(hung)
     assert len(ran) >= 20 and len(unrendered) <= 2, (len(ran), unrendered)
+    # each ran where the page says: ssh reached its node (255: it did not), invoke knew the task and ended cleanly
+    # (`invoke check` may refuse this file: the entry that does not render here)
+    unreached = [r for r in ran if (r[1].startswith("ssh ") and r[2] == 255) or (r[1].startswith("invoke ") and (
+        "No idea what" in r[3] or "Traceback" in r[3]))]
+    assert not unreached, "\n".join(f"{e}: {line} -> {status}: {err}" for e, line, status, err in unreached)
