@@ -74,5 +74,6 @@ def test_each_alert_names_every_cause_the_file_has_an_entry_for(beefcake2):
     assert rules[("TierDown", "fast")] == ["gateway-connection-refused", "job-not-starting", "gpu-memory-or-xid"]
     assert rules[("DecodeSlow", "fast")][0] == "gpu-memory-or-xid"
     assert rules[("DecodeSlow", "reasoning")][0] == "rpc-on-ethernet"
+    assert rules[("NodeExporterDown", None)] == ["node-down"]  # it linked nowhere
     url = next(r for r in alerts(beefcake2) if r["alert"] == "TierDown")["annotations"].get("runbook_url", "")
     assert url.endswith("/troubleshooting/#gateway-connection-refused") or not url

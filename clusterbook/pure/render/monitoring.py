@@ -178,7 +178,7 @@ def alert_cases(c: Cluster) -> list[Alert]:
     node = c.nodes[0].name
     up = f'up{{job="node", node="{node}"}}'
     cases = [Alert(_rule("NodeExporterDown", 'up{job="node"} == 0', "2m", "warning", {},
-                         "a node exporter does not answer (its node label names the node)", {}),
+                         "a node exporter does not answer (its node label names the node)", _entry(c, "node-down")),
                    [_series(up, f"0x{n}")], [_series(up, f"1x{n}")], {"node": node, "job": "node"})]
     partners = waits_beside(c)
     for tier in c.tiers:
