@@ -485,17 +485,19 @@ class Handler(http.server.BaseHTTPRequestHandler):
         """Pass a stream's lines to the client as they come, keeping the text they carry; (done, text, tokens):
         done when the stream ended ([DONE], a last event, or its HTTP body complete) or the client went away;
         not done when the tier's connection broke first."""
-        finished = False
+        finished, done = False, False
         while True:
             try:
                 line = response.readline()
             except (OSError, ValueError, http.client.HTTPException):  # cut mid-chunk or mid-body
-                return finished, sent, tokens
+                line = None
             if not line:
                 # an end without the stream's own last event is a cut, unless the HTTP body said it was complete:
                 # http.client reads a broken chunked body as its end too, leaving chunk_left 0 (None only after
                 # the last chunk; the same since Python 3.5)
-                whole = response.chunked and response.chunk_left is None
+                whole = line is not None and response.chunked and response.chunk_left is None
+                if finished and not done:  # the last event came, then the tier went before its [DONE]: end it
+                    self.write(b"data: [DONE]\n\n")
                 return finished or whole, sent, tokens
             if line.startswith(b"data: "):
                 data = line[6:].strip()
@@ -503,7 +505,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 piece = streamed_text(event)
                 if piece:
                     sent, tokens = sent + piece, tokens + 1
-                finished = finished or data == b"[DONE]" or last_event(event)
+                done = done or data == b"[DONE]"
+                finished = finished or done or last_event(event)
             if not self.write(line):
                 return True, sent, tokens
 

@@ -272,3 +272,32 @@ def test_a_broken_chunked_stream_is_a_cut_and_continues(hold):
     events = [json.loads(line[6:]) for line in body.decode().splitlines() if line.startswith("data: {")]
     assert "".join(e["choices"][0]["delta"]["content"] for e in events) == "Hello world"
     assert len(ChunkedCut.bodies) == 2 and body.decode().endswith("data: [DONE]\n\n")
+
+
+class EndsBeforeDone(Cutting):
+    """The answer's last event (a finish reason) comes, then the head dies before its [DONE] (bench.faults on the
+    systemd lab, 2026-11-29: a stream ended there had no [DONE], and its client counted it failed)."""
+
+    def do_POST(self):
+        EndsBeforeDone.bodies.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        for word, reason in (("Hello", None), ("", "stop")):
+            event = b"data: " + json.dumps({"choices": [{"delta": {"content": word}, "finish_reason": reason}]}
+                                           ).encode() + b"\n\n"
+            self.wfile.write(f"{len(event):x}\r\n".encode() + event + b"\r\n")
+            self.wfile.flush()
+        self.connection.shutdown(socket.SHUT_RDWR)
+        self.close_connection = True
+
+
+def test_a_stream_whose_tier_dies_after_its_last_event_ends_with_done_and_is_not_sent_again(hold):
+    hold_port, port, servers = hold
+    EndsBeforeDone.bodies = []
+    servers.append(start(port, EndsBeforeDone))
+    _, body, _ = ask(hold_port, {"messages": [{"role": "user", "content": "Greet"}], "stream": True})
+    assert body.decode().endswith("data: [DONE]\n\n") and body.decode().count("[DONE]") == 1, body
+    assert len(EndsBeforeDone.bodies) == 1  # the answer was whole: nothing to continue
+    assert "resume" not in body.decode()
