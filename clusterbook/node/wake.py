@@ -216,8 +216,12 @@ def continuable(payload):
 
 def continuation(payload, sent, tokens):
     """The request that continues a cut stream from its text: the chat's answer so far as an assistant prefill, or
-    the prompt extended; its token limit less what was sent. None: nothing to continue from."""
+    the prompt extended; its token limit less what was sent. None: nothing to continue from. A stream cut before
+    its first word is the request itself, sent again (its client got nothing of the first: an empty assistant
+    prefill is refused by some chat templates, which ended such a stream with an error event)."""
     request = dict(payload)
+    if not sent and not tokens and continuable(payload):
+        return request
     if isinstance(payload.get("messages"), list):
         request["messages"] = payload["messages"] + [{"role": "assistant", "content": sent}]
     elif isinstance(payload.get("prompt"), str):

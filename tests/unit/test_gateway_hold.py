@@ -301,3 +301,16 @@ def test_a_stream_whose_tier_dies_after_its_last_event_ends_with_done_and_is_not
     assert body.decode().endswith("data: [DONE]\n\n") and body.decode().count("[DONE]") == 1, body
     assert len(EndsBeforeDone.bodies) == 1  # the answer was whole: nothing to continue
     assert "resume" not in body.decode()
+
+
+def test_a_stream_cut_before_its_first_word_is_the_request_sent_again():
+    """CI, both labs: the first stream of a run, queued at the head when a worker was killed, was cut before any
+    event; its continuation (an empty assistant prefill) was refused and the stream ended with an error event."""
+    spec = importlib.util.spec_from_file_location("clusterbook_wake_cont", NODE / "wake.py")
+    wake = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(wake)
+    chat = {"messages": [{"role": "user", "content": "Say hi"}], "max_tokens": 400, "stream": True}
+    assert wake.continuation(chat, "", 0) == chat  # nothing reached the client: the same request
+    assert wake.continuation(chat, "Hi", 1)["messages"][-1] == {"role": "assistant", "content": "Hi"}
+    assert wake.continuation(chat, "Hi", 1)["max_tokens"] == 399
+    assert wake.continuation({"prompt": "x", "n_predict": 8}, "", 0) == {"prompt": "x", "n_predict": 8}
