@@ -1,5 +1,5 @@
 """The MkDocs plugin `clusterbook`: mkdocs-macros with one macro per page section, the cluster's name, and the
-runbook pages, pictures and file downloads added as generated files, all from one already-computed Site."""
+runbook pages, pictures and file downloads added as generated files, all from one already-computed DocsInputs."""
 
 import json
 from pathlib import Path
@@ -11,8 +11,8 @@ from mkdocs_macros.plugin import MacrosPlugin
 
 from clusterbook.commands import settings
 from clusterbook.commands.docs_inputs import (
-    Site,
-    build_site,
+    DocsInputs,
+    build_docs_inputs,
     build_stamp,
     built_at,
     change_records,
@@ -33,19 +33,19 @@ class ClusterbookPlugin(MacrosPlugin):
 
     config_scheme = (*MacrosPlugin.config_scheme, *((name, Type(str, default="")) for name in
                                                     ("cluster_file", "built_at", "reports", "runs")))
-    site: Site
+    site: DocsInputs
     expanded: dict  # each page's Markdown as MkDocs got it, and its front matter (docs_export.py writes them)
     files: object  # every file of the build, the generated ones included
 
     def on_config(self, config):
         self.expanded = {}
-        # computed once per file and runbooks' state (docs_inputs.build_site): `invoke docs` loaded it already, and
+        # computed once per file and runbooks' state (build_docs_inputs): `invoke docs` loaded it already, and
         # docs.serve computes it again when the file or a runbook changed
         read = settings.read()  # what a run of mkdocs itself is configured with (docs.serve passes it on)
         chosen = settings.Settings(self.config["cluster_file"] or read.cluster,
                                    Path(self.config["reports"]) if self.config["reports"] else read.reports,
                                    Path(self.config["runs"]) if self.config["runs"] else read.runs)
-        self.site = build_site(chosen.cluster, chosen)
+        self.site = build_docs_inputs(chosen.cluster, chosen)
         cluster = self.site.cluster
         config["site_name"] = f"{cluster.cluster.name} · clusterbook"
         config["copyright"] = build_stamp(self.site, self.config["built_at"] or built_at())  # which file, when
@@ -90,12 +90,12 @@ class ClusterbookPlugin(MacrosPlugin):
 PRINTABLE = "runbooks/print.md"  # every runbook on one page, for paper (linked from the runbooks index)
 
 
-def printable_runbooks(site: Site) -> str:
+def printable_runbooks(site: DocsInputs) -> str:
     """Every runbook page of the site as one page, in the order of the nav (the bring-up's, then the others)."""
     return pages.printable_runbooks([r.markdown for r in site.runbooks if r.page])
 
 
-def page_sources(site: Site, page: str) -> list[str]:
+def page_sources(site: DocsInputs, page: str) -> list[str]:
     """The files a page is made from: the cluster file, and its Markdown or its runbook(s)."""
     runbooks = {r.page: r.runbook for r in site.runbooks if r.page}
     if page == PRINTABLE:
@@ -110,7 +110,7 @@ def page_sources(site: Site, page: str) -> list[str]:
 RUNBOOK_GROUPS = ("Deploy runbooks", "Operate runbooks")  # the bring-up's (operations.bringup), then the others
 
 
-def fill_runbook_groups(nav: list, site: Site) -> None:
+def fill_runbook_groups(nav: list, site: DocsInputs) -> None:
     """Put each runbook page under its nav group, wherever in the nav the group's entry is: the bring-up's runbooks
     in the order they run (as the guide and the index list them), then every other."""
     deploy = {op.runbook for op in bringup(site.cluster)}
@@ -128,7 +128,7 @@ def fill_runbook_groups(nav: list, site: Site) -> None:
                 fill_runbook_groups(value, site)
 
 
-def sections(site: Site) -> dict:
+def sections(site: DocsInputs) -> dict:
     """The macros docs/*.md call, each a section of a page rendered from the site's cluster (clusterbook's own
     Markdown, whose cluster values are escaped where it is built: see pure/mdtext.py)."""
     return {name: _trusted(macro) for name, macro in _sections(site).items()}
@@ -140,7 +140,7 @@ def _trusted(macro):
     return call
 
 
-def _sections(site: Site) -> dict:
+def _sections(site: DocsInputs) -> dict:
     c = site.cluster
     return {
         "prose": prose,

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from clusterbook.commands import docs_export as export
 from clusterbook.commands import settings
-from clusterbook.commands.docs_inputs import build_site, build_stamp, packed_site
+from clusterbook.commands.docs_inputs import build_docs_inputs, build_stamp, packed_site
 from clusterbook.commands.runbooks import run_runbook
 from clusterbook.commands.settings import Settings
 from clusterbook.effects.console import Failed, console
@@ -29,7 +29,7 @@ def docs(s: Settings, cluster_file: str, out: str, serve: bool = False, address:
          built: str | None = None, markdown: str | None = None) -> None:
     """Build the docs site strictly (or serve it) from a cluster file; nothing is fetched from outside. With
     MARKDOWN, also write the pages as plain Markdown there, with an mkdocs.yml that needs no plugin (docs_export)."""
-    site = build_site(cluster_file, s)  # loaded once; bad input: the usual FILE:LINE messages, before MkDocs starts
+    site = build_docs_inputs(cluster_file, s)  # loaded once; bad input: FILE:LINE messages, before MkDocs
     if not MERMAID.exists():
         raise Failed(f"{MERMAID} is missing: run ./setup (it installs the npm package mermaid@11)")
     if serve:  # live reload rebuilds in MkDocs' own process: it reads the settings from the environment
@@ -94,7 +94,7 @@ def publish(s: Settings, cluster_file: str, dry: bool) -> None:
             tar.add(out, arcname=".", filter=_readable)
     packed = base64.b64encode(buffer.getvalue()).decode()
     console.print(f"packed the site: {len(buffer.getvalue()) / 1e6:.1f} MB")
-    stamp = build_stamp(build_site(cluster_file, s), built)
+    stamp = build_stamp(build_docs_inputs(cluster_file, s), built)
     gateway = cluster.gateway
     run_runbook(s, "publish-docs", cluster_file, dry=dry, variables={"build_id": built},
                 extra_artifacts=[packed_site(cluster, packed)])

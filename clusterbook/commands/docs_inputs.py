@@ -37,7 +37,7 @@ class RunbookDoc:
 
 
 @dataclass(frozen=True)
-class Site:
+class DocsInputs:
     cluster_file: str
     cluster: Cluster
     plans: dict[str, TierPlan]
@@ -48,7 +48,7 @@ class Site:
     history: dict[str, tuple[int, str]] = field(default_factory=dict)  # source file -> its last change
 
 
-def build_stamp(site: Site, built_at: str) -> str:
+def build_stamp(site: DocsInputs, built_at: str) -> str:
     """The page footer: which cluster file (by the path given, and its digest) and when; docs.publish checks for it."""
 
     path = Path(site.cluster_file)
@@ -64,15 +64,15 @@ def built_at() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
-def build_site(path: str, s: Settings) -> Site:
+def build_docs_inputs(path: str, s: Settings) -> DocsInputs:
     """The site for a cluster file and its results' folders, recomputed when the file or a runbook changes
     (docs.serve reloads)."""
     stamp = tuple(p.stat().st_mtime_ns for p in [Path(path), *sorted(RUNBOOK_DIR.glob("*.yaml"))])
-    return _build_site(path, s, stamp)
+    return _build_docs_inputs(path, s, stamp)
 
 
 @cache
-def _build_site(path: str, s: Settings, stamp: tuple) -> Site:
+def _build_docs_inputs(path: str, s: Settings, stamp: tuple) -> DocsInputs:
     c = load_cluster(path)
     books = available()
     # one page per operation this cluster offers (its tiers' managers decide which), plus status and logs
@@ -104,7 +104,7 @@ def _build_site(path: str, s: Settings, stamp: tuple) -> Site:
         pictures.update(result_pictures(s.reports, c, path, narrow))
     sources = [path, *(f"docs/{p.relative_to('docs').as_posix()}" for p in Path("docs").rglob("*.md")),
                *(f"runbooks/{p.name}" for p in RUNBOOK_DIR.glob("*.yaml"))]
-    return Site(path, c, plans, published(c, render_artifacts(c)), docs, pictures, s, file_history(sources))
+    return DocsInputs(path, c, plans, published(c, render_artifacts(c)), docs, pictures, s, file_history(sources))
 
 
 def file_history(paths: list[str]) -> dict[str, tuple[int, str]]:
@@ -184,7 +184,7 @@ def result_pictures(reports: Path, c: Cluster, path: str, narrow: bool = False) 
     return out
 
 
-def result_picture(name: str, site: Site, caption: str) -> str:
+def result_picture(name: str, site: DocsInputs, caption: str) -> str:
     """Markdown for one of the results pictures, or nothing when this site has none of that kind."""
     return f"{pages.picture(caption, name)}\n" if pages.picture_file(name) in site.pictures else ""
 
@@ -204,7 +204,7 @@ REPORTS = {  # report name: (what "not yet …" says, the task that writes it)
 }
 
 
-def latest_report(name: str, site: Site) -> str:
+def latest_report(name: str, site: DocsInputs) -> str:
     """The newest report of a kind (verify, bench, bench-recovery) as Markdown when it measured this site's cluster
     file as it is; otherwise a sentence that says so (one cluster's results never appear on another's site)."""
     done, task = REPORTS[name]

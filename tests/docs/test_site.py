@@ -269,10 +269,10 @@ def test_the_navigation_lists_the_bring_up_in_the_guides_order_and_every_other_r
     group of the navigation; every other runbook page under Operate, none twice, none left out."""
     from clusterbook.adapters.mkdocs_plugin import fill_runbook_groups
     from clusterbook.commands import settings
-    from clusterbook.commands.docs_inputs import build_site
+    from clusterbook.commands.docs_inputs import build_docs_inputs
     from clusterbook.pure.docpages import bringup_steps
 
-    site = build_site(str(ROOT / "cluster.yaml"), settings.read())
+    site = build_docs_inputs(str(ROOT / "cluster.yaml"), settings.read())
     nav = [{"Operators": [{"Deploy runbooks": []}, {"Operate runbooks": []}]}]
     fill_runbook_groups(nav, site)
     deploy, operate = (next(iter(group.values())) for group in nav[0]["Operators"])

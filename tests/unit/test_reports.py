@@ -4,7 +4,7 @@ them (the plan is the truth: one cluster's results never appear on another's sit
 from pathlib import Path
 
 from clusterbook.commands import settings
-from clusterbook.commands.docs_inputs import build_site, latest_report
+from clusterbook.commands.docs_inputs import build_docs_inputs, latest_report
 from clusterbook.commands.reportstamp import stamped
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -12,8 +12,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_commands_read_reports_from_the_configured_folder_and_show_only_their_own_cluster(tmp_path):
     here = settings.of({"reports": tmp_path})  # a command line's settings (invoke's clusterbook key)
-    lab, production = (build_site(str(ROOT / "lab/cluster.yaml"), here),
-                       build_site(str(ROOT / "cluster.yaml"), here))
+    lab, production = (build_docs_inputs(str(ROOT / "lab/cluster.yaml"), here),
+                       build_docs_inputs(str(ROOT / "cluster.yaml"), here))
     assert latest_report("verify", lab) == "Not yet verified on lab: no verify report (run `invoke verify`)."
     (tmp_path / "verify-summary.md").write_text(stamped("3 of 3 passed\n", "lab", ROOT / "lab/cluster.yaml"))
     assert latest_report("verify", lab) == "3 of 3 passed\n"
@@ -25,7 +25,7 @@ def test_commands_read_reports_from_the_configured_folder_and_show_only_their_ow
     env = settings.as_environment(here, cluster="lab/cluster.yaml")
     assert env == {"INVOKE_CLUSTERBOOK_CLUSTER": "lab/cluster.yaml",
                    "INVOKE_CLUSTERBOOK_REPORTS": str(tmp_path), "INVOKE_CLUSTERBOOK_RUNS": "runs"}
-    elsewhere = build_site(str(ROOT / "lab/cluster.yaml"), settings.of({"reports": tmp_path / "none"}))
+    elsewhere = build_docs_inputs(str(ROOT / "lab/cluster.yaml"), settings.of({"reports": tmp_path / "none"}))
     assert latest_report("verify", elsewhere).startswith("Not yet verified on lab")  # another folder, its own
 
 
