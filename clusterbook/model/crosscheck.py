@@ -7,7 +7,7 @@ from collections import Counter
 
 from clusterbook.model.fixlint import fix_lint
 from clusterbook.model.hosts import build_node, resolve_hosts
-from clusterbook.model.ownedpaths import folder_findings, legacy_findings
+from clusterbook.model.ownedpaths import apart_findings, folder_findings, legacy_findings
 from clusterbook.model.pathroles import path_role_findings
 from clusterbook.model.portcheck import port_findings
 from clusterbook.model.problems import Path
@@ -33,7 +33,7 @@ def check_cluster(c: Cluster) -> list[Finding]:
     findings: list[Finding] = []
     for rule in (_networks, _nodes, _hostnames, _jumps, _engine, _models, _tiers, _contexts, port_findings, _router,
                  _gateway, _on_demand, _co_reside, _targets, _unique_ids, slurm_findings, path_role_findings,
-                 folder_findings, legacy_findings, _memory_max, _compilers, _owner, _alert_receivers,
+                 folder_findings, apart_findings, legacy_findings, _memory_max, _compilers, _owner, _alert_receivers,
                  _monitoring_releases, _fetched_over_https):
         findings.extend(rule(c))
     return findings
@@ -53,6 +53,12 @@ def _networks(c: Cluster) -> list[Finding]:
     marked = [name for name, net in c.networks.items() if net.carries_rpc]
     if len(marked) > 1:
         out.append((("networks", marked[1], "carries_rpc"), f"only one network can carry RPC (also {marked[0]})"))
+    subnets = {name: ipaddress.ip_network(net.subnet) for name, net in c.networks.items()}
+    for j, (name, subnet) in enumerate(subnets.items()):
+        for other, before in list(subnets.items())[:j]:
+            if subnet.overlaps(before):
+                out.append((("networks", name, "subnet"), f"{subnet} overlaps {other}'s {before}: each network is "
+                                                          "its own subnet (the firewall tells them apart by it)"))
     fabric = [name for name, net in c.networks.items() if net.role == "fabric"]
     if fabric and marked and marked[0] != fabric[0]:
         out.append((("networks", marked[0], "carries_rpc"),

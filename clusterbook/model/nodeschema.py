@@ -81,6 +81,12 @@ class Access(Strict):
         return value
 
 
+# Networks a cluster's own subnet may lie in (the private ranges, the carrier-grade NAT range Tailscale uses, and
+# loopback for a rehearsal on one machine): the firewall opens the tiers' and RPC ports to the whole subnet.
+CLUSTER_RANGES = tuple(ipaddress.ip_network(r) for r in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16",
+                                                         "100.64.0.0/10", "127.0.0.0/8", "fc00::/7"))
+
+
 class Network(Strict):
     """One IP network of the cluster."""
 
@@ -97,9 +103,12 @@ class Network(Strict):
     @classmethod
     def _cidr(cls, value: str) -> str:
         try:
-            ipaddress.ip_network(value, strict=True)
+            net = ipaddress.ip_network(value, strict=True)
         except ValueError as exc:
             raise ValueError(f"not a CIDR subnet ({exc})") from None
+        if not any(net.version == r.version and net.subnet_of(r) for r in CLUSTER_RANGES):
+            raise ValueError(f"{value} is not a cluster's own network: the firewall admits it to the tiers' ports, so "
+                             f"it lies within {', '.join(map(str, CLUSTER_RANGES))}")
         return value
 
 

@@ -46,6 +46,35 @@ def folder_findings(c: Cluster) -> list[tuple[Path, str]]:
     return out
 
 
+FILE_FIELDS = {("ApiKeyRef", "file"), ("Router", "script")}  # owned paths that are one file, not a folder
+
+
+def apart_findings(c: Cluster) -> list[tuple[Path, str]]:
+    """Folders clusterbook writes hold one kind of file each: no two are the same or lie one in the other, no file
+    is one of them, and the earlier setup's models folder, which it only reads, is none of them, holds none and
+    lies in none."""
+    out: list[tuple[Path, str]] = []
+    owned = [(where, cls, name, value.rstrip("/") or "/") for where, cls, name, value in path_fields(c)
+             if "owned" in PATH_ROLES[(cls, name)].roles]
+    for j, (where, cls, name, value) in enumerate(owned):
+        for other, other_cls, other_name, before in owned[:j]:
+            files = {(cls, name), (other_cls, other_name)} & FILE_FIELDS
+            clash = value == before if files else inside(value, before) or inside(before, value)
+            if clash:  # named at both, since either may be the edit
+                for at, path, (by, its) in ((where, value, (other, before)), (other, before, (where, value))):
+                    out.append((at, f"{path} is, holds or lies in {'.'.join(map(str, by))} ({its}): each folder "
+                                    "clusterbook writes holds one kind of file"))
+    if c.legacy and c.legacy.models_dir:
+        kept = c.legacy.models_dir.rstrip("/") or "/"
+        for where, _, _, value in owned:
+            if inside(value, kept) or inside(kept, value):
+                out.append((("legacy", "models_dir"), f"{kept} is, holds or lies in {'.'.join(map(str, where))} "
+                                                      f"({value}): the earlier setup's models are only read, from a "
+                                                      "folder clusterbook does not write"))
+                break
+    return out
+
+
 def _inference_named(path: str, folder: str) -> bool:
     """Whether a part of path below folder is named as an inference service's (llama…, ai-…, vllm…, ollama…)."""
     below = path[len(folder.rstrip("/")):].strip("/").split("/")

@@ -4,6 +4,7 @@ the model selector and the gateway."""
 from __future__ import annotations
 
 import ipaddress
+import re
 from typing import Annotated, Literal
 
 from pydantic import (
@@ -237,7 +238,8 @@ class Gateway(Strict):
     listen: list[IpAddress] = Field(default_factory=lambda: ["127.0.0.1"], description="addresses nginx listens on "
                                                                                       "(each a specific one)")
     routes: list[GatewayRoute] = Field(min_length=1, description="path -> tier")
-    tailscale_name: HostName | None = Field(None, description="Tailscale DNS name (tailscale serve publishes it)")
+    tailscale_name: HostName | None = Field(None, description="the gateway's Tailscale DNS name, NODE.TAILNET.ts.net "
+                                                              "(tailscale serve publishes it; the site links to it)")
     path_port: Port | None = Field(None, description="also serve every route by its path on this port "
                                                      "(what tailscale serve does, for networks without it)")
     update_interval_s: int = Field(30, ge=5, le=3600, description="how often the endpoint updater runs")
@@ -269,3 +271,11 @@ class Gateway(Strict):
     def url(self) -> str | None:
         return f"https://{self.tailscale_name}" if self.tailscale_name else None
 
+    @field_validator("tailscale_name")
+    @classmethod
+    def _tailnet_name(cls, value: str | None) -> str | None:
+        """Tailscale gives every machine NODE.TAILNET.ts.net: any other name would send the site's readers, and its
+        links, to a host that is not this gateway."""
+        if value is not None and not re.fullmatch(r"[a-z0-9-]+\.[a-z0-9-]+\.ts\.net", value.lower()):
+            raise ValueError("a Tailscale name is NODE.TAILNET.ts.net, as `tailscale status` shows it")
+        return value

@@ -37,6 +37,12 @@ CASES = [  # (old text of cluster.yaml, new text, field named, what the message 
     ("  - name: vasp-02\n", "  - name: VASP-01\n", "nodes[VASP-01].name", "unique in any case"),
     ("scenarios: [Every RPC worker is active and listens on its fabric address only]",
      "scenarios: [Every RPC worker is active]", "criteria[2].scenarios[0]", "no acceptance scenario is named"),
+    # networks: the firewall admits a whole subnet, so a subnet is a cluster's own and one network's only
+    ("    subnet: 10.0.0.0/24\n", "    subnet: 0.0.0.0/0\n", "networks.management.subnet", "not a cluster's own"),
+    ("    subnet: 10.100.0.0/24\n", "    subnet: 10.0.0.0/8\n", "networks.fabric.subnet", "overlaps management"),
+    # the site's links go to the gateway's own Tailscale name, never another host
+    ("  tailscale_name: slurm-ctl.tailc46cd0.ts.net", "  tailscale_name: evil.example.com",
+     "gateway.tailscale_name", "NODE.TAILNET.ts.net"),
     # issue 47: who answers for a production cluster is in the file, or a decision says why not yet
     ("owner_unrecorded: D28  #", "owner_unrecorded: D99  #", "owner_unrecorded", "no decision D99 in decisions"),
     ("owner_unrecorded: D28  #", "owner_unrecorded: D28\nowner: {name: Ana, contact: ana@lab.example}  #",

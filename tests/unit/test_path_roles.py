@@ -116,6 +116,11 @@ HOSTILE = [  # (old text of cluster.yaml, new text, field named in the message, 
     ("known_hosts: .clusterbook/known_hosts", "known_hosts: .clusterbook/known_hosts\n  key_file: ~/.bashrc",
      "access.key_file", "operator-side"),
     ("known_hosts: .clusterbook/known_hosts", "known_hosts: /dev/null", "access.known_hosts", "known_hosts"),
+    # folders clusterbook writes hold one kind of file each; the earlier setup's models are only read
+    ("  models_dir: /scratch/ai/models", "  models_dir: /etc/llama", "storage.models_dir", "storage.env_dir"),
+    ("  models_dir: /opt/models  #", "  models_dir: /scratch/ai/models  #", "legacy.models_dir", "only read"),
+    ("  models_dir: /opt/models  #", "  models_dir: /etc  #", "legacy.models_dir", "storage.env_dir"),
+    ("  models_dir: /opt/models  #", "  models_dir: /  #", "legacy.models_dir", "only read"),
     # the mount itself
     ("  shared_dir: /cluster/shared", "  shared_dir: /etc", "storage.shared_dir", "mount"),
     # 2: stop.legacy
