@@ -25,7 +25,7 @@ from clusterbook.effects.benchmark import (
 from clusterbook.effects.connections import connect
 from clusterbook.effects.console import Failed, console
 from clusterbook.effects.fabric import measure
-from clusterbook.effects.faults import NEW_JOB_FAULTS, faults_for, run_fault
+from clusterbook.effects.faults import NEW_JOB_FAULTS, OVERLOAD_EXTRA, faults_for, run_fault, run_overload
 from clusterbook.effects.probes import api_key
 from clusterbook.effects.recovery import PAGE_CACHE, run_case
 from clusterbook.effects.rehearsal import Rehearsal, gpu_assignment, head_first_gpu, localize
@@ -37,7 +37,15 @@ from clusterbook.model.loader import load_cluster
 from clusterbook.model.schema import RpcTier
 from clusterbook.pure import topology as topo
 from clusterbook.pure.planner.capacity import GIB, plan_tier
-from clusterbook.pure.planner.loadtime import admitted, hold_s, load_json, new_job_hold_s, predict_load
+from clusterbook.pure.planner.loadtime import (
+    admitted,
+    cold_start_s,
+    hold_s,
+    load_json,
+    new_job_hold_s,
+    predict_load,
+    wait_cap_s,
+)
 from clusterbook.pure.planner.shape import shape_of
 from clusterbook.pure.recoverylog import ordered
 
@@ -298,13 +306,21 @@ def faults(s: Settings, cluster_file: str, tier_name: str | None, names: tuple[s
     plan = plan_tier(cluster, tier)
     predicted = load_json(cluster, tier, plan)
     bound = {"hold_s": hold_s(cluster, tier, plan), "new_job_hold_s": new_job_hold_s(cluster, tier, plan)}
+    if tier.on_demand:  # a released tier's first requests wait for its cold start, at most the wake's cap
+        predicted["cold_start_s"] = round(cold_start_s(cluster, tier, plan), 1)
+        bound["wake_cap_s"] = wait_cap_s(cluster, tier, plan)
     clients = clients or min(20, admitted(cluster, tier))  # more would be told 429 (too many) by design
     transport = connect(cluster)
     key = api_key(transport, cluster, tier)
     url = topo.client_url(cluster, tier) + "/v1/chat/completions"
-    limit = 2 * max(bound["hold_s"], bound["new_job_hold_s"] or 0) + 30
-    runs = []
+    limit = 2 * max(bound["hold_s"], bound["new_job_hold_s"] or 0, bound.get("wake_cap_s", 0)) + 30
+    runs, overload = [], None
     for name in names or known:
+        if name == "overload":
+            with console.status(f"overload: {admitted(cluster, tier) + OVERLOAD_EXTRA} requests at once …"):
+                overload = run_overload(url, key, admitted(cluster, tier), OVERLOAD_EXTRA, tier.served_models[0],
+                                        limit + 60)
+            continue
         with console.status(f"{name}: {clients} clients …") as status:
             runs.append(run_fault(cluster, transport, tier, name, url, key, clients, limit, progress=status.update,
                                   model=tier.served_models[0]))
@@ -319,23 +335,39 @@ def faults(s: Settings, cluster_file: str, tier_name: str | None, names: tuple[s
              f"{predicted['recovery_s']:g} s after a crash inside the job or unit"
              + (f", {predicted['new_job_recovery_s']:g} s where a new job starts" if "new_job_recovery_s" in predicted
                 else "") + f"; the gateway holds a request at most {bound['hold_s']} s"
-             + (f" ({bound['new_job_hold_s']} s while a new job starts)." if bound["new_job_hold_s"] else "."), "",
+             + (f" ({bound['new_job_hold_s']} s while a new job starts)" if bound["new_job_hold_s"] else "")
+             + (f"; a released tier on demand starts in {predicted['cold_start_s']:g} s, its requests held at most "
+                f"{bound['wake_cap_s']} s." if tier.on_demand else "."), "",
              "| fault | requests | failed | streams resumed | back after | p50 / p99 before | p50 / p99 during | "
              "predicted back |", "|---|---|---|---|---|---|---|---|"]
     for run in runs:
         before, during = run.latency(False), run.latency(True)
         back = f"{run.back_s:g} s" if run.back_s is not None else "not back"
-        new_job = run.fault in NEW_JOB_FAULTS
-        expect = predicted.get("new_job_recovery_s") if new_job else predicted["recovery_s"]
+        expect, held = ((predicted["cold_start_s"], bound["wake_cap_s"]) if run.fault == "released" else
+                        (predicted.get("new_job_recovery_s"), bound["new_job_hold_s"]) if run.fault in NEW_JOB_FAULTS
+                        else (predicted["recovery_s"], bound["hold_s"]))
         row = [run.fault, str(len(run.requests)), str(len(run.failed)), str(sum(r.resumed for r in run.requests)),
                back, f"{before['p50']}/{before['p99']} s", f"{during['p50']}/{during['p99']} s", f"{expect:g} s",
-               f"{bound['new_job_hold_s'] if new_job else bound['hold_s']} s"]
+               f"{held} s"]
         table.add_row(*[escape(cell) for cell in row])
         lines.append("| " + " | ".join(row[:8]) + " |")
-    console.print(table)
+    if runs:
+        console.print(table)
+    if overload:
+        o = overload.to_json()
+        said = (f"Overload: {o['sent']} requests at once to a tier that admits {o['admitted']} (its slots and "
+                f"queue): {o['refused']} told 429 with Retry-After in p50 {o['refused_ms']['p50']} ms, p99 "
+                f"{o['refused_ms']['p99']} ms (slowest {o['refused_ms']['max']} ms; the target is 50 ms); "
+                + (f"{len(o['failed'])} failed: {', '.join(o['failed'][:3])}." if o["failed"] else
+                   "every other one answered."))
+        console.print(escape(said))
+        lines += ["", said]
     write_report(s, "bench-faults", {"tier": tier.name, "card": _tier_card(cluster, tier), "clients": clients,
-                                     "predicted": predicted, "bounds": bound, "runs": [r.to_json() for r in runs]},
+                                     "predicted": predicted, "bounds": bound, "runs": [r.to_json() for r in runs],
+                                     **({"overload": overload.to_json()} if overload else {})},
                  "\n".join(lines) + "\n", cluster, cluster_file)
+    if overload and overload.failed:
+        raise Failed(f"overload: {len(overload.failed)} requests failed: {', '.join(overload.failed[:5])}")
     failed = [(run.fault, r) for run in runs for r in run.failed]
     if failed:
         raise Failed(f"{len(failed)} requests failed: " + "; ".join(

@@ -16,6 +16,8 @@ from clusterbook.commands.reportstamp import file_digest
 from clusterbook.commands.runbooks import run_runbook
 from clusterbook.commands.settings import Settings
 from clusterbook.effects.apply_engine import ApplyEngine, phase_hosts, restored_file
+from clusterbook.effects.change_hold import changing
+from clusterbook.effects.connections import connect
 from clusterbook.effects.console import Failed, console
 from clusterbook.effects.node_facts import live_facts, recorded_facts
 from clusterbook.effects.scenario_run import run_scenarios
@@ -70,8 +72,11 @@ def rollback(s: Settings, cluster_file: str, tier: str | None = None, dry: bool 
                           f"link changed since {phase}'s last verified generation, and start it again with "
                           f"{restored_file(cluster_file, cluster, phase)}. Nothing was contacted or changed.")
         return
-    apply_engine = engine(s)
-    failed = [r.error for u in phases if not (r := apply_engine.rollback(cluster_file, u)).answered]
+    apply_engine, transport, failed = engine(s), connect(cluster), []
+    for phase in phases:
+        with changing(cluster, phase, transport):  # the gateway holds the tier's requests meanwhile
+            back = apply_engine.rollback(cluster_file, phase)
+        failed += [] if back.answered else [back.error]
     if failed:
         raise Failed("rollback did not bring everything back:\n" + "\n".join(e or "" for e in failed))
 

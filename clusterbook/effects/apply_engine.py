@@ -12,6 +12,7 @@ from typing import Protocol
 
 from rich.table import Table
 
+from clusterbook.effects.change_hold import changing
 from clusterbook.effects.connections import connect
 from clusterbook.effects.console import Failed, console
 from clusterbook.effects.executor import Executor
@@ -156,6 +157,13 @@ class ApplyEngine:
                                 "records one)") + "; nothing was changed")
                 return rec
             mark_verified(cluster, {phase.name})  # the state before the change is known good: a rollback returns to it
+        with changing(cluster, phase.tier, connect(cluster)):  # the gateway holds the tier's requests meanwhile
+            return self._change(cluster_file, cluster, pp, rec, known_good, out)
+
+    def _change(self, cluster_file: str, cluster: Cluster, pp: ch.PhasePlan, rec: PhaseRecord,
+                known_good: str | None, out: Path) -> PhaseRecord:
+        """The phase's deploy and scenarios after it; its rollback and the scenarios again where either failed."""
+        phase = pp.phase
         try:
             if pp.restart_only:
                 op = next(o for o in tier_operations(cluster) if o.collection == "restart" and o.name == phase.tier)

@@ -11,23 +11,47 @@ from dataclasses import dataclass, field
 
 import httpx
 
+from clusterbook.effects.console import Failed
 from clusterbook.effects.recovery import disrupt, end_preemption, preempting_partition
 from clusterbook.model.schema import Cluster, RouterTier, RpcTier
+from clusterbook.pure import topology as topo
 
 RESUMED = ": clusterbook: the stream resumed"  # the SSE comment the hold service writes where it continued a stream
 BEFORE_S = 3  # clients run this long before the fault (the baseline) and after the tier answers again
 NEW_JOB_FAULTS = ("job ended", "preempted")  # the tier comes back in a new SLURM job: the new job's hold and prediction
+OVERLOAD_EXTRA = 20  # requests beyond what a tier admits, sent at once with the admitted ones: told 429 at once
+QUIET_FAULTS = ("released",)  # done while the clients send nothing (a tier is released only when idle)
 
 
 def faults_for(c: Cluster, tier: RouterTier | RpcTier) -> tuple[str, ...]:
     """The faults a tier can be given: its server killed, an RPC worker killed; under SLURM its job ended (as a
     preemption ends a job that is not requeued: the keeper submits a new one), and a single-node tier preempted by a
     job of the partition that preempts it (where clusterbook configures SLURM): it moves to another node, and the
-    preemptor is ended once the tier answers again."""
+    preemptor is ended once the tier answers again. A tier on demand is also released as its keeper releases it
+    when idle, and its clients' next requests wake it."""
     slurm = tier.manager == "slurm"
     return (("worker killed",) if isinstance(tier, RpcTier) else ()) + ("head killed",) + \
         (("job ended",) if slurm else ()) + \
-        (("preempted",) if slurm and isinstance(tier, RouterTier) and preempting_partition(c) else ())
+        (("preempted",) if slurm and isinstance(tier, RouterTier) and preempting_partition(c) else ()) + \
+        (("released",) if tier.on_demand else ()) + ("overload",)
+
+
+def release(c: Cluster, transport, tier: RouterTier | RpcTier, limit_s: float) -> None:
+    """Release an idle tier on demand as its keeper does once its idle time passed (the wake service marks it
+    released when nothing is in flight, then its job is cancelled), and wait until the job has left the queue."""
+    job = topo.units(tier).job
+    url = f"http://127.0.0.1:{c.gateway.wake_port}/release/{tier.name}?idle_s=0"
+    command = (f"for i in $(seq 20); do out=$(curl -sS -m 20 '{url}'); case \"$out\" in "
+               f"*'\"released\": true'*) exec scancel -n {job};; esac; sleep 0.5; done; "
+               "echo \"the wake service did not release it: $out\" >&2; exit 1")  # llama-server's metrics lag
+    result = transport.run(c.keeper_node, command)
+    if not result.ok:
+        raise Failed(f"{c.keeper_node}: released: `{command}` exited {result.returncode}: {result.tail()}")
+    started = time.monotonic()
+    while transport.run(c.slurm_controller, f"squeue -h -n {job} -o %i").stdout.strip():
+        if time.monotonic() - started > limit_s:
+            raise Failed(f"released: job {job} still in the queue after {limit_s:.0f} s")
+        time.sleep(1)
 
 
 @dataclass
@@ -39,6 +63,7 @@ class Request:
     outcome: str  # "ok", or the status code or error that the client saw
     took_s: float
     resumed: bool = False
+    why: str = ""  # a failed request: the start of what it was told
 
 
 @dataclass
@@ -67,22 +92,30 @@ class FaultRun:
 
     def to_json(self) -> dict:
         return {"fault": self.fault, "clients": self.clients, "requests": len(self.requests),
-                "failed": [{"sent_s": round(r.sent_s, 1), "outcome": r.outcome} for r in self.failed],
+                "failed": [{"sent_s": round(r.sent_s, 1), "outcome": r.outcome, "stream": r.stream, "why": r.why}
+                           for r in self.failed],
                 "resumed_streams": sum(r.resumed for r in self.requests), "back_s": self.back_s,
                 "latency_before_s": self.latency(False), "latency_during_s": self.latency(True)}
 
 
 def run_fault(c: Cluster, transport, tier: RouterTier | RpcTier, fault: str, url: str, key: str | None,
               clients: int, limit_s: float, progress: Callable[[str], None] = lambda text: None,
-              model: str | None = None) -> FaultRun:
+              model: str | None = None, act: Callable[[], None] | None = None) -> FaultRun:
     """`clients` clients (every second one streaming a long answer, so that one is in flight at the fault; asking for
-    `model`, which a router tier needs) from
-    BEFORE_S before the fault until BEFORE_S after the tier answered a request sent after it (at most limit_s)."""
+    `model`, which a router tier needs) from BEFORE_S before the fault until BEFORE_S after the tier answered a
+    request sent after it (at most limit_s). `act` does a fault of the caller's own (a bad change applied and rolled
+    back) and returns when it is over."""
     run, stop, lock = FaultRun(fault, clients), threading.Event(), threading.Lock()
+    quiet, busy = threading.Event(), [0]  # quiet: clients send nothing new; busy: requests in flight
     headers = {"Authorization": f"Bearer {key}"} if key else {}
 
     def client(stream: bool) -> None:
         while not stop.is_set():
+            if quiet.is_set():
+                time.sleep(0.1)
+                continue
+            with lock:
+                busy[0] += 1
             started = time.monotonic()
             body = {"messages": [{"role": "user", "content": "Say hi"}], "max_tokens": 400 if stream else 8,
                     "stream": stream, "ignore_eos": stream, **({"model": model} if model else {})}
@@ -91,10 +124,12 @@ def run_fault(c: Cluster, transport, tier: RouterTier | RpcTier, fault: str, url
                 ok = answer.status_code == 200 and (not stream or (answer.text.rstrip().endswith("data: [DONE]")
                                                                     and '"error"' not in answer.text))
                 outcome, resumed = ("ok" if ok else str(answer.status_code)), RESUMED in answer.text
+                why = "" if ok else answer.text[-160:] if stream else answer.text[:160]
             except httpx.HTTPError as exc:
-                outcome, resumed = type(exc).__name__, False
+                outcome, resumed, why = type(exc).__name__, False, str(exc)[:160]
             with lock:
-                run.requests.append(Request(started, stream, outcome, time.monotonic() - started, resumed))
+                run.requests.append(Request(started, stream, outcome, time.monotonic() - started, resumed, why))
+                busy[0] -= 1
             time.sleep(0.2)
 
     threads = [threading.Thread(target=client, args=(i % 2 == 1,), daemon=True) for i in range(clients)]
@@ -103,8 +138,19 @@ def run_fault(c: Cluster, transport, tier: RouterTier | RpcTier, fault: str, url
     time.sleep(BEFORE_S)
     progress(f"{fault} …")
     try:
-        disrupt(c, transport, tier, fault)
-        at = time.monotonic()  # the fault, on this machine's clock
+        if fault in QUIET_FAULTS:  # the clients stop, the tier is released, they start again: the fault's time
+            quiet.set()
+            while busy[0]:
+                time.sleep(0.1)
+            release(c, transport, tier, limit_s)
+            at = time.monotonic()
+            quiet.clear()
+        elif act:
+            at = time.monotonic()
+            act()
+        else:
+            disrupt(c, transport, tier, fault)
+            at = time.monotonic()  # the fault, on this machine's clock
         while time.monotonic() - at < limit_s:
             with lock:
                 back = [r.sent_s for r in run.requests if r.sent_s > at + 1 and r.outcome == "ok"]
@@ -122,4 +168,57 @@ def run_fault(c: Cluster, transport, tier: RouterTier | RpcTier, fault: str, url
             end_preemption(c, transport)
     for r in run.requests:  # times from the fault
         r.sent_s = round(r.sent_s - at, 2)
+    return run
+
+
+@dataclass
+class OverloadRun:
+    """More requests at once than a tier admits (its slots and queue): how fast the excess was told 429."""
+
+    admitted: int
+    outcomes: list[tuple[str, float, str | None]] = field(default_factory=list)  # (status or error, s, Retry-After)
+
+    @property
+    def refused_ms(self) -> list[float]:
+        return sorted(round(took * 1000, 1) for outcome, took, _ in self.outcomes if outcome == "429")
+
+    @property
+    def failed(self) -> list[str]:
+        """Anything but an answer or a prompt 429 with Retry-After: an admitted request that failed, a timeout."""
+        return [f"{outcome} after {took:.1f} s" for outcome, took, after in self.outcomes
+                if outcome != "200" and not (outcome == "429" and after)]
+
+    def to_json(self) -> dict:
+        ms = self.refused_ms
+        return {"admitted": self.admitted, "sent": len(self.outcomes), "refused": len(ms),
+                "refused_ms": {"p50": statistics.median(ms) if ms else None,
+                               "p99": ms[min(len(ms) - 1, int(0.99 * len(ms)))] if ms else None,
+                               "max": ms[-1] if ms else None}, "failed": self.failed}
+
+
+def run_overload(url: str, key: str | None, admitted: int, extra: int, model: str | None,
+                 timeout_s: float) -> OverloadRun:
+    """admitted + extra requests sent at once (a barrier releases them together): each one's status and time."""
+    run, lock, gate = OverloadRun(admitted), threading.Lock(), threading.Barrier(admitted + extra)
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    body = {"messages": [{"role": "user", "content": "Count to fifty."}], "max_tokens": 64,
+            **({"model": model} if model else {})}
+
+    def one() -> None:
+        with httpx.Client(timeout=timeout_s) as client:  # made before the barrier: its TLS set-up is not timed
+            gate.wait()
+            started = time.monotonic()
+            try:
+                answer = client.post(url, json=body, headers=headers)
+                outcome = (str(answer.status_code), time.monotonic() - started, answer.headers.get("retry-after"))
+            except httpx.HTTPError as exc:
+                outcome = (type(exc).__name__, time.monotonic() - started, None)
+        with lock:
+            run.outcomes.append(outcome)
+
+    threads = [threading.Thread(target=one, daemon=True) for _ in range(admitted + extra)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout_s + 30)
     return run

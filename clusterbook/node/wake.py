@@ -303,6 +303,17 @@ class Route:
             return 0, self.spec["retry_after"]
         return self.spec["new_job_hold_s"], self.spec["new_job_retry_after"]
 
+    def changing_s(self):
+        """Seconds left of an apply's or a rollback's change of the tier (its mark holds the node-clock second it
+        ends by, at most the tier's timeout from now); 0 when none is in progress. While one is, a request is held
+        past the crash bound and a stopped tier is waited for: the change starts it again."""
+        try:
+            with open(self.spec["changing"]) as f:
+                deadline = float(f.read().split()[0])
+        except (KeyError, TypeError, OSError, ValueError, IndexError):
+            return 0
+        return max(0.0, min(deadline - time.time(), float(self.spec["timeout_s"])))
+
     def bound(self):
         """(how long a request may be held, the Retry-After past it), for the tier's state now."""
         return self.away() or (self.spec["hold_s"], self.spec["retry_after"])
@@ -384,7 +395,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
                         print(f"{route.name}: held {self.command} {route.path(self.path)} "
                               f"{time.monotonic() - started:.1f} s, sent {tries} times", flush=True)
                     return self.reply(*answer)
-            if time.monotonic() - started >= limit:
+            if time.monotonic() - started >= limit and not route.changing_s():
                 return self.unavailable(route, limit, retry_after)
             time.sleep(0.5)
             limit, retry_after = max((limit, retry_after), route.bound())  # a job that left meanwhile: its new one
@@ -463,7 +474,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
                                            + (f" (cut {resumes} times)" if request else ""))
                 self.comment("clusterbook: the tier went away; this stream resumes when it is back")
                 continue
-            if time.monotonic() - started >= limit:
+            if time.monotonic() - started >= limit and not route.changing_s():
                 if not opened:
                     return self.unavailable(route, limit, retry_after)
                 return self.end_stream(unavailable(route, limit, retry_after))

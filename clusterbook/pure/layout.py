@@ -128,5 +128,14 @@ def keeper_marker_dir(c: Cluster) -> str:
     return posixpath.join(c.storage.env_dir, "slurm")
 
 
+CHANGING_DIR = "/run/clusterbook-hold"  # on the gateway node: <tier>.changing while apply or rollback changes it
+
+
+def changing_mark(tier: RouterTier | RpcTier) -> str:
+    """The gateway's mark that an apply or a rollback is changing the tier: it holds the node-clock second until
+    which the hold waits for the tier (effects/change_hold.py writes it, the wake service reads it)."""
+    return posixpath.join(CHANGING_DIR, f"{tier.name}.changing")
+
+
 def sbatch_path(c: Cluster, tier: RouterTier | RpcTier) -> str:
     return posixpath.join(keeper_marker_dir(c), f"{topo.units(tier).job}.sbatch")

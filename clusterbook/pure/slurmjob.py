@@ -69,17 +69,17 @@ def _unless_released(c: Cluster, tier: RouterTier | RpcTier) -> str:
 
 
 def submit(c: Cluster, tier: RouterTier | RpcTier, replace: str) -> tuple[str, str | None, str]:
-    """(command, unless, label) that submits the tier's job. The keeper's mark is taken while the old job is
-    cancelled (so the keeper does not submit it in between) and set again once sbatch took the new one; replace
-    `older`: skipped when a job already runs this very script, `always`: the running job is cancelled and submitted
-    again (a restart)."""
+    """(command, unless, label) that submits the tier's job. The old job is cancelled and the new one submitted
+    under the keeper's lock of the job (the keeper takes the same lock, so it cannot submit a second job in
+    between); the tier stays marked wanted throughout, so the gateway holds its requests for the new job, and is
+    unmarked only when sbatch refuses the new one. replace `older`: skipped when a job already runs this very
+    script, `always`: the running job is cancelled and submitted again (a restart)."""
     job, script = topo.units(tier).job, layout.sbatch_path(c, tier)
     wanted = marker(c, tier, "wanted")
-    # under the keeper's lock of this job: a keeper pass that began before the mark was taken cannot submit a
-    # second job between the cancel and this sbatch (the keeper takes the same lock)
-    command = (f"mkdir -p {layout.keeper_marker_dir(c)} && (flock -w 120 9; rm -f {wanted}; "
+    command = (f"mkdir -p {layout.keeper_marker_dir(c)} && (flock -w 120 9; "
                f"scancel -n {job} 2>/dev/null; while squeue -h -n {job} | grep -q .; do sleep 1; done; "
-               f"{sbatch_shell(script)} && touch {wanted}) 9>{marker(c, tier, 'lock')}")
+               f"if {sbatch_shell(script)}; then touch {wanted}; else rm -f {wanted}; exit 1; fi) "
+               f"9>{marker(c, tier, 'lock')}")
     if replace == "always":  # a restart starts a released tier too
         command = (f"rm -f {marker(c, tier, 'released')}; " if tier.on_demand else "") + command
         return command, None, f"sbatch {script} (cancelling the running job first)"

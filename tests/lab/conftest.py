@@ -171,3 +171,17 @@ def no_request_fails_through(cluster_file: Path, fault: str, reports: Path, clie
     assert run["fault"] == fault and run["failed"] == [] and run["back_s"] is not None, run
     assert run["requests"] > report["clients"], run  # every client sent, before and after the fault
     return run
+
+
+def clients_through(cluster, tier_name: str, fault: str, act, clients: int = 4):
+    """bench.faults' clients through the gateway (half streaming) while `act` does a fault of the test's own."""
+    from clusterbook.effects.connections import connect
+    from clusterbook.effects.faults import run_fault
+    from clusterbook.effects.probes import api_key
+    from clusterbook.pure import topology as topo
+
+    tier = cluster.tier(tier_name)
+    key = api_key(connect(cluster), cluster, tier)
+    url = topo.client_url(cluster, tier) + "/v1/chat/completions"
+    return run_fault(cluster, None, tier, fault, url, key, clients, limit_s=300, act=act,
+                     model=tier.served_models[0])

@@ -8,7 +8,9 @@ import time
 
 import pytest
 
-from .conftest import NEEDS_LAB, ROOT, invoke
+from clusterbook.model.loader import load_cluster
+
+from .conftest import NEEDS_LAB, ROOT, clients_through, invoke
 
 pytestmark = [pytest.mark.lab, NEEDS_LAB]
 LAB = ROOT / "lab/cluster.yaml"
@@ -60,7 +62,12 @@ def test_a_good_change_lands_and_a_bad_one_is_rolled_back_to_it(deployed, tmp_pa
     bad = tmp_path / "bad" / "cluster.yaml"  # the same name: one cluster file, edited
     bad.parent.mkdir()
     bad.write_text(with_missing_model(good.read_text()))
-    run = invoke("apply", cluster=bad)
+    applied = []  # issue 46: clients through the gateway all the while; it holds their requests through the change
+    clients = clients_through(load_cluster(good), "reasoning", "bad apply rolled back",
+                              lambda: applied.append(invoke("apply", cluster=bad)))
+    print(json.dumps(clients.to_json()))
+    assert clients.failed == [], clients.to_json()
+    [run] = applied
     assert run.returncode == 1, run.stdout[-4000:]
     assert "rolled back at reasoning" in run.stderr and "model loading error" in run.stderr, run.stderr[-3000:]
     change = latest_change()

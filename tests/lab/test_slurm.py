@@ -17,7 +17,7 @@ import pytest
 from clusterbook.effects.ssh import SshTransport
 from clusterbook.model.loader import load_cluster
 
-from .conftest import NEEDS_LAB, ROOT, SLURM_LAB, invoke, no_request_fails_through, run_api_examples
+from .conftest import NEEDS_LAB, ROOT, SLURM_LAB, clients_through, invoke, no_request_fails_through, run_api_examples
 from .test_apply import latest_change, with_missing_model
 
 pytestmark = [pytest.mark.lab, NEEDS_LAB]
@@ -185,8 +185,6 @@ def test_docs_publish_serves_the_site_from_the_gateway(slurm_lab):
     it); its footer names this cluster file's digest and this build; a real browser loads the published copy."""
     import re
 
-    import httpx
-
     from clusterbook.commands.reportstamp import file_digest
 
     result = invoke("docs.publish", cluster=SLURM_LAB)
@@ -237,6 +235,9 @@ def browse_published(url: str) -> None:
 
 
 def test_apply_rolls_a_bad_change_back_and_resubmits_the_previous_script(slurm_lab, tmp_path):
+    """A change whose model no node holds fails its scenarios and is rolled back; clients through the gateway
+    (bench.faults' own, half streaming) all the while: the gateway holds their requests through the change
+    (issue 46), none fails."""
     from clusterbook.model.loader import load_cluster
     from clusterbook.pure.layout import sbatch_path
     from clusterbook.pure.render.artifacts import render_artifacts
@@ -246,7 +247,12 @@ def test_apply_rolls_a_bad_change_back_and_resubmits_the_previous_script(slurm_l
     script = next(a for a in render_artifacts(cluster) if a.path == sbatch_path(cluster, cluster.tier("reasoning")))
     bad = tmp_path / SLURM_LAB.name  # the same file name: the same cluster file, edited
     bad.write_text(with_missing_model(SLURM_LAB.read_text()))
-    run = invoke("apply", "--tier", "reasoning", cluster=bad)
+    applied = []
+    clients = clients_through(cluster, "reasoning", "bad apply rolled back",
+                              lambda: applied.append(invoke("apply", "--tier", "reasoning", cluster=bad)))
+    print(json.dumps(clients.to_json()))
+    assert clients.failed == [], clients.to_json()  # issue 46: the gateway holds them through the change
+    [run] = applied
     assert run.returncode == 1, run.stdout[-4000:]
     assert "rolled back at reasoning" in run.stderr and "left the queue" in run.stderr, run.stderr[-3000:]
     [phase] = latest_change("lab-slurm")["phases"]
@@ -293,7 +299,8 @@ def test_a_tier_on_demand_is_released_when_idle_and_started_by_its_first_request
     """Issue 33 on the lab: reasoning on demand (released after 5 s idle). The scenarios wait for the release each
     time: the first request is answered within 25 % of the predicted cold start, ten concurrent first requests start
     one job and are all answered, and a request that waits past the cap (the partition down) gets 503 with
-    Retry-After. A deploy of the released tier changes its files and starts nothing."""
+    Retry-After. bench.faults releases it under its clients: none of their requests fails. A deploy of the
+    released tier changes its files and starts nothing."""
     demand = tmp_path / SLURM_LAB.name
     text = SLURM_LAB.read_text()
     line = "    slurm: {partition: ai, mem: 1G, grace_seconds: 10, requeue: false, gres: null, keeper_interval_s: 3}\n"
@@ -306,6 +313,9 @@ def test_a_tier_on_demand_is_released_when_idle_and_started_by_its_first_request
         result = invoke("verify", "--only", "Tiers on demand", cluster=demand, timeout=600)
         assert result.returncode == 0, result.stdout[-4000:] + result.stderr
         assert "3 passed" in result.stdout, result.stdout[-2000:]
+        # issue 46: clients through the gateway stop, the tier is released as its keeper releases it, and their
+        # next requests wake it: none fails
+        no_request_fails_through(demand, "released", tmp_path / "reports")
         status = invoke("status", cluster=demand)
         assert status.returncode == 0 and "on demand" in status.stdout, status.stdout[-2000:]
         released = time.monotonic()
@@ -326,35 +336,17 @@ def test_a_killed_worker_step_costs_the_gateways_clients_no_request(slurm_lab, t
     no_request_fails_through(SLURM_LAB, "worker killed", tmp_path)
 
 
-def test_past_its_slots_and_queue_a_request_gets_429_at_once(slurm_lab):
-    """Issue 46: more requests at once than a tier's slots and queue (gateway.queue_per_slot): the excess gets 429
-    with Retry-After from nginx at once, never a timeout; every admitted one is answered."""
-    from clusterbook.model.loader import load_cluster
-    from clusterbook.pure.planner.loadtime import admitted
-
-    c = load_cluster(SLURM_LAB)
-    tier = c.tier("reasoning")
-    route = next(r for r in c.gateway.routes if r.tier == tier.name)
-    url = f"http://{c.gateway.listen[0]}:{route.port}/v1/chat/completions"
-    limit, results = admitted(c, tier), []
-    gate = threading.Barrier(limit + 3)
-
-    def one():
-        gate.wait()
-        started = time.monotonic()
-        answer = httpx.post(url, json={"messages": [{"role": "user", "content": "Count to fifty."}], "max_tokens": 64},
-                            timeout=300)
-        results.append((answer.status_code, time.monotonic() - started, answer.headers.get("retry-after")))
-    threads = [threading.Thread(target=one) for _ in range(limit + 3)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(300)
-    busy = [r for r in results if r[0] == 429]
-    assert len(results) == limit + 3 and len(busy) >= 3, results
-    assert all(seconds < 1 and after == "1" for _, seconds, after in busy), busy
-    assert all(code == 200 for code, _, _ in results if code != 429), results
-    print(f"{limit} admitted; {len(busy)} got 429, the slowest in {max(s for _, s, _ in busy) * 1000:.0f} ms")
+def test_past_its_slots_and_queue_a_request_gets_429_at_once(slurm_lab, tmp_path):
+    """Issue 46, as `invoke bench.faults --fault overload` measures it: more requests at once than a tier's slots and
+    queue (gateway.queue_per_slot); the excess gets 429 with Retry-After from nginx at once, never a timeout, and
+    every admitted one is answered. (The 50 ms target is the benchmark's figure; here: under a second.)"""
+    result = invoke("bench.faults", "--tier", "reasoning", "--fault", "overload", cluster=SLURM_LAB, timeout=600,
+                    extra_env={"INVOKE_CLUSTERBOOK_REPORTS": str(tmp_path)})
+    print(result.stdout[-2000:])
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr
+    overload = json.loads((tmp_path / "bench-faults.json").read_text())["overload"]
+    assert overload["refused"] >= 20 and overload["failed"] == [], overload
+    assert overload["refused_ms"]["max"] < 1000, overload
 
 
 def test_every_diagnose_command_of_beefcake2s_troubleshooting_returns_on_the_slurm_lab(slurm_lab, tmp_path):

@@ -25,6 +25,8 @@ class Tier(http.server.BaseHTTPRequestHandler):
     fault_at: float | None = None
     down_s = 1.0
     model: str | None = None  # a router tier: a request must name one of its models (400 otherwise)
+    delay_s = 0.0  # how long each answer takes
+
 
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
@@ -32,6 +34,7 @@ class Tier(http.server.BaseHTTPRequestHandler):
             self.send_response(400)
             self.end_headers()
             return
+        time.sleep(Tier.delay_s)
         down = Tier.fault_at is not None and time.monotonic() - Tier.fault_at < Tier.down_s
         if down and not body["stream"]:
             self.send_response(503)
@@ -53,7 +56,7 @@ class Tier(http.server.BaseHTTPRequestHandler):
 def tier():
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Tier)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    Tier.fault_at, Tier.model = None, None
+    Tier.fault_at, Tier.model, Tier.delay_s = None, None, 0.0
     yield f"http://127.0.0.1:{server.server_address[1]}/v1/chat/completions"
     server.shutdown()
 
@@ -89,10 +92,10 @@ def test_latency_before_and_during_a_fault():
 
 def test_which_faults_a_tier_can_be_given():
     lab, slurm = load_cluster(ROOT / "lab/cluster.yaml"), load_cluster(ROOT / "lab/cluster-slurm.yaml")
-    assert faults_for(lab, lab.tier("reasoning")) == ("worker killed", "head killed")
-    assert faults_for(slurm, slurm.tier("reasoning")) == ("worker killed", "head killed", "job ended")
+    assert faults_for(lab, lab.tier("reasoning")) == ("worker killed", "head killed", "overload")
+    assert faults_for(slurm, slurm.tier("reasoning")) == ("worker killed", "head killed", "job ended", "overload")
     # a single-node tier can move: its preemption by the partition above it (the lab's vasp) is a fault it is given
-    assert faults_for(slurm, slurm.tier("fast")) == ("head killed", "job ended", "preempted")
+    assert faults_for(slurm, slurm.tier("fast")) == ("head killed", "job ended", "preempted", "overload")
     beefcake2 = load_cluster(ROOT / "cluster.yaml")  # SLURM managed by the site: no preemptor of clusterbook's
     assert "preempted" not in faults_for(beefcake2, beefcake2.tier("fast"))
 
@@ -122,3 +125,65 @@ def test_a_preemption_is_ended_after_the_run_also_when_the_disruption_fails(tier
     monkeypatch.setattr(faults, "disrupt", lambda *args: None)
     run_fault(None, None, None, "head killed", tier, None, clients=2, limit_s=5, model="lab-fast-a")
     assert events == ["preempted", "ended"]  # only a preemption is ended
+
+
+def test_a_release_is_done_while_no_request_is_in_flight_and_the_clients_wake_the_tier(tier, monkeypatch):
+    """A tier on demand is released only when idle: the clients stop sending, the last answers come, then the
+    release; the next requests are the ones that wake it (the fake tier answers 503 to a non-stream request for its
+    first second after the release: counted failed, as a wake the gateway did not hold would be)."""
+    monkeypatch.setattr(faults, "BEFORE_S", 0.75)  # the clients' second requests are in flight then (0.6-1.0 s)
+    monkeypatch.setattr(faults, "release", lambda *args: setattr(Tier, "fault_at", time.monotonic()))
+    Tier.delay_s = 0.4
+    run = run_fault(None, None, None, "released", tier, None, clients=4, limit_s=10)
+    before = [r for r in run.requests if r.sent_s < 0]
+    assert before and all(r.sent_s + r.took_s <= 0.05 for r in before)  # all answered before the release
+    assert run.back_s is not None and run.failed  # the fake tier does not hold: its 503s are counted
+
+
+def test_a_tier_on_demand_can_be_released():
+    c = load_cluster(ROOT / "cluster.yaml")
+    assert faults_for(c, c.tier("reasoning"))[-2:] == ("released", "overload")  # on demand (D23)
+    assert "released" not in faults_for(c, c.tier("fast"))
+
+
+class Gate(http.server.BaseHTTPRequestHandler):
+    """A tier behind a gateway that admits `limit` requests at once (each takes 0.3 s); beyond, 429 at once, with
+    Retry-After where `retry_after` says."""
+
+    limit, busy, lock, retry_after = 2, 0, threading.Lock(), True
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers["Content-Length"]))
+        with Gate.lock:
+            admitted = Gate.busy < Gate.limit
+            Gate.busy += admitted
+        if not admitted:
+            self.send_response(429)
+            if Gate.retry_after:
+                self.send_header("Retry-After", "1")
+            self.end_headers()
+            return
+        time.sleep(0.3)
+        with Gate.lock:
+            Gate.busy -= 1
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(b'{"choices": []}')
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.mark.parametrize("retry_after", [True, False])
+def test_overload_counts_the_prompt_429s_and_fails_one_without_retry_after(retry_after):
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Gate)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    Gate.busy, Gate.retry_after = 0, retry_after
+    try:
+        run = faults.run_overload(f"http://127.0.0.1:{server.server_address[1]}/v1/chat/completions", None,
+                                  admitted=2, extra=5, model=None, timeout_s=10)
+    finally:
+        server.shutdown()
+    report = run.to_json()
+    assert report["sent"] == 7 and report["refused"] == 5 and report["refused_ms"]["max"] < 300, report
+    assert (report["failed"] == []) == retry_after, report

@@ -134,6 +134,18 @@ def test_a_tier_still_loading_is_waited_for(hold):
     assert response.status == 200 and waited >= 1.0
 
 
+def test_a_stream_to_a_tier_still_loading_is_waited_for(hold):
+    """A job that has just registered (a new job after an apply, a rollback or a preemption) answers 503 while it
+    loads: a stream's first try is held like a plain request's, never passed to the client as 503."""
+    hold_port, port, servers = hold
+    Tier.loading = True
+    servers.append(start(port))
+    threading.Timer(1.0, lambda: setattr(Tier, "loading", False)).start()
+    response, body, waited = ask(hold_port, {"prompt": "hi", "stream": True})
+    assert response.status == 200 and waited >= 1.0
+    assert body == b"".join(f"data: {{\"n\": {i}}}\n\n".encode() for i in range(3))
+
+
 def test_past_its_hold_a_request_gets_503_with_retry_after(hold):
     hold_port, _, _ = hold
     response, body, waited = ask(hold_port, {"prompt": "hi"})
@@ -160,6 +172,31 @@ def test_while_a_slurm_job_is_away_its_new_job_is_waited_for_and_a_stopped_tier_
     wanted.unlink()  # invoke stop.reasoning: neither wanted nor released
     response, body, waited = ask(hold_port, {"prompt": "hi"})
     assert response.status == 503 and waited < 1 and "stopped by its operator" in body.decode()
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_while_apply_changes_a_tier_its_requests_wait_past_the_crash_bound_until_the_change_is_over(
+        hold, tmp_path, stream):
+    """apply and rollback mark the tier as changing on the gateway node (effects/change_hold.py): a bad change
+    rolled back keeps the tier away longer than a crash's bound (3 s here) and passes through a moment with no
+    wanted mark (a stopped tier); its requests wait, and once the mark is gone the usual bound applies again."""
+    hold_port, port, servers = hold
+    route = module_of(hold).Handler.routes["reasoning"]
+    Path(route.spec["record"]).unlink()
+    route.spec.update(new_job_hold_s=3, new_job_retry_after=2, wanted=str(tmp_path / "w"),
+                      released=str(tmp_path / "r"), changing=str(tmp_path / "reasoning.changing"))
+    Path(route.spec["changing"]).write_text(f"{int(time.time()) + 30}\n")  # neither wanted nor released: "stopped"
+
+    def back():
+        Path(route.spec["record"]).write_text(json.dumps({"host": "127.0.0.1", "port": port}))
+        servers.append(start(port))
+    threading.Timer(4.5, back).start()
+    response, _, waited = ask(hold_port, {"prompt": "hi", "stream": stream})
+    assert response.status == 200 and 4.5 <= waited < 7
+    Path(route.spec["changing"]).write_text(f"{int(time.time()) - 1}\n")  # a mark nobody removed: its deadline passed
+    Path(route.spec["record"]).unlink()
+    response, _, waited = ask(hold_port, {"prompt": "hi", "stream": stream})
+    assert response.status == 503 and waited < 1  # stopped, and no change in progress: not waited for
 
 
 def test_a_stream_passes_through_event_by_event(hold):

@@ -12,6 +12,8 @@ from clusterbook.pure.mdtext import text
 from clusterbook.pure.pages.markdown import code, slot_context, table, tabs
 from clusterbook.pure.planner.capacity import TierPlan, plan_cluster
 from clusterbook.pure.planner.loadtime import (
+    BUSY_RETRY_AFTER_S,
+    admitted,
     cold_start_at_most_s,
     cold_start_s,
     hold_s,
@@ -214,6 +216,14 @@ def api(c: Cluster) -> str:
             out.append(f'\n!!! note "During a recovery"\n    After {cause} the tier is gone for about '
                        f"{seconds} s (the capacity plan's prediction){preempted}: {seen}; `/health` answers 200 "
                        "again when the tier is back.\n")
+            if routed:
+                out.append(f'\n!!! note "During a change, and past the queue"\n    While `invoke apply` or '
+                           f"`invoke rollback` changes {t.name} (a change that fails is rolled back by itself), "
+                           f"the gateway holds its requests until the change is over, at most {t.timeout_s:,} s "
+                           f"(`timeout_s`). {admitted(c, t)} requests may be in {t.name}'s slots and queue at once "
+                           f"(`gateway.queue_per_slot`); the next gets `429` with `Retry-After: "
+                           f"{BUSY_RETRY_AFTER_S}` at once. What clients measured through each fault: "
+                           "`invoke bench.faults` (the Results page).\n")
         if t.on_demand:
             out.append(on_demand_note(c, t, plans[t.name]))
     out.append(tailnet_access(c))

@@ -118,6 +118,9 @@ def new_job_hold_s(c: Cluster, tier: RouterTier | RpcTier, plan: TierPlan) -> in
     return whole_s(load.new_job_recovery_s) + (c.gateway.hold_margin_s if c.gateway else 0)
 
 
+BUSY_RETRY_AFTER_S = 1  # the Retry-After of a request beyond what a tier admits: a slot frees within seconds
+
+
 def admitted(c: Cluster, tier: RouterTier | RpcTier) -> int:
     """Requests the gateway lets reach a tier at once: its slots (per resident model, router mode) and the queue
     the file allows per slot (gateway.queue_per_slot); the next one gets 429."""

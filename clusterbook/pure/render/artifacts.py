@@ -23,6 +23,7 @@ from clusterbook.pure import topology as topo
 from clusterbook.pure.layout import path as at
 from clusterbook.pure.planner.capacity import plan_tier
 from clusterbook.pure.planner.loadtime import (
+    BUSY_RETRY_AFTER_S,
     admitted,
     cold_start_s,
     hold_s,
@@ -518,7 +519,8 @@ def _gateway_files(c: Cluster) -> list[Artifact]:
                        "upstream": upstream_name(route.tier), "timeout": tier.timeout_s,
                        "retry_after": whole_s(recovery), "wake": wake,
                        "hold_s": max(hold_s(c, tier, plan), new_job_hold_s(c, tier, plan) or 0),
-                       "admitted": admitted(c, tier), "hold_url": f"http://127.0.0.1:{gw.wake_port}"})
+                       "admitted": admitted(c, tier), "busy_retry_after": BUSY_RETRY_AFTER_S,
+                       "hold_url": f"http://127.0.0.1:{gw.wake_port}"})
     files = [Artifact(node, at(c, "nginx_site"),
                       template("nginx-site.conf.j2", header=header(c), gateway=gw, routes=routes), "nginx",
                       about="gateway: nginx site", id="nginx_site")]

@@ -40,7 +40,7 @@ def wake_config(c: Cluster) -> str:
 
 def hold_routes(c: Cluster) -> dict:
     """Every tier behind the gateway as the hold sees it: where it serves (its address, or a SLURM job's record),
-    its hold, the Retry-After past it, its timeout and the route's path prefix."""
+    its hold, the Retry-After past it, its timeout, the route's path prefix and the mark of a change in progress."""
     routes = {}
     for route in c.gateway.routes:
         tier = c.tier(route.tier)
@@ -49,7 +49,7 @@ def hold_routes(c: Cluster) -> dict:
             "backend": None if slurm else f"{topo.http_address(c, tier)}:{tier.port}",
             "record": posixpath.join(c.storage.endpoint_dir, f"{tier.name}.json") if slurm else None,
             "hold_s": hold_s(c, tier, plan), "retry_after": whole_s(predict_load(c, tier, plan).recovery_s),
-            "timeout_s": tier.timeout_s, "prefix": route.path}
+            "timeout_s": tier.timeout_s, "prefix": route.path, "changing": layout.changing_mark(tier)}
         if slurm:  # while its job is away (the record gone, the tier still wanted), the new job is waited for
             load = predict_load(c, tier, plan)
             routes[tier.name].update(new_job_hold_s=new_job_hold_s(c, tier, plan),
