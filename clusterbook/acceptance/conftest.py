@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from clusterbook.acceptance.steps.common import *  # noqa: F403  the step definitions, one module per feature
+from clusterbook.acceptance.steps.clients import *  # noqa: F403  the step definitions, one module per feature
+from clusterbook.acceptance.steps.common import *  # noqa: F403
 from clusterbook.acceptance.steps.distribution import *  # noqa: F403
 from clusterbook.acceptance.steps.helpers import is_lab
 from clusterbook.acceptance.steps.monitoring import *  # noqa: F403

@@ -105,46 +105,17 @@ def run_fault(c: Cluster, transport, tier: RouterTier | RpcTier, fault: str, url
     `model`, which a router tier needs) from BEFORE_S before the fault until BEFORE_S after the tier answered a
     request sent after it (at most limit_s). `act` does a fault of the caller's own (a bad change applied and rolled
     back) and returns when it is over."""
-    run, stop, lock = FaultRun(fault, clients), threading.Event(), threading.Lock()
-    quiet, busy = threading.Event(), [0]  # quiet: clients send nothing new; busy: requests in flight
-    headers = {"Authorization": f"Bearer {key}"} if key else {}
-
-    def client(stream: bool) -> None:
-        while not stop.is_set():
-            if quiet.is_set():
-                time.sleep(0.1)
-                continue
-            with lock:
-                busy[0] += 1
-            started = time.monotonic()
-            body = {"messages": [{"role": "user", "content": "Say hi"}], "max_tokens": 400 if stream else 8,
-                    "stream": stream, "ignore_eos": stream, **({"model": model} if model else {})}
-            try:
-                answer = httpx.post(url, json=body, headers=headers, timeout=limit_s + 60)
-                ok = answer.status_code == 200 and (not stream or (answer.text.rstrip().endswith("data: [DONE]")
-                                                                    and '"error"' not in answer.text))
-                outcome, resumed = ("ok" if ok else str(answer.status_code)), RESUMED in answer.text
-                why = "" if ok else answer.text[-160:] if stream else answer.text[:160]
-            except httpx.HTTPError as exc:
-                outcome, resumed, why = type(exc).__name__, False, str(exc)[:160]
-            with lock:
-                run.requests.append(Request(started, stream, outcome, time.monotonic() - started, resumed, why))
-                busy[0] -= 1
-            time.sleep(0.2)
-
-    threads = [threading.Thread(target=client, args=(i % 2 == 1,), daemon=True) for i in range(clients)]
-    for thread in threads:
-        thread.start()
+    run = FaultRun(fault, clients)
+    pool = Clients(url, key, clients, limit_s + 60, model)
+    pool.start()
     time.sleep(BEFORE_S)
     progress(f"{fault} …")
     try:
         if fault in QUIET_FAULTS:  # the clients stop, the tier is released, they start again: the fault's time
-            quiet.set()
-            while busy[0]:
-                time.sleep(0.1)
+            pool.quiet()
             release(c, transport, tier, limit_s)
             at = time.monotonic()
-            quiet.clear()
+            pool.resume()
         elif act:
             at = time.monotonic()
             act()
@@ -152,8 +123,7 @@ def run_fault(c: Cluster, transport, tier: RouterTier | RpcTier, fault: str, url
             disrupt(c, transport, tier, fault)
             at = time.monotonic()  # the fault, on this machine's clock
         while time.monotonic() - at < limit_s:
-            with lock:
-                back = [r.sent_s for r in run.requests if r.sent_s > at + 1 and r.outcome == "ok"]
+            back = [r.sent_s for r in pool.requests() if r.sent_s > at + 1 and r.outcome == "ok"]
             if back:
                 run.back_s = round(min(back) - at, 1)
                 break
@@ -161,14 +131,76 @@ def run_fault(c: Cluster, transport, tier: RouterTier | RpcTier, fault: str, url
         progress(f"{fault}: the tier answers again; {BEFORE_S} s more")
         time.sleep(BEFORE_S)
     finally:
-        stop.set()
-        for thread in threads:
-            thread.join(limit_s + 90)
+        run.requests = pool.stop(limit_s + 90)
         if fault == "preempted":  # the node is the tiers' again, also where the tier never came back
             end_preemption(c, transport)
     for r in run.requests:  # times from the fault
         r.sent_s = round(r.sent_s - at, 2)
     return run
+
+
+class Clients:
+    """`count` clients sending chat completions to `url` until stopped, every second one streaming `stream_tokens`
+    tokens (ignoring end of text, so a stream is long), the others 8; each request's outcome, sent at this
+    machine's monotonic clock. A failed request: any answer but 200, a stream without its [DONE] or with an error
+    event, or no answer."""
+
+    def __init__(self, url: str, key: str | None, count: int, timeout_s: float, model: str | None = None,
+                 stream_tokens: int = 400):
+        self.url, self.timeout_s, self.stream_tokens, self.model = url, timeout_s, stream_tokens, model
+        self.headers = {"Authorization": f"Bearer {key}"} if key else {}
+        self._requests: list[Request] = []
+        self._lock, self._stop, self._quiet, self._busy = threading.Lock(), threading.Event(), threading.Event(), 0
+        self._threads = [threading.Thread(target=self._client, args=(i % 2 == 1,), daemon=True) for i in range(count)]
+
+    def start(self) -> Clients:
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def quiet(self) -> None:
+        """Send nothing new, and return once no request is in flight."""
+        self._quiet.set()
+        while self._busy:
+            time.sleep(0.1)
+
+    def resume(self) -> None:
+        self._quiet.clear()
+
+    def requests(self) -> list[Request]:
+        with self._lock:
+            return list(self._requests)
+
+    def stop(self, wait_s: float) -> list[Request]:
+        """Stop sending; every request, once those in flight ended (at most wait_s each)."""
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(wait_s)
+        return self.requests()
+
+    def _client(self, stream: bool) -> None:
+        while not self._stop.is_set():
+            if self._quiet.is_set():
+                time.sleep(0.1)
+                continue
+            with self._lock:
+                self._busy += 1
+            started = time.monotonic()
+            body = {"messages": [{"role": "user", "content": "Say hi"}],
+                    "max_tokens": self.stream_tokens if stream else 8, "stream": stream, "ignore_eos": stream,
+                    **({"model": self.model} if self.model else {})}
+            try:
+                answer = httpx.post(self.url, json=body, headers=self.headers, timeout=self.timeout_s)
+                ok = answer.status_code == 200 and (not stream or (answer.text.rstrip().endswith("data: [DONE]")
+                                                                    and '"error"' not in answer.text))
+                outcome, resumed = ("ok" if ok else str(answer.status_code)), RESUMED in answer.text
+                why = "" if ok else answer.text[-160:] if stream else answer.text[:160]
+            except httpx.HTTPError as exc:
+                outcome, resumed, why = type(exc).__name__, False, str(exc)[:160]
+            with self._lock:
+                self._requests.append(Request(started, stream, outcome, time.monotonic() - started, resumed, why))
+                self._busy -= 1
+            time.sleep(0.2)
 
 
 @dataclass

@@ -498,9 +498,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
     def relay(self, response, sent, tokens):
         """Pass a stream's lines to the client as they come, keeping the text they carry; (done, text, tokens):
-        done when the stream ended ([DONE], a last event, or its HTTP body complete) or the client went away;
-        not done when the tier's connection broke first."""
-        finished, done = False, False
+        done when the stream ended ([DONE], a last event, or the tier's own error event in a complete HTTP body)
+        or the client went away; not done when the tier's connection broke first, or its body ended without a last
+        event (a head that fails a request when its worker dies may close the stream cleanly, with nothing in
+        it)."""
+        finished, done, refused = False, False, False
         while True:
             try:
                 line = response.readline()
@@ -513,7 +515,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 whole = line is not None and response.chunked and response.chunk_left is None
                 if finished and not done:  # the last event came, then the tier went before its [DONE]: end it
                     self.write(b"data: [DONE]\n\n")
-                return finished or whole, sent, tokens
+                return finished or (whole and refused), sent, tokens
             if line.startswith(b"data: "):
                 data = line[6:].strip()
                 event = as_json(data)
@@ -522,6 +524,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
                     sent, tokens = sent + piece, tokens + 1
                 done = done or data == b"[DONE]"
                 finished = finished or done or last_event(event)
+                refused = refused or (isinstance(event, dict) and "error" in event)
             if not self.write(line):
                 return True, sent, tokens
 

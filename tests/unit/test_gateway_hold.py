@@ -24,7 +24,7 @@ NODE = Path(clusterbook.node.__file__).parent
 
 class Tier(http.server.BaseHTTPRequestHandler):
     """A llama-server: /health 200 (or 503 while `loading`), a completion echoes its path and body, a stream sends
-    three events a moment apart."""
+    three events a moment apart and its [DONE]."""
 
     protocol_version = "HTTP/1.1"
     loading = False
@@ -46,8 +46,7 @@ class Tier(http.server.BaseHTTPRequestHandler):
             self.send_header("Content-Type", "text/event-stream")
             self.send_header("Transfer-Encoding", "chunked")
             self.end_headers()
-            for i in range(3):
-                event = f"data: {{\"n\": {i}}}\n\n".encode()
+            for event in [f"data: {{\"n\": {i}}}\n\n".encode() for i in range(3)] + [b"data: [DONE]\n\n"]:
                 self.wfile.write(f"{len(event):x}\r\n".encode() + event + b"\r\n")
                 self.wfile.flush()
                 time.sleep(0.05)
@@ -143,7 +142,7 @@ def test_a_stream_to_a_tier_still_loading_is_waited_for(hold):
     threading.Timer(1.0, lambda: setattr(Tier, "loading", False)).start()
     response, body, waited = ask(hold_port, {"prompt": "hi", "stream": True})
     assert response.status == 200 and waited >= 1.0
-    assert body == b"".join(f"data: {{\"n\": {i}}}\n\n".encode() for i in range(3))
+    assert body == b"".join(f"data: {{\"n\": {i}}}\n\n".encode() for i in range(3)) + b"data: [DONE]\n\n"
 
 
 def test_past_its_hold_a_request_gets_503_with_retry_after(hold):
@@ -204,7 +203,7 @@ def test_a_stream_passes_through_event_by_event(hold):
     servers.append(start(port))
     response, body, _ = ask(hold_port, {"prompt": "hi", "stream": True})
     assert response.status == 200 and response.getheader("Content-Type") == "text/event-stream"
-    assert body == b"".join(f"data: {{\"n\": {i}}}\n\n".encode() for i in range(3))
+    assert body == b"".join(f"data: {{\"n\": {i}}}\n\n".encode() for i in range(3)) + b"data: [DONE]\n\n"
 
 
 class Cutting(Tier):
@@ -299,6 +298,34 @@ class ChunkedCut(Cutting):
             return
         done = b"data: [DONE]\n\n"
         self.wfile.write(f"{len(done):x}\r\n".encode() + done + b"\r\n0\r\n\r\n")
+
+
+class EmptyFirst(Tier):
+    """A head whose worker died under a stream's request: 200, then a complete chunked body with nothing in it; the
+    next request streams as usual."""
+
+    streams = 0
+
+    def do_POST(self):
+        if EmptyFirst.streams == 0:
+            EmptyFirst.streams += 1
+            self.rfile.read(int(self.headers["Content-Length"]))
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            self.wfile.write(b"0\r\n\r\n")
+            return None
+        return super().do_POST()
+
+
+def test_a_stream_that_ends_cleanly_with_nothing_in_it_is_sent_again(hold):
+    hold_port, port, servers = hold
+    EmptyFirst.streams = 0
+    servers.append(start(port, EmptyFirst))
+    response, body, _ = ask(hold_port, {"prompt": "hi", "stream": True})
+    assert response.status == 200
+    assert body.endswith(b"".join(f"data: {{\"n\": {i}}}\n\n".encode() for i in range(3)) + b"data: [DONE]\n\n")
 
 
 def test_a_broken_chunked_stream_is_a_cut_and_continues(hold):

@@ -41,10 +41,11 @@ def test_a_zombie_is_not_a_running_process():
     ("node restart", {"test_services_are_enabled_and_come_back_after_a_node_restart"}),
     ("NODE RESTART", {"test_services_are_enabled_and_come_back_after_a_node_restart"}),
     ("@disruptive", {"test_services_are_enabled_and_come_back_after_a_node_restart",
-                     "test_a_killed_rpc_worker_is_recovered", "test_llamacpp_reports_layers_on_every_device",
+                     "test_a_killed_rpc_worker_is_recovered_and_no_client_of_the_gateway_sees_an_error",
+                     "test_llamacpp_reports_layers_on_every_device",
                      "test_a_preempted_tier_leaves_the_gateway_and_comes_back_on_its_own",
-                     "test_a_cancelled_slurm_job_is_submitted_again_by_the_keeper",
-                     "test_a_killed_rpc_worker_step_is_started_again_inside_its_job_and_the_logs_say_why",
+                     "test_a_cancelled_slurm_job_is_submitted_again_by_the_keeper_and_no_client_of_the_gateway_sees_an_error",
+                     "test_a_killed_rpc_worker_step_is_started_again_inside_its_job_the_logs_say_why_and_no_client_sees_an_error",
                      "test_a_tier_that_stays_down_fires_its_alert_which_resolves_once_it_is_back",
                      "test_an_idle_tier_on_demand_is_released_and_its_first_request_is_answered",
                      "test_ten_concurrent_first_requests_start_one_job_and_are_all_answered",
@@ -53,7 +54,7 @@ def test_a_zombie_is_not_a_running_process():
                          "test_ten_concurrent_first_requests_start_one_job_and_are_all_answered",
                          "test_a_request_that_waits_past_the_cap_gets_503_with_retryafter"}),
     ("Resilience", {"test_services_are_enabled_and_come_back_after_a_node_restart",
-                    "test_a_killed_rpc_worker_is_recovered"}),
+                    "test_a_killed_rpc_worker_is_recovered_and_no_client_of_the_gateway_sees_an_error"}),
     ("no such scenario", set()),
 ])
 def test_only_matches_scenario_names_tags_and_features(only, expected):
@@ -85,4 +86,4 @@ def test_every_criterion_names_scenarios_that_exist():
         missing = [s for k in c.criteria for s in k.scenarios if s not in names]
         assert missing == [], f"{path}: no such scenario: {missing}"
     assert len(load_cluster(root / "cluster.yaml").criteria) == 10  # seed 003's ten
-    assert "A killed RPC worker is recovered" in names and "A killed RPC worker was recovered" not in names
+    assert "A killed RPC worker is recovered, and no client of the gateway sees an error" in names

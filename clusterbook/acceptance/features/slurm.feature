@@ -20,16 +20,20 @@ Feature: SLURM tiers and the gateway
     And when the higher-priority job ends, every SLURM tier answers through the gateway again on its own
 
   @disruptive
-  Scenario: A cancelled SLURM job is submitted again by the keeper
+  Scenario: A cancelled SLURM job is submitted again by the keeper, and no client of the gateway sees an error
     Given the cluster file
+    And clients send chat completions through the gateway to every tier behind it
     When the job of every SLURM tier is cancelled with scancel
     Then every SLURM tier's job is pending or running again within two keeper intervals
     And every SLURM tier answers through the gateway again before its down alert fires
+    And no client request failed meanwhile
 
   @disruptive
-  Scenario: A killed RPC worker step is started again inside its job, and the logs say why
+  Scenario: A killed RPC worker step is started again inside its job, the logs say why, and no client sees an error
     Given the cluster file
+    And clients send chat completions through the gateway to every tier behind it
     When an RPC worker step of the first SLURM RPC tier is killed with SIGKILL
     Then every SLURM tier answers through the gateway again within its recovery target
     And the tier's job was restarted as its step_restarts say: inside the job, or requeued when it has none
     And invoke logs for that tier shows the job's state and the worker step's end
+    And no client request failed meanwhile

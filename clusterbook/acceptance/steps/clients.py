@@ -1,0 +1,38 @@
+"""Steps that keep clients busy through the gateway while a scenario's fault happens, and check that none of their
+requests failed (issue 46: a fault costs clients nothing within the planned recovery)."""
+
+import pytest
+from pytest_bdd import given, then
+
+from clusterbook.effects import probes
+from clusterbook.effects.faults import Clients
+from clusterbook.pure import topology as topo
+
+CLIENTS_PER_TIER = 2  # one streaming, one not: few enough that the scenario's own checks are not queued behind them
+STREAM_TOKENS = 64
+
+
+@given("clients send chat completions through the gateway to every tier behind it")
+def _clients(cluster, transport, context, request):
+    if not cluster.gateway:
+        pytest.skip("no gateway in this cluster file: clients reach the tiers directly")
+    pools = {}
+    for route in cluster.gateway.routes:
+        tier = cluster.tier(route.tier)
+        url = topo.client_url(cluster, tier) + "/v1/chat/completions"
+        pools[tier.name] = Clients(url, probes.api_key(transport, cluster, tier), CLIENTS_PER_TIER,
+                                   tier.timeout_s + 60, tier.served_models[0], STREAM_TOKENS).start()
+    context["clients"] = pools
+    request.addfinalizer(lambda: [pool.stop(0) for pool in pools.values()])  # also when a step before the end fails
+
+
+@then("no client request failed meanwhile")
+def _none_failed(cluster, context, measured):
+    failed = []
+    for name, pool in context["clients"].items():
+        requests = pool.stop(cluster.tier(name).timeout_s + 60)
+        measured(f"client requests through the gateway ({name})", len(requests))
+        failed += [(name, r) for r in requests if r.outcome != "ok"]
+    if failed:
+        pytest.fail(f"{len(failed)} client requests failed: " + "; ".join(
+            f"{name} {'stream' if r.stream else 'request'}: {r.outcome} {r.why[:100]!r}" for name, r in failed[:4]))
