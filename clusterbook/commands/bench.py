@@ -325,20 +325,21 @@ def faults(s: Settings, cluster_file: str, tier_name: str | None, names: tuple[s
             runs.append(run_fault(cluster, transport, tier, name, url, key, clients, limit, progress=status.update,
                                   model=tier.served_models[0]))
     table = Table(title=f"{tier.name}: faults through the gateway, {clients} clients (half streaming)")
-    for column in ("fault", "sent", "failed", "resumed", "back", "before p50/p99", "during p50/p99", "predicted",
+    for column in ("fault", "sent", "failed", "resumed", "back", "baseline p50/p99", "during p50/p99", "predicted",
                    "hold"):
         table.add_column(column)
     lines = [f"Faults done to tier **{tier.name}** while {clients} clients (every second one streaming) sent chat "
              f"completions through the gateway, measured by `invoke bench.faults`. A failed request is any answer "
-             "but 200, or a stream without its end. Latency: answered requests' seconds, before the fault and in "
-             "flight or sent during it. Predicted by the planner: back in "
+             "but 200, or a stream without its end. Latency: answered requests' seconds; baseline: ended before the "
+             "fault or sent once the tier was back; during: in flight at the fault or sent before the tier was back. "
+             "Predicted by the planner: back in "
              f"{predicted['recovery_s']:g} s after a crash inside the job or unit"
              + (f", {predicted['new_job_recovery_s']:g} s where a new job starts" if "new_job_recovery_s" in predicted
                 else "") + f"; the gateway holds a request at most {bound['hold_s']} s"
              + (f" ({bound['new_job_hold_s']} s while a new job starts)" if bound["new_job_hold_s"] else "")
              + (f"; a released tier on demand starts in {predicted['cold_start_s']:g} s, its requests held at most "
                 f"{bound['wake_cap_s']} s." if tier.on_demand else "."), "",
-             "| fault | requests | failed | streams resumed | back after | p50 / p99 before | p50 / p99 during | "
+             "| fault | requests | failed | streams resumed | back after | p50 / p99 baseline | p50 / p99 during | "
              "predicted back |", "|---|---|---|---|---|---|---|---|"]
     for run in runs:
         before, during = run.latency(False), run.latency(True)

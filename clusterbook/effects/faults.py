@@ -81,10 +81,11 @@ class FaultRun:
 
     def latency(self, during: bool) -> dict[str, float | None]:
         """p50 and p99 of the answered requests' times: during the fault (in flight at it, or sent before the tier
-        was back) or before it (the baseline)."""
+        was back) or outside it (the baseline: ended before the fault, or sent once the tier was back)."""
         end = self.back_s if self.back_s is not None else float("inf")
         times = sorted(r.took_s for r in self.requests if r.outcome == "ok" and (
-            (r.sent_s < 0 < r.sent_s + r.took_s or 0 <= r.sent_s <= end) if during else r.sent_s + r.took_s < 0))
+            (r.sent_s < 0 < r.sent_s + r.took_s or 0 <= r.sent_s <= end) if during
+            else r.sent_s + r.took_s < 0 or r.sent_s > end))
         if not times:
             return {"p50": None, "p99": None}
         return {"p50": round(statistics.median(times), 2),
@@ -95,7 +96,7 @@ class FaultRun:
                 "failed": [{"sent_s": round(r.sent_s, 1), "outcome": r.outcome, "stream": r.stream, "why": r.why}
                            for r in self.failed],
                 "resumed_streams": sum(r.resumed for r in self.requests), "back_s": self.back_s,
-                "latency_before_s": self.latency(False), "latency_during_s": self.latency(True)}
+                "latency_baseline_s": self.latency(False), "latency_during_s": self.latency(True)}
 
 
 def run_fault(c: Cluster, transport, tier: RouterTier | RpcTier, fault: str, url: str, key: str | None,
