@@ -325,8 +325,8 @@ def faults(s: Settings, cluster_file: str, tier_name: str | None, names: tuple[s
             runs.append(run_fault(cluster, transport, tier, name, url, key, clients, limit, progress=status.update,
                                   model=tier.served_models[0]))
     table = Table(title=f"{tier.name}: faults through the gateway, {clients} clients (half streaming)")
-    for column in ("fault", "sent", "failed", "resumed", "back", "baseline p50/p99", "during p50/p99", "predicted",
-                   "hold"):
+    for column in ("fault", "sent", "failed", "resumed", "back", "baseline p50/p99", "during p50/p99", "added p99",
+                   "predicted", "hold"):
         table.add_column(column)
     lines = [f"Faults done to tier **{tier.name}** while {clients} clients (every second one streaming) sent chat "
              f"completions through the gateway, measured by `invoke bench.faults`. A failed request is any answer "
@@ -340,18 +340,19 @@ def faults(s: Settings, cluster_file: str, tier_name: str | None, names: tuple[s
              + (f"; a released tier on demand starts in {predicted['cold_start_s']:g} s, its requests held at most "
                 f"{bound['wake_cap_s']} s." if tier.on_demand else "."), "",
              "| fault | requests | failed | streams resumed | back after | p50 / p99 baseline | p50 / p99 during | "
-             "predicted back |", "|---|---|---|---|---|---|---|---|"]
+             "added p99 | predicted back |", "|---|---|---|---|---|---|---|---|---|"]
     for run in runs:
         before, during = run.latency(False), run.latency(True)
         back = f"{run.back_s:g} s" if run.back_s is not None else "not back"
         expect, held = ((predicted["cold_start_s"], bound["wake_cap_s"]) if run.fault == "released" else
                         (predicted.get("new_job_recovery_s"), bound["new_job_hold_s"]) if run.fault in NEW_JOB_FAULTS
                         else (predicted["recovery_s"], bound["hold_s"]))
+        added = run.added_p99_s()
         row = [run.fault, str(len(run.requests)), str(len(run.failed)), str(sum(r.resumed for r in run.requests)),
-               back, f"{before['p50']}/{before['p99']} s", f"{during['p50']}/{during['p99']} s", f"{expect:g} s",
-               f"{held} s"]
+               back, f"{before['p50']}/{before['p99']} s", f"{during['p50']}/{during['p99']} s",
+               "—" if added is None else f"{added:g} s", f"{expect:g} s", f"{held} s"]
         table.add_row(*[escape(cell) for cell in row])
-        lines.append("| " + " | ".join(row[:8]) + " |")
+        lines.append("| " + " | ".join(row[:9]) + " |")
     if runs:
         console.print(table)
     if overload:

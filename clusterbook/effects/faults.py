@@ -91,8 +91,15 @@ class FaultRun:
         return {"p50": round(statistics.median(times), 2),
                 "p99": round(times[min(len(times) - 1, int(0.99 * len(times)))], 2)}
 
+    def added_p99_s(self) -> float | None:
+        """What the fault added to the slowest answers: p99 during it less the baseline's p99 (target: at most the
+        predicted recovery and 2 s)."""
+        during, baseline = self.latency(True)["p99"], self.latency(False)["p99"]
+        return None if during is None or baseline is None else round(max(0.0, during - baseline), 2)
+
     def to_json(self) -> dict:
         return {"fault": self.fault, "clients": self.clients, "requests": len(self.requests),
+                "added_p99_s": self.added_p99_s(),
                 "failed": [{"sent_s": round(r.sent_s, 1), "outcome": r.outcome, "stream": r.stream, "why": r.why}
                            for r in self.failed],
                 "resumed_streams": sum(r.resumed for r in self.requests), "back_s": self.back_s,

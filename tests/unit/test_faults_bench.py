@@ -88,6 +88,7 @@ def test_latency_outside_and_during_a_fault():
     assert run.latency(False) == {"p50": 0.5, "p99": 1.0}  # ended before the fault, or sent once it was back
     assert run.latency(True) == {"p50": 3.0, "p99": 4.0}
     assert FaultRun("head killed", 1).latency(True) == {"p50": None, "p99": None}
+    assert run.added_p99_s() == 3.0 and FaultRun("head killed", 1).added_p99_s() is None
 
 
 def test_which_faults_a_tier_can_be_given():
