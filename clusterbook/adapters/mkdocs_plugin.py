@@ -78,7 +78,7 @@ class ClusterbookPlugin(MacrosPlugin):
             # generated pages hold shell: keep Jinja (the macros) away from them
             files.append(File.generated(config, r.page, content=f"---\nrender_macros: false\ntitle: "
                                         f"{json.dumps(nav_title(r.title))}\n---\n\n" + r.markdown))
-        files.append(File.generated(config, PRINTABLE, content=printable_runbooks(self.site)))
+        files.append(File.generated(config, PRINTABLE, content=printable(self.site)))
         for name, svg in self.site.pictures.items():
             files.append(File.generated(config, name, content=svg))
         for a in self.site.artifacts:
@@ -87,12 +87,13 @@ class ClusterbookPlugin(MacrosPlugin):
         return files
 
 
-PRINTABLE = "runbooks/print.md"  # every runbook on one page, for paper (linked from the runbooks index)
+PRINTABLE = "print.md"  # on call and every runbook on one page, for paper (Troubleshooting and the runbooks link it)
 
 
-def printable_runbooks(site: DocsInputs) -> str:
-    """Every runbook page of the site as one page, in the order of the nav (the bring-up's, then the others)."""
-    return pages.printable_runbooks([r.markdown for r in site.runbooks if r.page])
+def printable(site: DocsInputs) -> str:
+    """On call (troubleshooting, alerts, maintenance) and every runbook page of the site as one page, the runbooks
+    in the order of the nav (the bring-up's, then the others)."""
+    return pages.printable(site.cluster, [r.markdown for r in site.runbooks if r.page])
 
 
 def page_sources(site: DocsInputs, page: str) -> list[str]:
@@ -123,7 +124,7 @@ def fill_runbook_groups(nav: list, site: DocsInputs) -> None:
                 entry[key] = (["runbooks/index.md"] if first else []) + [
                     {nav_title(r.title): r.page}  # the theme shows nav titles raw
                     for r in site.runbooks if r.page and (r.runbook in deploy) == first] + (
-                    [] if first else [{"Every runbook, to print": PRINTABLE}])
+                    [] if first else [{"On call and every runbook, to print": PRINTABLE}])
             elif isinstance(value, list):
                 fill_runbook_groups(value, site)
 

@@ -177,13 +177,14 @@ def test_the_maintenance_page_follows_each_nodes_manager(beefcake2_site, tmp_pat
     assert "rm -f /etc/llama/fast.key" in page and "invoke restart.fast" in page  # the lab's fast tier has a key
 
 
-def test_every_runbook_prints_on_one_page(beefcake2_site):
-    """Issue 32: one page holds every runbook page of the site, each a section, its commands whole (tabs would hide
-    content on paper)."""
+def test_on_call_and_every_runbook_print_on_one_page(beefcake2_site):
+    """Issues 32 and 47: one page holds who answers, every troubleshooting entry, the alert table, maintenance and
+    every runbook page of the site, each a section, the commands whole (tabs would hide content on paper) and the
+    alerts' links to entries on the same page."""
     site = beefcake2_site[0]
-    pages = sorted(p for p in (site / "runbooks").glob("*/index.html") if p.parent.name != "print")
-    printed = (site / "runbooks/print/index.html").read_text()
-    assert printed.count("<h1") == 1 and printed.count("<h2") == len(pages) > 5
+    pages = sorted(p for p in (site / "runbooks").glob("*/index.html"))
+    printed = (site / "print/index.html").read_text()
+    assert printed.count("<h1") == 1 and printed.count("<h3") >= len(pages) > 5
     assert 'class="tabbed' not in printed
     for page in pages:
         html = page.read_text()
@@ -191,7 +192,13 @@ def test_every_runbook_prints_on_one_page(beefcake2_site):
         assert f">{title}<a" in printed or f">{title}\n" in printed, f"{page.parent.name}: {title} not printed"
         commands = re.findall(r"<code>(.*?)</code>", html, re.S)
         assert all(c in printed for c in commands), page.parent.name
-    assert 'href="print/"' in (site / "runbooks/index.html").read_text()
+    for other in ("troubleshooting", "maintenance"):
+        commands = re.findall(r"<code>(.*?)</code>", (site / other / "index.html").read_text(), re.S)
+        assert commands and all(c in printed for c in commands), other
+    assert 'id="rpc-worker-down"' in printed and 'href="#rpc-worker-down"' in printed  # the alerts' links
+    assert "<strong>TierDown</strong>" in printed
+    assert 'href="../print/"' in (site / "runbooks/index.html").read_text()
+    assert 'href="../print/"' in (site / "troubleshooting/index.html").read_text()
 
 
 @needs_mermaid

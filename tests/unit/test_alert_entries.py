@@ -77,3 +77,23 @@ def test_each_alert_names_every_cause_the_file_has_an_entry_for(beefcake2):
     assert rules[("NodeExporterDown", None)] == ["node-down"]  # it linked nowhere
     url = next(r for r in alerts(beefcake2) if r["alert"] == "TierDown")["annotations"].get("runbook_url", "")
     assert url.endswith("/troubleshooting/#gateway-connection-refused") or not url
+
+
+def test_every_entry_says_its_impact_how_to_tell_it_is_fixed_and_whom_to_call(tmp_path):
+    """Issue 47 item 5: each entry has impact (whom it hurts, the alerts that lead there with their severity, the
+    most severe first), Diagnose/Act, how to tell it is fixed, and whom to call next: the owner's escalation in
+    order, or where the file accepts none yet."""
+    from clusterbook.pure.pages.operatepages import troubleshooting
+
+    page = troubleshooting(load_cluster(ROOT / "cluster.yaml"))
+    entries = page.split("\n## ")
+    assert len(entries) == len(load_cluster(ROOT / "cluster.yaml").troubleshooting)
+    for entry in entries:
+        assert "**Impact.**" in entry and "**Verify it is fixed.**" in entry and "**Not fixed?**" in entry, entry
+    down = next(e for e in entries if "{ #rpc-worker-down }" in e)
+    assert "the users of tier reasoning (the gateway's `/reasoning/`)" in down and "`TierDown` (critical)" in down
+    assert "No owner is recorded yet ([D28](decisions.md#d28))" in down
+    owned = edited_cluster("cluster.yaml", {"owner_unrecorded": None, "owner": {
+        "name": "Ana", "contact": "ana@lab.example", "escalation": [
+            {"name": "HPC team", "contact": "#hpc", "when": "after 30 min"}]}}, tmp_path)
+    assert "Escalate in this order: Ana (ana@lab\\.example) → HPC team (\\#hpc)." in troubleshooting(owned)  # as text

@@ -243,6 +243,17 @@ def _monitoring_source(c: Cluster) -> str:
             f"(sha256 `{r.alertmanager.sha256}`), refused if a sum differs. ")
 
 
+def alert_table(c: Cluster, entries_page: str) -> str:
+    """Every alert: its tier, when it fires, for how long, and its troubleshooting entries (on entries_page)."""
+    entries = {t.id: text(t.symptom) for t in c.troubleshooting}
+    rows = []
+    for rule in mon.alerts(c) if c.monitoring else []:
+        link = "<br>".join(f"[{entries[e]}]({entries_page}#{e})" for e in mon.entries_of(rule) if e in entries)
+        rows.append([f"**{rule['alert']}**", rule["labels"].get("tier", "–"), rule["annotations"]["summary"],
+                     rule["for"], link or "–"])
+    return table(["alert", "tier", "when", "for", "troubleshooting"], rows) if rows else "No alerts.\n"
+
+
 def monitoring(c: Cluster) -> str:
     """What Prometheus scrapes, every alert with its threshold and troubleshooting entry, and the targets' PromQL."""
 
@@ -281,14 +292,7 @@ def monitoring(c: Cluster) -> str:
                    "EndpointMissing stay quiet; the GPU-seconds returned over a day are "
                    f"`sum_over_time(clusterbook_tier_released_gpus[1d]) * {m.scrape_interval_s}`.\n")
     out.append("\n## Alerts\n")
-    entries = {t.id: text(t.symptom) for t in c.troubleshooting}
-    rows = []
-    for rule in mon.alerts(c):
-        link = "<br>".join(f"[{entries[e]}](troubleshooting.md#{e})" for e in mon.entries_of(rule) if e in entries)
-        link = link or "–"
-        rows.append([f"**{rule['alert']}**", rule["labels"].get("tier", "–"), rule["annotations"]["summary"],
-                     rule["for"], link])
-    out.append(table(["alert", "tier", "when", "for", "troubleshooting"], rows))
+    out.append(alert_table(c, "troubleshooting.md"))
     for tier, partners in mon.waits_beside(c).items():
         which = "one of them serves" if len(partners) > 1 else "that tier serves"
         out.append(f"\nThe plan says {text(tier)} cannot run at the same time as {', '.join(map(text, partners))}: "

@@ -2,20 +2,13 @@
 
 from __future__ import annotations
 
-from clusterbook.pure.mdtext import demoted, fence_for, text
+from clusterbook.pure.mdtext import fence_for, text
 from clusterbook.pure.planner.capacity import GIB
 
 METRICS = {"decode_tps": ("decode throughput", "tok/s"), "ttft_s": ("time to first token", "s"),
            "gpu_util_pct": ("GPU utilisation", "%"), "gpu_mem_gib": ("memory per GPU", "GiB"),
            "fabric_gbps": ("fabric bandwidth", "Gbit/s"), "recovery_s": ("recovery after a worker crash", "s"),
            "api_response_s": ("API answers within", "s")}
-
-
-def printable_runbooks(markdowns: list[str]) -> str:
-    """Runbook pages as the sections of one page, for paper: no tabs, nothing folded."""
-    return ("---\nrender_macros: false\n---\n\n# Every runbook, on one page\n\nFor printing, or for reading with "
-            "no network: the same steps and commands as each runbook's own page.\n\n"
-            + "\n\n".join(demoted(m) for m in markdowns) + "\n")
 
 
 def last_changed(sources: list[str], history: dict[str, tuple[int, str]], shown: int = 3) -> str:

@@ -10,8 +10,9 @@ from clusterbook.model.schema import HIGHER_IS_BETTER, Cluster
 from clusterbook.pure import topology as topo
 from clusterbook.pure.fixsteps import fix_step_commands
 from clusterbook.pure.mdtext import code as code_span
-from clusterbook.pure.mdtext import prose, text
+from clusterbook.pure.mdtext import demoted, prose, text
 from clusterbook.pure.operations import tier_command
+from clusterbook.pure.pages.bringuppages import alert_table
 from clusterbook.pure.pages.markdown import METRICS, code, table
 from clusterbook.pure.planner.capacity import TierPlan
 from clusterbook.pure.planner.findings import evaluate_claim
@@ -134,9 +135,56 @@ def when_index(c: Cluster) -> str:
 def troubleshooting(c: Cluster) -> str:
     out = []
     for t in c.troubleshooting:
-        out.append(f"## {text(t.symptom)} {{ #{t.id} }}\n\n**Cause.**\n\n{prose(t.cause)}\n**Fix.**\n\n"
-                   f"{fix_commands(c, t)}")  # the id is the entry's anchor: alerts link to it
+        out.append(f"## {text(t.symptom)} {{ #{t.id} }}\n\n{impact(c, t)}\n**Cause.**\n\n{prose(t.cause)}\n"
+                   f"**Fix.**\n\n{fix_commands(c, t)}\n{fixed_and_escalation(c, t)}")  # the id: alerts link to it
     return "\n".join(out) or "No entries.\n"
+
+
+def printable(c: Cluster, runbooks: list[str]) -> str:
+    """On call on paper: who answers, what leads where, every troubleshooting entry, the alerts, maintenance, then
+    every runbook page (written for runbooks/, so their links are made the top level's); nothing folded."""
+    on_top = [re.sub(r"\]\(\.\./", "](", m) for m in runbooks]
+    parts = ["---\nrender_macros: false\n---\n\n# On call and every runbook, on one page\n\nFor printing, or for "
+             "reading with no network: the same text and commands as the Troubleshooting, Monitoring, Maintenance "
+             "and runbook pages.\n", "## Who answers { #owner }\n", owner(c), "## When you see … { #when }\n",
+             when_index(c), ssh_aliases(c), "## Troubleshooting { #troubleshooting }\n",
+             demoted(troubleshooting(c)), "## Alerts { #alerts }\n", alert_table(c, ""),
+             "## Maintenance { #maintenance }\n", demoted(maintenance(c)),
+             "## Runbooks { #runbooks }\n", *(demoted(demoted(m)) for m in on_top)]
+    return "\n\n".join(parts) + "\n"
+
+
+def impact(c: Cluster, trouble) -> str:
+    """Who is hurt and how badly: the tier's users (its gateway path), and the alerts that lead to the entry with
+    their severity, most severe first."""
+    rules = [r for r in (mon.alerts(c) if c.monitoring else []) if trouble.id in mon.entries_of(r)]
+    order = {"critical": 0, "warning": 1}
+    rules.sort(key=lambda r: order.get(r["labels"].get("severity", ""), 2))
+    alerts = ", ".join(dict.fromkeys(f"{code_span(r['alert'])} ({r['labels'].get('severity', 'info')})"
+                                     for r in rules))
+    who = "the cluster as a whole"
+    if trouble.tier:
+        route = next((r for r in (c.gateway.routes if c.gateway else []) if r.tier == trouble.tier), None)
+        who = f"the users of tier {text(trouble.tier)}" + (f" (the gateway's {code_span(route.path)})" if route
+                                                           else "")
+    severity = (f"Alerts that lead here: {alerts}." if alerts else
+                "No alert leads here: it is seen by the people using it, or by `invoke verify`.")
+    return f"**Impact.** It concerns {who}. {severity}\n"
+
+
+def fixed_and_escalation(c: Cluster, trouble) -> str:
+    """How to tell it is fixed (the tier's scenarios, the alerts resolved) and whom to call when it is not."""
+    serving = f" shows {text(trouble.tier)} serving and" if trouble.tier else ""
+    fixed = (f"**Verify it is fixed.** `invoke status`{serving} lists no alert firing"
+             + (f" for {text(trouble.tier)}" if trouble.tier else "") + "; `invoke verify` passes.\n")
+    o = c.owner
+    if o is None:
+        why = (f" ([{text(c.owner_unrecorded)}](decisions.md#{c.owner_unrecorded.lower()}))" if c.owner_unrecorded
+               else "")
+        return fixed + f"\n**Not fixed?** No owner is recorded yet{why}: see [Who answers](#owner).\n"
+    chain = [o, *o.escalation]
+    names = " → ".join(f"{text(p.name)} ({text(p.contact)})" for p in chain)
+    return fixed + f"\n**Not fixed?** Escalate in this order: {names}.\n"
 
 
 def decisions(c: Cluster, plans: dict[str, TierPlan] | None = None) -> str:
