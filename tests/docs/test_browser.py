@@ -150,13 +150,18 @@ def test_on_a_phone_no_page_scrolls_sideways_and_every_chart_opens_on_its_own(se
                 with urllib.request.urlopen(src) as answer:
                     smallest = smallest_text_px(answer.read().decode(), width)
                 assert smallest >= 11, f"/{page}: {src} shows text {smallest:.1f} px tall at {width} px"
-        # the architecture diagram keeps its own size (its text readable) and scrolls in its own box
+        # the architecture diagram keeps its own size (its text readable: useMaxWidth off, as the page's source says)
+        # and is one column, whole on the phone (issue 47: it showed 39 % of its width, both reasoning nodes hidden)
         browser.get(f"{served}/architecture/")
         WebDriverWait(browser, 10).until(lambda d: d.execute_script(
             "const m = document.querySelector('.mermaid'); return m && m.scrollWidth > 0"))
         inner, wide = browser.execute_script("const m = document.querySelector('.mermaid');"
                                              "return [m.clientWidth, m.scrollWidth]")
-        assert wide > inner, f"the diagram is shrunk to the phone's {inner} px"
+        assert wide <= inner, f"the diagram is {wide} px wide on a {inner} px column"
+        with urllib.request.urlopen(f"{served}/architecture/") as answer:
+            source = answer.read().decode()
+        assert "useMaxWidth&quot;: false" in source or '"useMaxWidth": false' in source
+        assert all(n in source for n in ("vasp-01", "vasp-03", "Prometheus", "endpoint registry", "tailscale serve"))
     finally:
         browser.set_window_size(1400, 1000)
 

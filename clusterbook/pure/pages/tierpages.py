@@ -24,39 +24,65 @@ from clusterbook.pure.slurmjob import job_nice
 
 
 def architecture(c: Cluster) -> str:
-    """A Mermaid diagram of nodes, networks and tiers, drawn at its own size (not shrunk to the column: on a phone
-    its text would be too small to read); a diagram wider than the page scrolls in its own box."""
+    """A Mermaid diagram of every node (its GPUs, addresses and what runs there: tiers, gateway, hold service,
+    tailscale serve, Prometheus, SLURM's controller and keeper), the endpoint registry, the gateway's routes and the
+    RPC links; drawn at its own size (its text readable) in one column (invisible links put each box below the one
+    before), so a phone shows it whole."""
     lines = ["```mermaid", '%%{init: {"flowchart": {"useMaxWidth": false}}}%%', "flowchart TB"]
+    order: list[str] = []
     if c.gateway:
-        lines.append(f'  clients(["clients{" via " + c.gateway.tailscale_name if c.gateway.tailscale_name else ""}"])')
-    for name, net in c.networks.items():
-        lines.append(f'  net_{_id(name)}{{{{"{name}: {net.subnet} ({net.link}, {net.bandwidth_gbps:g} Gb/s)"}}}}')
-    for node in c.nodes:
-        gpus = ", ".join(f"{g.count}x {mermaid_text(g.model)}" for g in node.gpus) or "no GPU"
-        roles = []
-        for t in c.tiers:
-            if isinstance(t, RouterTier) and t.node == node.name:
-                roles.append(f"{t.name}: router :{t.port}")
-            elif isinstance(t, RpcTier) and t.head == node.name:
-                roles.append(f"{t.name}: head :{t.port}")
-            elif isinstance(t, RpcTier) and node.name in t.workers:
-                roles.append(f"{t.name}: RPC worker :{t.rpc_port}")
-        if c.gateway and c.gateway.node == node.name:
-            roles.append("gateway: nginx")
-        label = "<br/>".join([f"<b>{node.name}</b>", gpus, *roles])
-        lines.append(f'  {_id(node.name)}["{label}"]')
-        for net, addr in node.addresses.items():
-            lines.append(f"  {_id(node.name)} ---|{addr}| net_{_id(net)}")
+        via = f"<br/>{c.gateway.tailscale_name}" if c.gateway.tailscale_name else ""
+        lines.append(f'  clients(["clients{via}"])')
+        order.append("clients")
+    first = [c.gateway.node] if c.gateway else []
+    by_tier = [n for t in c.tiers for n in t.nodes]
+    for name in dict.fromkeys([*first, *by_tier, *(n.name for n in c.nodes)]):
+        node = next(n for n in c.nodes if n.name == name)
+        gpus = ", ".join(f"{g.count}x {mermaid_text(g.model)}" for g in node.gpus)
+        addresses = [f"{net} {addr}" for net, addr in node.addresses.items()]
+        lines.append(f'  {_id(name)}["' + "<br/>".join([f"<b>{name}</b>", *([gpus] if gpus else []), *addresses,
+                                                         *_runs_on(c, name)]) + '"]')
+        order.append(_id(name))
+    if c.slurm_tiers:
+        lines.append(f'  registry[("endpoint registry<br/>{mermaid_text(c.storage.endpoint_dir)}")]')
+        order.append("registry")
+    lines.append("  " + " ~~~ ".join(order))  # one column: each box below the one before
     for t in c.tiers:
         if isinstance(t, RpcTier):
-            for w in t.workers:
-                lines.append(f"  {_id(t.head)} -. \"{t.name} RPC\" .-> {_id(w)}")
-    if c.gateway:
+            lines += [f'  {_id(t.head)} -. "{t.name} RPC, {c.rpc_network}" .-> {_id(w)}' for w in t.workers]
+    if c.gateway:  # the routes are in the gateway's box: an edge past the next box would widen the column
         lines.append(f"  clients --> {_id(c.gateway.node)}")
-        for r in c.gateway.routes:
-            lines.append(f'  {_id(c.gateway.node)} -- "{r.path}" --> {_id(c.tier(r.tier).nodes[0])}')
     lines.append("```")
-    return "\n".join(lines) + "\n"
+    nets = "; ".join(f"**{name}** {net.subnet} ({net.link}, {net.bandwidth_gbps:g} Gb/s)"
+                     for name, net in c.networks.items())
+    slurm = (" A SLURM tier's job runs where SLURM places it and writes its address to the endpoint registry, "
+             "which the gateway reads." if c.slurm_tiers else "")
+    return "\n".join(lines) + f"\n\nNetworks: {nets}.{slurm}\n"
+
+
+def _runs_on(c: Cluster, node: str) -> list[str]:
+    """What runs on a node, one line each: its tiers' servers and workers, the gateway, monitoring, SLURM's parts."""
+    out = []
+    for t in c.tiers:
+        where = "SLURM job" if t.manager == "slurm" else "systemd"
+        if isinstance(t, RouterTier) and t.node == node:
+            out.append(f"{t.name}: router :{t.port} ({where})")
+        elif isinstance(t, RpcTier) and t.head == node:
+            out.append(f"{t.name}: head :{t.port} ({where})")
+        elif isinstance(t, RpcTier) and node in t.workers:
+            out.append(f"{t.name}: RPC worker :{t.rpc_port}")
+    if c.gateway and c.gateway.node == node:
+        out.append("gateway: nginx" + (", tailscale serve" if c.gateway.tailscale_name else ""))
+        out += [f"{r.path} → {r.tier}" + (" (where its job runs: the registry)" if c.tier(r.tier).manager == "slurm"
+                                           else f" on {c.tier(r.tier).nodes[0]}") for r in c.gateway.routes]
+        out.append(f"hold and wake service :{c.gateway.wake_port}")
+    if c.monitoring and c.monitoring.node == node:
+        out.append(f"Prometheus :{c.monitoring.port}, Alertmanager")
+    if c.slurm_tiers and c.slurm_controller == node:
+        out.append("SLURM controller" + (", keeper" if c.keeper_node == node else ""))
+    elif c.slurm_tiers and c.keeper_node == node:
+        out.append("keeper")
+    return out
 
 
 def _id(name: str) -> str:
