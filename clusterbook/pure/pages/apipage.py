@@ -31,8 +31,9 @@ def tier_summary(c: Cluster) -> str:
         what = ", ".join(t.served_models)
         kind = "router mode" if t.kind == "router" else "split over RPC"
         manager = "SLURM job" if t.manager == "slurm" else "systemd"
-        rows.append([f"**{t.name}**", f"{kind}, {manager}", what, nodes, f"`{topo.client_url(c, t)}`"])
-    out = table(["tier", "how", "models", "nodes", "URL (the [API page](api.md) has the others)"], rows)
+        rows.append([f"**{t.name}**", f"`{topo.client_url(c, t)}`", f"{kind}, {manager}", what, nodes])
+    # the key column second: a phone shows the first two without scrolling the table
+    out = table(["tier", "URL (the [API page](api.md) has the others)", "how", "models", "nodes"], rows)
     for sentence in exclusion_text(plan_residency(c, plan_cluster(c))):
         out += f'\n!!! warning "Not at the same time"\n    {sentence} See the [capacity plan](capacity.md).\n'
     return out

@@ -249,9 +249,10 @@ def alert_table(c: Cluster, entries_page: str) -> str:
     rows = []
     for rule in mon.alerts(c) if c.monitoring else []:
         link = "<br>".join(f"[{entries[e]}]({entries_page}#{e})" for e in mon.entries_of(rule) if e in entries)
-        rows.append([f"**{rule['alert']}**", rule["labels"].get("tier", "–"), rule["annotations"]["summary"],
-                     rule["for"], link or "–"])
-    return table(["alert", "tier", "when", "for", "troubleshooting"], rows) if rows else "No alerts.\n"
+        rows.append([f"**{rule['alert']}**", link or "–", rule["labels"].get("tier", "–"),
+                     rule["annotations"]["summary"], rule["for"]])
+    # the key column second: a phone shows the first two without scrolling the table
+    return table(["alert", "troubleshooting", "tier", "when", "for"], rows) if rows else "No alerts.\n"
 
 
 def monitoring(c: Cluster) -> str:

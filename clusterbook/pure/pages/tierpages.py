@@ -269,8 +269,8 @@ def capacity(c: Cluster, plans: dict[str, TierPlan] | None = None) -> str:
         out.append(table(["device (node)", "blocks", "weights", "KV cache", "compute", "CUDA pool", "overhead"],
                          [[f"{d.device} ({d.node})", f"{d.blocks}{' + output' if d.output else ''}", gib(d.weights),
                            gib(d.kv), gib(d.compute), gib(d.pool), gib(d.overhead)] for d in p.devices]))
-        out.append("\n" + table(["device (node)", "total", "usable", "headroom"],
-                                [[f"{d.device} ({d.node})", gib(d.total), gib(d.capacity), gib(d.headroom)]
+        out.append("\n" + table(["device (node)", "headroom", "total", "usable"],  # the key column second
+                                [[f"{d.device} ({d.node})", gib(d.headroom), gib(d.total), gib(d.capacity)]
                                  for d in p.devices]))
         facts = [f"Fits: **{'yes' if p.fits else 'no'}**."]
         if p.max_ctx is not None:
@@ -346,10 +346,10 @@ def whole_cluster(c: Cluster, plans: dict[str, TierPlan]) -> str:
                    "makes one of them wait for another, and names one that keeps them together.\n")
     for node in dict.fromkeys(x.slot.node for x in cplan.loads):
         out.append(f"\n### {node}\n\n{picture(f'What {node} holds at once', f'capacity-{node}')}\n")
-        out.append(table(["device", "resident at once", "total", "usable", "headroom"],
-                         [[x.slot.device + (f" ({x.slot.model})" if x.slot.model else ""),
+        out.append(table(["device", "headroom", "resident at once", "total", "usable"],  # the key column second
+                         [[x.slot.device + (f" ({x.slot.model})" if x.slot.model else ""), gib(x.headroom),
                            "<br>".join(f"{s.tier} ({s.what}): {gib(s.total)}" for s in x.shares),
-                           gib(x.total), gib(x.slot.capacity), gib(x.headroom)]
+                           gib(x.total), gib(x.slot.capacity)]
                           for x in cplan.loads if x.slot.node == node]))
     return "\n".join(out) + "\n"
 
