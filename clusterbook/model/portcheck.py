@@ -40,12 +40,12 @@ def port_findings(c: Cluster) -> list[Finding]:
             claim(c.gateway.node, c.gateway.path_port, "the gateway's path port", ("gateway", "path_port"))
         if c.gateway.docs_port:
             claim(c.gateway.node, c.gateway.docs_port, "the gateway's docs port", ("gateway", "docs_port"))
-        if any(t.on_demand for t in c.tiers):
-            claim(c.gateway.node, c.gateway.wake_port, "the gateway's wake service", ("gateway", "wake_port"))
+        claim(c.gateway.node, c.gateway.wake_port, "the gateway's hold and wake service", ("gateway", "wake_port"))
     if c.monitoring:
         m = c.monitoring
         claim(m.node, m.port, "Prometheus", ("monitoring", "port"))
         claim(m.node, m.alertmanager_port, "Alertmanager", ("monitoring", "alertmanager_port"))
+        claim(m.node, m.alert_journal_port, "the alert journal", ("monitoring", "alert_journal_port"))
         for node in c.nodes:
             claim(node.name, m.node_exporter_port, "the node exporter", ("monitoring", "node_exporter_port"))
     for i, tier in enumerate(c.tiers):

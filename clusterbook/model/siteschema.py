@@ -106,6 +106,14 @@ class Monitoring(Strict):
     port: Port = Field(9090, description="Prometheus's port")
     alertmanager_port: Port = Field(9093, description="Alertmanager's port")
     node_exporter_port: Port = Field(9100, description="the node exporter's port on every node")
+    alert_group_wait_s: int = Field(30, ge=0, le=600, description="how long Alertmanager gathers a new group of "
+                                                                  "alerts before its first notification")
+    alert_group_interval_s: int = Field(300, ge=1, le=86_400, description="how long Alertmanager waits after a "
+                                                                          "group's last notification before it "
+                                                                          "tells of a change in it (an alert "
+                                                                          "firing again, or resolved)")
+    alert_journal_port: Port = Field(9097, description="loopback port on the monitoring node of the local receiver "
+                                                      "that writes every alert to its journal")
     scrape_interval_s: int = Field(15, ge=5, le=300, description="how often every target is scraped")
     retention_days: int = Field(15, ge=1, le=3650, description="how long Prometheus keeps samples")
     probe_interval_s: int = Field(60, ge=10, le=3600, description="how often the monitoring node asks every tier "

@@ -67,6 +67,8 @@ def cluster_paths(c: Cluster) -> dict[str, str]:
         **_timer("keeper", "clusterbook-keeper"),
         "keeper_config": "/etc/clusterbook/keeper.json",
         **_timer("updater", "clusterbook-upstreams"),
+        "alert_journal": f"{SBIN}/clusterbook-alert-journal",
+        "alert_journal_unit": unit_file("clusterbook-alert-journal"),
         "wake": f"{SBIN}/clusterbook-wake",
         "wake_config": "/etc/clusterbook/wake.json",
         "wake_unit": unit_file("clusterbook-wake"),

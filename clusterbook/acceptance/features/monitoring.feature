@@ -22,4 +22,5 @@ Feature: Monitoring
     When the first RPC tier is stopped until its tier-down alert fires
     Then the probe saw the tier unhealthy while it was down
     And invoke status listed the firing alert while the tier was down
+    And the monitoring node's journal had the alert as a line at its severity while the tier was down
     And the alert fired once its for window had passed, and resolves after the tier is deployed again

@@ -111,6 +111,7 @@ def _down_until_alert(cluster, cluster_file, transport, context, measured):
     # the tier goes down somewhere inside the stop command (its head stops first), so the window counts from
     # before the command: counted from its end, a stop that took 10 s under load read as an alert 10 s early
     started = time.monotonic()
+    since = transport.run(cluster.monitoring.node, "date +%s").stdout.strip()  # the journal's clock
     result = run_invoke(cluster_file, f"stop.{tier.name}")
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr
     measured(f"{tier.name} stop command s", round(time.monotonic() - started, 1))
@@ -124,6 +125,7 @@ def _down_until_alert(cluster, cluster_file, transport, context, measured):
         context["fired_after"] = time.monotonic() - started if alert_firing(cluster, transport, tier) else None
         if context["fired_after"] is not None:  # what the person on call sees first (issue 47)
             context["status"] = run_invoke(cluster_file, "status").stdout
+            context["journal"] = alert_journal_line(cluster, transport, tier, since)
         # the probe runs on its own timer: a window shorter than its interval can end before it looked once
         seen_by = started + cluster.monitoring.probe_interval_s + 3 * cluster.monitoring.scrape_interval_s + 10
         while not context.get("probe_saw_down") and time.monotonic() < seen_by:
@@ -151,6 +153,31 @@ def _status_listed(context):
         f"tier {tier.name}: invoke status did not list TierDown while it fired:\n{context.get('status', '')[-3000:]}"
     assert re.search(rf"TierDown\s*│\s*firing\s*│[^│]*│\s*{re.escape(tier.name)}\b", context["status"]), \
         context["status"][-3000:]
+
+
+def alert_journal_line(cluster, transport, tier, since: str) -> str:
+    """The alert journal's line for the tier's TierDown since the node's clock read `since`, once Alertmanager has
+    gathered it (its group wait and a few scrapes); empty when none came."""
+    command = (f"journalctl -u clusterbook-alert-journal --since @{since} -o cat --no-pager "
+               f"| grep -F 'FIRING TierDown tier={tier.name} ' | tail -n 1")
+    m = cluster.monitoring  # a new group waits group_wait; an alert of a group notified before, group_interval
+    deadline = time.monotonic() + max(m.alert_group_wait_s, m.alert_group_interval_s) + 4 * m.scrape_interval_s + 20
+    while time.monotonic() < deadline:
+        line = transport.run(cluster.monitoring.node, command).stdout.strip()
+        if line:
+            return line
+        time.sleep(2)
+    return ""
+
+
+@then("the monitoring node's journal had the alert as a line at its severity while the tier was down")
+def _journal_had(cluster, transport, context):
+    tier, line = context["tier"], context.get("journal", "")
+    assert line, f"tier {tier.name}: no 'FIRING TierDown tier={tier.name}' in clusterbook-alert-journal's journal"
+    assert "severity=critical" in line and ("troubleshooting:" in line or not cluster.troubleshooting), line
+    priority = transport.run(cluster.monitoring.node, "journalctl -u clusterbook-alert-journal -o json -n 50 "
+                             f"--no-pager | grep -F 'FIRING TierDown tier={tier.name} ' | tail -n 1").stdout
+    assert '"PRIORITY":"2"' in priority, priority[-500:]  # critical: the journal's priority, not only the text
 
 
 @then("the alert fired once its for window had passed, and resolves after the tier is deployed again")

@@ -212,13 +212,17 @@ def engine_install(c: Cluster) -> str:
 def where_alerts_go(c: Cluster) -> str:
     """Who hears of an alert: the receivers, or a warning that no one does."""
     places = mon.alert_destinations(c)
+    m = c.monitoring
+    journal = (f"every alert, when it fires and when it resolves, is a line in {m.node}'s journal "
+               f"(`ssh {m.node} journalctl -u clusterbook-alert-journal`, at the alert's severity) and `invoke status` "
+               "lists those firing")
     if places:
-        return ("**Where alerts go:** " + "; ".join(text(p) for p in places)
-                + ", when they fire and when they resolve.\n")
-    return ('!!! warning "Alerts reach no one yet"\n    Alertmanager has no receiver: an alert shows only in its web '
-            f"UI on {c.monitoring.node}, port {c.monitoring.alertmanager_port}, as decision "
-            f"{text(c.monitoring.alerts_unrouted)} accepts for now. Give `monitoring.alert_webhook` or "
-            "`monitoring.alert_email` (the on-call's address and the mail relay) in the cluster file.\n")
+        return (f"**Where alerts go:** {'; '.join(text(p) for p in places)}, when they fire and when they "
+                f"resolve; and {journal}.\n")
+    return ('!!! warning "Alerts reach no one yet"\n    No one is sent an alert, as decision '
+            f"{text(m.alerts_unrouted)} accepts for now: {journal}, and Alertmanager's web UI shows them. Give "
+            "`monitoring.alert_webhook` or `monitoring.alert_email` (the on-call's address and the mail relay) in "
+            "the cluster file.\n")
 
 
 def monitoring_uis(c: Cluster) -> str:

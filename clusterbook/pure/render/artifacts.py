@@ -226,6 +226,12 @@ def _monitoring(c: Cluster) -> list[Artifact]:
                  "env", about="monitoring: Alertmanager's port", id="alertmanager_defaults"),
         Artifact(m.node, at(c, "probe_config"), mon.probe_config(c), "json",
                  about="monitoring: which tiers the probe asks, and where", id="probe_config"),
+        Artifact(m.node, at(c, "alert_journal"), node_program("alert_journal.py", h), "python",
+                 about="monitoring: every alert as a journal line (Alertmanager's local receiver)", id="alert_journal"),
+        Artifact(m.node, at(c, "alert_journal_unit"),
+                 template("daemon.service.j2", header=h, description=Quoted("clusterbook: every alert in the journal"),
+                          command=Quoted(f"/usr/bin/python3 {at(c, 'alert_journal')} {m.alert_journal_port}")),
+                 "unit", about="monitoring: the alert journal's service", id="alert_journal_unit"),
     ]
     files += _periodic(c, m.node, "probe", node_program("tier_probe.py", h),
                        Quoted(f"{at(c, 'probe')} {at(c, 'probe_config')}"), "ask every tier as a client does",

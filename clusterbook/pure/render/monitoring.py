@@ -100,7 +100,9 @@ def prometheus_config(c: Cluster, header: str) -> str:
         "global": {"scrape_interval": f"{m.scrape_interval_s}s", "evaluation_interval": f"{m.scrape_interval_s}s",
                    "external_labels": {"cluster": c.cluster.name}},
         "rule_files": [RULES],
-        "alerting": {"alertmanagers": [{"static_configs": [{"targets": [f"localhost:{m.alertmanager_port}"]}]}]},
+        # 127.0.0.1, not localhost: Prometheus (Go) resolved localhost through DNS in the lab, which has none, and no
+        # alert ever reached Alertmanager
+        "alerting": {"alertmanagers": [{"static_configs": [{"targets": [f"127.0.0.1:{m.alertmanager_port}"]}]}]},
         "scrape_configs": scrape,
     }
     return _dump(header, config)
@@ -341,17 +343,19 @@ def rule_tests(c: Cluster, header: str) -> str:
 
 
 def alertmanager_config(c: Cluster, header: str) -> str:
-    """alertmanager.yml: every alert to the cluster's webhook and e-mail receivers, grouped per alert and tier;
-    neither set, a receiver with nowhere to send (the alerts show in Alertmanager's web UI)."""
+    """alertmanager.yml: every alert to the monitoring node's alert journal (a line in its journal) and to the
+    cluster's webhook and e-mail receivers, grouped per alert and tier."""
     hook, mail = c.monitoring.alert_webhook, c.monitoring.alert_email
-    receiver: dict = {"name": "cluster"}
-    if hook:
-        receiver["webhook_configs"] = [{"url": hook, "send_resolved": True}]
+    local = f"http://127.0.0.1:{c.monitoring.alert_journal_port}/"
+    receiver: dict = {"name": "cluster",
+                      "webhook_configs": [{"url": url, "send_resolved": True} for url in (local, hook) if url]}
     if mail:
         receiver["email_configs"] = [{"to": ", ".join(mail.to), "from": mail.sender, "smarthost": mail.smarthost,
                                       "require_tls": mail.require_tls, "send_resolved": True}]
-    return _dump(header, {"route": {"receiver": "cluster", "group_by": ["alertname", "tier"], "group_wait": "30s",
-                                    "group_interval": "5m", "repeat_interval": "4h"},
+    return _dump(header, {"route": {"receiver": "cluster", "group_by": ["alertname", "tier"],
+                                    "group_wait": f"{c.monitoring.alert_group_wait_s}s",
+                                    "group_interval": f"{c.monitoring.alert_group_interval_s}s",
+                                    "repeat_interval": "4h"},
                           "receivers": [receiver]})
 
 
