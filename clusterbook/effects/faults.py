@@ -108,13 +108,14 @@ class FaultRun:
 
 def run_fault(c: Cluster, transport, tier: RouterTier | RpcTier, fault: str, url: str, key: str | None,
               clients: int, limit_s: float, progress: Callable[[str], None] = lambda text: None,
-              model: str | None = None, act: Callable[[], None] | None = None) -> FaultRun:
+              model: str | None = None, act: Callable[[], None] | None = None,
+              stream_tokens: int = 400) -> FaultRun:
     """`clients` clients (every second one streaming a long answer, so that one is in flight at the fault; asking for
     `model`, which a router tier needs) from BEFORE_S before the fault until BEFORE_S after the tier answered a
     request sent after it (at most limit_s). `act` does a fault of the caller's own (a bad change applied and rolled
-    back) and returns when it is over."""
+    back) and returns when it is over; stream_tokens: how long each stream is."""
     run = FaultRun(fault, clients)
-    pool = Clients(url, key, clients, limit_s + 60, model)
+    pool = Clients(url, key, clients, limit_s + 60, model, stream_tokens)
     pool.start()
     time.sleep(BEFORE_S)
     progress(f"{fault} …")

@@ -173,8 +173,10 @@ def no_request_fails_through(cluster_file: Path, fault: str, reports: Path, clie
     return run
 
 
-def clients_through(cluster, tier_name: str, fault: str, act, clients: int = 4):
-    """bench.faults' clients through the gateway (half streaming) while `act` does a fault of the test's own."""
+def clients_through(cluster, tier_name: str, fault: str, act, clients: int = 2):
+    """bench.faults' clients through the gateway (one of two streaming 64 tokens: as the acceptance steps' clients,
+    light enough that apply's own scenarios, timed, are not queued past their limits behind them on the lab's
+    one-slot CPU tier) while `act` does a fault of the test's own."""
     from clusterbook.effects.connections import connect
     from clusterbook.effects.faults import run_fault
     from clusterbook.effects.probes import api_key
@@ -184,4 +186,4 @@ def clients_through(cluster, tier_name: str, fault: str, act, clients: int = 4):
     key = api_key(connect(cluster), cluster, tier)
     url = topo.client_url(cluster, tier) + "/v1/chat/completions"
     return run_fault(cluster, None, tier, fault, url, key, clients, limit_s=300, act=act,
-                     model=tier.served_models[0])
+                     model=tier.served_models[0], stream_tokens=64)
