@@ -143,3 +143,22 @@ def test_two_build_nodes_take_turns_in_one_build_tree(tmp_path):
     both = [subprocess.Popen(["bash", "-c", step]) for _ in range(2)]
     assert [p.wait(30) for p in both] == [0, 0]
     assert log.read_text().split() == ["start", "end", "start", "end"]
+
+
+def test_a_build_on_another_cpu_starts_again_but_keeps_the_lock_it_holds(tmp_path):
+    """A cache restored onto another CPU is cleared under the build lock: everything goes but the lock file, which a
+    second builder waiting on it must still find (a new file at its path would be a second lock)."""
+    from clusterbook.effects.lab.llama_build import _clear
+
+    tree = tmp_path / "b11434" / "build"
+    (tree / "bin").mkdir(parents=True)
+    (tree / "bin" / "llama-server").write_text("x")
+    lock = tree / ".clusterbook-build.lock"
+    lock.write_text("")
+    (tmp_path / "b11434" / "src").mkdir()
+    (tmp_path / "b11434" / "cpu").write_text("another cpu\n")
+    inode = lock.stat().st_ino
+    _clear(tmp_path / "b11434", keep=lock)
+    assert [p.relative_to(tmp_path).as_posix() for p in sorted(tmp_path.rglob("*"))] == [
+        "b11434", "b11434/build", "b11434/build/.clusterbook-build.lock"]
+    assert lock.stat().st_ino == inode

@@ -81,8 +81,8 @@ def ensure_build(c: Cluster, jobs: int = 2) -> LlamaBuild:
 
 def _build(c: Cluster, build: LlamaBuild, jobs: int) -> None:
     """Unpack and patch the source where it is missing, configure and build (under the build lock)."""
-    if not _cpu_matches(build.root):  # a cache restored onto another CPU: start again
-        shutil.rmtree(build.root)
+    if not _cpu_matches(build.root):  # a cache restored onto another CPU: start again, keeping the lock we hold
+        _clear(build.root, keep=Path(build.plan.lock))
     build.root.mkdir(parents=True, exist_ok=True)
     src = Path(build.plan.src)
     if not (src / "CMakeLists.txt").exists():
@@ -100,6 +100,19 @@ def _build(c: Cluster, build: LlamaBuild, jobs: int) -> None:
         run_reporting(["cmake", "--build", build.plan.tree, "-j", str(jobs), "--target", *build.plan.targets],
                       report, ninja_progress)
     (build.root / "cpu").write_text(_cpu_key() + "\n")
+
+
+def _clear(folder: Path, keep: Path) -> None:
+    """Remove everything in folder but the file keep (and the folders that hold it)."""
+    for entry in folder.iterdir():
+        if entry == keep:
+            continue
+        if keep.is_relative_to(entry):
+            _clear(entry, keep)
+        elif entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
 
 
 def plain_members(tar: tarfile.TarFile) -> list[tarfile.TarInfo]:
