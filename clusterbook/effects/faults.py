@@ -109,15 +109,16 @@ class FaultRun:
 def run_fault(c: Cluster, transport, tier: RouterTier | RpcTier, fault: str, url: str, key: str | None,
               clients: int, limit_s: float, progress: Callable[[str], None] = lambda text: None,
               model: str | None = None, act: Callable[[], None] | None = None,
-              stream_tokens: int = 400) -> FaultRun:
+              stream_tokens: int = 400, settle_s: float | None = None) -> FaultRun:
     """`clients` clients (every second one streaming a long answer, so that one is in flight at the fault; asking for
     `model`, which a router tier needs) from BEFORE_S before the fault until BEFORE_S after the tier answered a
     request sent after it (at most limit_s). `act` does a fault of the caller's own (a bad change applied and rolled
-    back) and returns when it is over; stream_tokens: how long each stream is."""
-    run = FaultRun(fault, clients)
+    back) and returns when it is over; stream_tokens: how long each stream is; settle_s: BEFORE_S, or shorter
+    where no baseline is wanted."""
+    run, settle_s = FaultRun(fault, clients), BEFORE_S if settle_s is None else settle_s
     pool = Clients(url, key, clients, limit_s + 60, model, stream_tokens)
     pool.start()
-    time.sleep(BEFORE_S)
+    time.sleep(settle_s)
     progress(f"{fault} …")
     try:
         if fault in QUIET_FAULTS:  # the clients stop, the tier is released, they start again: the fault's time
@@ -137,8 +138,8 @@ def run_fault(c: Cluster, transport, tier: RouterTier | RpcTier, fault: str, url
                 run.back_s = round(min(back) - at, 1)
                 break
             time.sleep(0.5)
-        progress(f"{fault}: the tier answers again; {BEFORE_S} s more")
-        time.sleep(BEFORE_S)
+        progress(f"{fault}: the tier answers again; {settle_s:g} s more")
+        time.sleep(settle_s)
     finally:
         run.requests = pool.stop(limit_s + 90)
         if fault == "preempted":  # the node is the tiers' again, also where the tier never came back

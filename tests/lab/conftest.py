@@ -186,4 +186,4 @@ def clients_through(cluster, tier_name: str, fault: str, act, clients: int = 2):
     key = api_key(connect(cluster), cluster, tier)
     url = topo.client_url(cluster, tier) + "/v1/chat/completions"
     return run_fault(cluster, None, tier, fault, url, key, clients, limit_s=300, act=act,
-                     model=tier.served_models[0], stream_tokens=64)
+                     model=tier.served_models[0], stream_tokens=64, settle_s=1)
