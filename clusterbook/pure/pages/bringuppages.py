@@ -214,8 +214,8 @@ def where_alerts_go(c: Cluster) -> str:
     places = mon.alert_destinations(c)
     m = c.monitoring
     journal = (f"every alert, when it fires and when it resolves, is a line in {m.node}'s journal "
-               f"(`ssh {m.node} journalctl -u clusterbook-alert-journal`, at the alert's severity) and `invoke status` "
-               "lists those firing")
+               f"(`ssh {m.node} journalctl -u clusterbook-alert-journal -n 50 --no-pager`, at the alert's severity) "
+               "and `invoke status` lists those firing")
     if places:
         return (f"**Where alerts go:** {'; '.join(text(p) for p in places)}, when they fire and when they "
                 f"resolve; and {journal}.\n")
