@@ -20,6 +20,7 @@ RESUMED = ": clusterbook: the stream resumed"  # the SSE comment the hold servic
 BEFORE_S = 3  # clients run this long before the fault (the baseline) and after the tier answers again
 NEW_JOB_FAULTS = ("job ended", "preempted")  # the tier comes back in a new SLURM job: the new job's hold and prediction
 OVERLOAD_EXTRA = 20  # requests beyond what a tier admits, sent at once with the admitted ones: told 429 at once
+ADDED_P99_MARGIN_S = 2  # issue 46's target: a fault adds at most the predicted recovery and this to the p99
 QUIET_FAULTS = ("released",)  # done while the clients send nothing (a tier is released only when idle)
 
 
@@ -64,6 +65,7 @@ class Request:
     took_s: float
     resumed: bool = False
     why: str = ""  # a failed request: the start of what it was told
+    warmup: bool = False  # a client's first: all were sent at once, queued as the steady load never is (no latency)
 
 
 @dataclass
@@ -83,7 +85,7 @@ class FaultRun:
         """p50 and p99 of the answered requests' times: during the fault (in flight at it, or sent before the tier
         was back) or outside it (the baseline: ended before the fault, or sent once the tier was back)."""
         end = self.back_s if self.back_s is not None else float("inf")
-        times = sorted(r.took_s for r in self.requests if r.outcome == "ok" and (
+        times = sorted(r.took_s for r in self.requests if r.outcome == "ok" and not r.warmup and (
             (r.sent_s < 0 < r.sent_s + r.took_s or 0 <= r.sent_s <= end) if during
             else r.sent_s + r.took_s < 0 or r.sent_s > end))
         if not times:
@@ -96,6 +98,15 @@ class FaultRun:
         predicted recovery and 2 s)."""
         during, baseline = self.latency(True)["p99"], self.latency(False)["p99"]
         return None if during is None or baseline is None else round(max(0.0, during - baseline), 2)
+
+    def target_met(self, predicted_s: float) -> str:
+        """"yes" where no request failed and the added p99 is within the predicted recovery and the margin."""
+        added = self.added_p99_s()
+        if self.failed:
+            return "no (failed)"
+        if added is None:
+            return "no baseline"
+        return "yes" if added <= predicted_s + ADDED_P99_MARGIN_S else "no"
 
     def to_json(self) -> dict:
         return {"fault": self.fault, "clients": self.clients, "requests": len(self.requests),
@@ -112,12 +123,14 @@ def run_fault(c: Cluster, transport, tier: RouterTier | RpcTier, fault: str, url
               stream_tokens: int = 400, settle_s: float | None = None) -> FaultRun:
     """`clients` clients (every second one streaming a long answer, so that one is in flight at the fault; asking for
     `model`, which a router tier needs) from BEFORE_S before the fault until BEFORE_S after the tier answered a
-    request sent after it (at most limit_s). `act` does a fault of the caller's own (a bad change applied and rolled
-    back) and returns when it is over; stream_tokens: how long each stream is; settle_s: BEFORE_S, or shorter
-    where no baseline is wanted."""
+    request sent after it (at most limit_s); the fault comes once every client had an answer, and the clients' first
+    requests are not in the latencies (sent all at once, they queued as the steady load never does). `act` does a
+    fault of the caller's own (a bad change applied and rolled back) and returns when it is over; stream_tokens: how
+    long each stream is; settle_s: BEFORE_S, or shorter where no baseline is wanted."""
     run, settle_s = FaultRun(fault, clients), BEFORE_S if settle_s is None else settle_s
     pool = Clients(url, key, clients, limit_s + 60, model, stream_tokens)
     pool.start()
+    pool.warm(limit_s + 60)  # every client's first request was sent at once: the fault comes once all are answered
     time.sleep(settle_s)
     progress(f"{fault} …")
     try:
@@ -161,12 +174,20 @@ class Clients:
         self.headers = {"Authorization": f"Bearer {key}"} if key else {}
         self._requests: list[Request] = []
         self._lock, self._stop, self._quiet, self._busy = threading.Lock(), threading.Event(), threading.Event(), 0
-        self._threads = [threading.Thread(target=self._client, args=(i % 2 == 1,), daemon=True) for i in range(count)]
+        self._answered = [False] * count  # each client's first request ended
+        self._threads = [threading.Thread(target=self._client, args=(i,), daemon=True) for i in range(count)]
 
     def start(self) -> Clients:
         for thread in self._threads:
             thread.start()
         return self
+
+    def warm(self, limit_s: float) -> float:
+        """Wait until every client's first request ended (at most limit_s); when, on this machine's clock."""
+        started = time.monotonic()
+        while not all(self._answered) and time.monotonic() - started < limit_s:
+            time.sleep(0.1)
+        return time.monotonic()
 
     def quiet(self) -> None:
         """Send nothing new, and return once no request is in flight."""
@@ -188,7 +209,8 @@ class Clients:
             thread.join(wait_s)
         return self.requests()
 
-    def _client(self, stream: bool) -> None:
+    def _client(self, index: int) -> None:
+        stream = index % 2 == 1
         while not self._stop.is_set():
             if self._quiet.is_set():
                 time.sleep(0.1)
@@ -208,8 +230,10 @@ class Clients:
             except httpx.HTTPError as exc:
                 outcome, resumed, why = type(exc).__name__, False, str(exc)[:160]
             with self._lock:
-                self._requests.append(Request(started, stream, outcome, time.monotonic() - started, resumed, why))
+                self._requests.append(Request(started, stream, outcome, time.monotonic() - started, resumed, why,
+                                              warmup=not self._answered[index]))
                 self._busy -= 1
+                self._answered[index] = True
             time.sleep(0.2)
 
 

@@ -33,8 +33,8 @@ def check_cluster(c: Cluster) -> list[Finding]:
     findings: list[Finding] = []
     for rule in (_networks, _nodes, _hostnames, _jumps, _engine, _models, _tiers, _contexts, port_findings, _router,
                  _gateway, _on_demand, _co_reside, _targets, _unique_ids, slurm_findings, path_role_findings,
-                 folder_findings, apart_findings, legacy_findings, _memory_max, _compilers, _owner, _alert_receivers,
-                 _monitoring_releases, _fetched_over_https):
+                 folder_findings, apart_findings, legacy_findings, _memory_max, _compilers, _owner, _superseded,
+                 _alert_receivers, _monitoring_releases, _fetched_over_https):
         findings.extend(rule(c))
     return findings
 
@@ -412,6 +412,17 @@ def _owner(c: Cluster) -> list[Finding]:
         return []
     return [(("owner",), "a production file names who answers for it: add owner (name, contact, escalation), or "
              "name the decision that accepts none for now in owner_unrecorded")]
+
+
+def _superseded(c: Cluster) -> list[Finding]:
+    """A decision supersedes only decisions logged before it."""
+    before: set[str] = set()
+    out: list[Finding] = []
+    for i, d in enumerate(c.decisions):
+        out += [(("decisions", i, "supersedes", j), f"{old} is not a decision logged before {d.id} (before it: "
+                 f"{', '.join(sorted(before)) or 'none'})") for j, old in enumerate(d.supersedes) if old not in before]
+        before.add(d.id)
+    return out
 
 
 def _alert_receivers(c: Cluster) -> list[Finding]:

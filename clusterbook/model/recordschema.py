@@ -118,6 +118,8 @@ class Decision(Strict):
     decision: Prose = Field(description="what was decided")
     consequences: Prose = Field(description="what follows")
     sources: list[Line] = Field(default_factory=list, description="seed documents or issues it rests on")
+    supersedes: list[Name] = Field(default_factory=list, description="earlier decisions of the log this one "
+                                   "replaces: the log says so at their top, and keeps them as the record of their day")
     claims: list[Claim] = Field(default_factory=list,
                                 description="figures this decision refutes, computed by the planner")
 

@@ -4,13 +4,16 @@
 Alertmanager sends it every alert group (its webhook format, version 4) whatever other receivers the cluster file
 names, so an alert is seen even where it names none, and nothing invents an address: each alert becomes one line
 of this service's journal (`journalctl -u clusterbook-alert-journal`), at the syslog priority of its severity
-(critical: 2, warning: 4; resolved: 5), with its tier, summary and troubleshooting entries. Nothing else is kept:
-`invoke status` asks Prometheus which alerts fire now.
+(critical: 2, warning: 4; resolved: 5), with its tier, summary and troubleshooting entries. It also keeps the
+alerts firing now, as Alertmanager last told it, for the docs site's status banner: GET /alerts (nginx passes the
+site's status.json here where the site is published on this node). `invoke status` asks Prometheus itself.
 """
 import http.server
 import json
 import re
 import sys
+import threading
+import time
 
 PRIORITY = {"critical": 2, "warning": 4}  # journald reads a "<N>" line prefix as the line's priority
 RESOLVED = 5
@@ -33,7 +36,56 @@ def lines(payload):
     return out
 
 
+class Firing:
+    """The alerts firing now, by their labels, as the webhooks told them (at most LIMIT)."""
+
+    LIMIT = 500
+
+    def __init__(self):
+        self.alerts, self.as_of, self.lock = {}, None, threading.Lock()
+
+    def update(self, payload):
+        with self.lock:
+            for alert in payload.get("alerts", []) if isinstance(payload, dict) else []:
+                labels, notes = alert.get("labels") or {}, alert.get("annotations") or {}
+                key = json.dumps(labels, sort_keys=True)
+                if alert.get("status") == "resolved":
+                    self.alerts.pop(key, None)
+                elif key in self.alerts or len(self.alerts) < self.LIMIT:
+                    self.alerts[key] = {
+                        "alert": clean(labels.get("alertname", "alert")), "tier": clean(labels.get("tier", "")),
+                        "severity": clean(labels.get("severity", "")), "summary": clean(notes.get("summary", "")),
+                        "troubleshooting": clean(notes.get("troubleshooting", "")),
+                        "since": clean(alert.get("startsAt", ""))}
+            self.as_of = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+    def json(self):
+        with self.lock:
+            firing = sorted(self.alerts.values(), key=lambda a: (a["severity"] != "critical", a["alert"], a["tier"]))
+            return json.dumps({"as_of": self.as_of, "firing": firing}).encode()
+
+
+def clean(value):
+    return UNSAFE.sub("?", str(value))[:300]
+
+
+FIRING = Firing()
+
+
 class Handler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        if self.path.split("?")[0] != "/alerts":
+            self.send_response(404)
+            self.end_headers()
+            return
+        body = FIRING.json()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Cache-Control", "no-store")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
     def do_POST(self):
         length = int(self.headers.get("Content-Length") or 0)
         try:
@@ -44,6 +96,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return
         for line in lines(payload):
             print(line, flush=True)
+        FIRING.update(payload)
         self.send_response(200)
         self.end_headers()
 
@@ -52,7 +105,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
 
 def main(port):
-    http.server.HTTPServer(("127.0.0.1", port), Handler).serve_forever()
+    http.server.HTTPServer(("127.0.0.1", port), Handler).serve_forever()  # one at a time: each is quick
 
 
 if __name__ == "__main__":

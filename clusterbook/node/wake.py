@@ -18,10 +18,10 @@ It is also the gateway's hold (issue 46): nginx sends it every request to a rout
 the tier (a tier on demand only once woken, when the tier fails it). A request goes to the tier at once; one the tier
 refuses, drops before its whole answer, or answers 502/503 (loading) waits here until the tier answers /health
 again, at most its hold (the predicted recovery, or a new job's while a SLURM job is away, and the file's margin),
-and is sent again: nothing of it reached the client. A stream is relayed event by event; cut in the middle, it is
-held likewise and continued from the text already sent (a chat's answer as an assistant prefill, a completion's
-prompt extended), with comments saying so; past the hold it ends with an error event. Past the hold a request gets
-503 with Retry-After.
+and is sent again, in the order the held requests came: nothing of it reached the client. A stream is relayed
+event by event; cut, it is held likewise and continued from the text already sent (a chat's answer as an assistant
+prefill, a completion's prompt extended), with comments saying so. Past the hold: 503 with Retry-After, or for a
+stream an error event.
 """
 import contextlib
 import http.client
@@ -65,8 +65,7 @@ def get(url, key=None, timeout=2.0):
 
 class Tier:
     def __init__(self, name, spec):
-        self.name = name
-        self.spec = spec
+        self.name, self.spec = name, spec
         marks = spec["marks"]  # the keeper's marks of its job, named by clusterbook (pure/slurmjob.py: MARKS)
         self.wanted, self.released, self.request = marks["wanted"], marks["released"], marks["request"]
         self.gone = self.released_job()  # the job it released last: its record may linger while it ends
@@ -199,11 +198,10 @@ class Tier:
 
 def as_json(data):
     """A request's or an event's JSON object, or None."""
-    try:
+    with contextlib.suppress(ValueError):
         value = json.loads(data) if data else None
-    except ValueError:
-        return None
-    return value if isinstance(value, dict) else None
+        return value if isinstance(value, dict) else None
+    return None
 
 
 def continuable(payload):
@@ -258,11 +256,11 @@ def last_event(event):
 
 
 def unavailable(route, limit, retry_after):
-    if not limit:
-        return f"tier {route.name} is stopped by its operator"
-    return f"tier {route.name} is starting or recovering; predicted back within {retry_after} s"
+    return (f"tier {route.name} is starting or recovering; predicted back within {retry_after} s" if limit else
+            f"tier {route.name} is stopped by its operator")
 
 
+PACE_S = 0.02  # between held requests sent again: each reaches the tier's queue before the next
 MAX_RESUMES = 3  # a stream cut more often than this ends with an error event: its tier keeps failing it
 HOP = {"connection", "keep-alive", "proxy-connection", "te", "trailer", "transfer-encoding", "upgrade",
        "content-length", "x-clusterbook-tier"}  # not passed on: each hop sets its own
@@ -272,8 +270,25 @@ class Route:
     """A tier behind the gateway as the hold sees it: where it serves now, and how long a request may wait."""
 
     def __init__(self, name, spec):
-        self.name = name
-        self.spec = spec
+        self.name, self.spec = name, spec
+        self.line, self.turn = set(), threading.Condition()  # held requests (arrival, id), sent back in that order
+
+    def queue(self, key):
+        """A request its tier failed: in line by its arrival, as llama-server's own queue had it."""
+        with self.turn:
+            self.line.add(key)
+
+    def wait_turn(self, key):
+        """In line until every request from before `key` in it was sent (at most 2 s: one stuck is not waited for)."""
+        with self.turn:
+            self.line.add(key)
+            self.turn.wait_for(lambda: min(self.line) >= key, timeout=2)
+
+    def sent(self, key, pace=0.0):  # sent again (the next one `pace` s later: the tier takes them in order), or not
+        with self.turn:
+            time.sleep(pace if key in self.line and len(self.line) > 1 else 0)
+            self.line.discard(key)
+            self.turn.notify_all()
 
     def backend(self):
         """host:port where the tier serves now: its fixed address, or its SLURM job's endpoint record."""
@@ -383,19 +398,23 @@ class Handler(http.server.BaseHTTPRequestHandler):
         payload = as_json(body)
         if payload is not None and payload.get("stream") is True and continuable(payload):
             return self.streamed(route, payload)
-        started, tries = time.monotonic(), 0
-        limit, retry_after = route.bound()
+        started, tries, key = time.monotonic(), 0, (time.monotonic(), id(self))  # the hold counts from when the
+        limit, retry_after = route.bound()  # tier failed it: it may have queued there for longer than the hold
         while True:
             backend = route.backend()
             if backend and (tries == 0 or route.ready(backend)):  # the first try goes straight to the tier
+                route.wait_turn(key)
                 tries += 1
-                answer = self.fetch(route, backend, body)
+                answer = self.fetch(route, backend, body, lambda: route.sent(key, PACE_S))
                 if answer is not None:
                     if tries > 1:
                         print(f"{route.name}: held {self.command} {route.path(self.path)} "
                               f"{time.monotonic() - started:.1f} s, sent {tries} times", flush=True)
                     return self.reply(*answer)
+                route.queue(key)
+                started = time.monotonic() if tries == 1 else started
             if time.monotonic() - started >= limit and not route.changing_s():
+                route.sent(key)
                 return self.unavailable(route, limit, retry_after)
             time.sleep(0.5)
             limit, retry_after = max((limit, retry_after), route.bound())  # a job that left meanwhile: its new one
@@ -407,12 +426,16 @@ class Handler(http.server.BaseHTTPRequestHandler):
         return self.reply(503, [("Content-Type", "application/json"), ("Retry-After", str(retry_after))],
                           body.encode())
 
-    def fetch(self, route, backend, body):
+    def fetch(self, route, backend, body, sent):
         """(status, headers, body) of the tier's whole answer; None, with nothing sent to the client, when the tier
-        gave none (it went away before or during its answer, or answered 502/503 while loading)."""
+        gave none (it went away before or during its answer, or answered 502/503 while loading). sent(): called
+        once the request is with the tier (or failed to reach it)."""
         connection = self.connect(route, backend)
         try:
-            connection.request(self.command, route.path(self.path), body=body, headers=self.passed_headers())
+            try:
+                connection.request(self.command, route.path(self.path), body=body, headers=self.passed_headers())
+            finally:
+                sent()
             response = connection.getresponse()
             data = response.read()
         except (OSError, http.client.HTTPException):
@@ -437,13 +460,17 @@ class Handler(http.server.BaseHTTPRequestHandler):
         error event ends it, never a silent cut."""
         path, request = route.path(self.path), payload
         sent, tokens, opened, cut, resumes = "", 0, False, None, 0
-        started, tries = time.monotonic(), 0
+        started, tries, key = time.monotonic(), 0, (time.monotonic(), id(self))
         limit, retry_after = route.bound()
         while True:
             backend, response = route.backend(), None
             if backend and (tries == 0 or route.ready(backend)):
+                route.wait_turn(key)
                 tries += 1
-                response = self.open_stream(route, backend, path, request)
+                response = self.open_stream(route, backend, path, request, lambda: route.sent(key, PACE_S))
+                if response is None:  # in line again; the hold counts from the tier's failure, as held() does
+                    route.queue(key)
+                    started = time.monotonic() if tries == 1 else started
             if response is not None and response.status != 200:
                 data = response.read()
                 if not opened:
@@ -473,20 +500,25 @@ class Handler(http.server.BaseHTTPRequestHandler):
                     return self.end_stream(f"tier {route.name} went away and this stream cannot be continued"
                                            + (f" (cut {resumes} times)" if request else ""))
                 self.comment("clusterbook: the tier went away; this stream resumes when it is back")
+                route.queue(key)
                 continue
             if time.monotonic() - started >= limit and not route.changing_s():
+                route.sent(key)
                 if not opened:
                     return self.unavailable(route, limit, retry_after)
                 return self.end_stream(unavailable(route, limit, retry_after))
             time.sleep(0.5)
             limit, retry_after = max((limit, retry_after), route.bound())
 
-    def open_stream(self, route, backend, path, request):
+    def open_stream(self, route, backend, path, request, sent):
         """The tier's answer to a stream request (its headers read); None when it gave none or is loading."""
         connection = self.connect(route, backend)
         headers = dict(self.passed_headers(), **{"Content-Type": "application/json"})
         try:
-            connection.request("POST", path, body=json.dumps(request).encode(), headers=headers)
+            try:
+                connection.request("POST", path, body=json.dumps(request).encode(), headers=headers)
+            finally:
+                sent()
             response = connection.getresponse()
         except (OSError, http.client.HTTPException):
             connection.close()

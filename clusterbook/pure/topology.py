@@ -68,6 +68,15 @@ def client_url(c: Cluster, tier: RouterTier | RpcTier) -> str:
     return endpoint_url(c, tier)
 
 
+def site_status_url(c: Cluster) -> str | None:
+    """Where the published site's status banner reads the alerts firing now: the monitoring node's alert receiver,
+    on loopback, so only where the site is published on that node (else the banner says it has no status)."""
+    gw, m = c.gateway, c.monitoring
+    if gw and gw.docs_port and m and m.node == gw.node:
+        return f"http://127.0.0.1:{m.alert_journal_port}/alerts"
+    return None
+
+
 def rpc_endpoints(c: Cluster, tier: RpcTier) -> list[str]:
     """host:port of each worker on the RPC network, in --rpc order."""
     return [f"{address(c, w, c.rpc_network)}:{tier.rpc_port}" for w in tier.workers]

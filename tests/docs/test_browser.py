@@ -16,6 +16,7 @@ from .test_site import build
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "reports" / "screenshots"
+SITE: dict = {}  # the served site's folder
 
 pytestmark = [pytest.mark.browser,
               pytest.mark.skipif(not (shutil.which("chromium") and shutil.which("chromedriver")),
@@ -27,6 +28,7 @@ pytestmark = [pytest.mark.browser,
 def served(tmp_path_factory):
     site = tmp_path_factory.mktemp("site")
     build("cluster.yaml", site)  # in this process, as `invoke docs --cluster cluster.yaml --out SITE` builds it
+    SITE["path"] = site
     handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(site))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -179,3 +181,36 @@ def smallest_text_px(svg: str, shown_width: float) -> float:
     """The smallest text of a chart (matplotlib's SVG, text kept as text) at the width it is shown, in CSS px."""
     drawn = float(re.search(r'viewBox="0 0 ([0-9.]+) ', svg).group(1))
     return min(float(size) for size in re.findall(r"font-size: ([0-9.]+)px", svg)) * shown_width / drawn
+
+
+def test_the_status_banner_shows_the_alerts_firing_now_as_text(served, browser):
+    """Issue 47: where the site is published, nginx serves the alert receiver's firing alerts as status.json; every
+    page shows them at its top, each with its troubleshooting entries, as text (an alert's text is the cluster
+    file's and Alertmanager's, not the site's). Without it, the page says it has no live status."""
+    import json
+
+    from selenium.webdriver.common.by import By
+
+    status = SITE["path"] / "status.json"
+    browser.get(served + "/tiers/")
+    quiet = browser.find_element(By.CSS_SELECTOR, ".clusterbook-status").text
+    assert "No live alert status in this copy of the site" in quiet, quiet
+    status.write_text(json.dumps({"as_of": "2026-11-29T07:00:00Z", "firing": [
+        {"alert": "TierDown", "tier": "reasoning", "severity": "critical", "since": "",
+         "summary": "<img src=x onerror=window.pwned=1> reasoning does not answer",
+         "troubleshooting": "rpc-worker-down, tier-pending javascript:alert(1)"}]}))
+    try:
+        browser.get(served + "/tiers/")
+        box = browser.find_element(By.CSS_SELECTOR, ".clusterbook-status--firing")
+        assert box.get_attribute("role") == "alert"
+        assert box.text.startswith("1 alert firing (as of 2026-11-29T07:00:00Z)"), box.text
+        assert "<img src=x onerror=window.pwned=1> reasoning does not answer" in box.text
+        links = [a.get_attribute("href") for a in box.find_elements(By.TAG_NAME, "a")]
+        assert links == [served + "/troubleshooting/#rpc-worker-down", served + "/troubleshooting/#tier-pending"]
+        assert browser.execute_script("return window.pwned") is None
+        status.write_text(json.dumps({"as_of": "2026-11-29T07:05:00Z", "firing": []}))
+        browser.get(served + "/")
+        assert browser.find_element(By.CSS_SELECTOR, ".clusterbook-status--clear").text == \
+            "No alert firing (as of 2026-11-29T07:05:00Z)."
+    finally:
+        status.unlink()

@@ -4,7 +4,6 @@ import contextlib
 import html
 import re
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -29,21 +28,6 @@ def build(cluster: str, out: Path) -> None:
 
 def text_of(site: Path) -> str:
     return "\n".join(p.read_text(errors="replace") for p in site.rglob("*.html"))
-
-
-@pytest.fixture(scope="session")
-def beefcake2_site(tmp_path_factory):
-    out = tmp_path_factory.mktemp("site-beefcake2")
-    started = time.monotonic()
-    build("cluster.yaml", out)
-    return out, time.monotonic() - started
-
-
-@pytest.fixture(scope="session")
-def ridge_site(tmp_path_factory):
-    out = tmp_path_factory.mktemp("site-ridge")
-    build("tests/clusters/ridge.yaml", out)
-    return out
 
 
 @needs_mermaid

@@ -56,3 +56,27 @@ def test_each_alert_is_one_journal_line_at_its_severity(journal):
         "<2>FIRING TierDown tier=reasoning severity=critical: reasoning does not answer /health "
         "(troubleshooting: rpc-worker-down, gpu)",
         "<5>RESOLVED DecodeSlow tier=fast severity=warning: decode below??31m target?FAKE line"]
+
+
+def firing(port: int) -> dict:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    conn.request("GET", "/alerts")
+    response = conn.getresponse()
+    assert response.status == 200 and response.getheader("Cache-Control") == "no-store"
+    return json.loads(response.read())
+
+
+def test_the_alerts_firing_now_are_kept_for_the_sites_banner_until_resolved(journal):
+    port, _ = journal
+    assert firing(port) == {"as_of": None, "firing": []}  # told nothing yet: the banner says so, not "all well"
+    assert post(port, json.dumps(PAYLOAD).encode()) == 200
+    now = firing(port)
+    assert now["as_of"] and now["firing"] == [{
+        "alert": "TierDown", "tier": "reasoning", "severity": "critical",
+        "summary": "reasoning does not answer /health", "troubleshooting": "rpc-worker-down, gpu", "since": ""}]
+    resolved = {"alerts": [dict(PAYLOAD["alerts"][0], status="resolved")]}
+    assert post(port, json.dumps(resolved).encode()) == 200
+    assert firing(port)["firing"] == []
+    hostile = {"alerts": [{"status": "firing", "labels": {"alertname": "<script>x</script>\x1b"}, "annotations": {}}]}
+    assert post(port, json.dumps(hostile).encode()) == 200
+    assert firing(port)["firing"][0]["alert"] == "?script?x?/script??"  # shown as text by the banner as well

@@ -43,6 +43,9 @@ CASES = [  # (old text of cluster.yaml, new text, field named, what the message 
     # the site's links go to the gateway's own Tailscale name, never another host
     ("  tailscale_name: slurm-ctl.tailc46cd0.ts.net", "  tailscale_name: evil.example.com",
      "gateway.tailscale_name", "NODE.TAILNET.ts.net"),
+    # issue 47: a decision supersedes only one logged before it (the log marks that one at its top)
+    ("    supersedes: [D14]\n", "    supersedes: [D19]\n", "decisions[D18].supersedes[0]",
+     "D19 is not a decision logged before D18"),
     # issue 47: who answers for a production cluster is in the file, or a decision says why not yet
     ("owner_unrecorded: D28  #", "owner_unrecorded: D99  #", "owner_unrecorded", "no decision D99 in decisions"),
     ("owner_unrecorded: D28  #", "owner_unrecorded: D28\nowner: {name: Ana, contact: ana@lab.example}  #",

@@ -89,6 +89,10 @@ def test_latency_outside_and_during_a_fault():
     assert run.latency(True) == {"p50": 3.0, "p99": 4.0}
     assert FaultRun("head killed", 1).latency(True) == {"p50": None, "p99": None}
     assert run.added_p99_s() == 3.0 and FaultRun("head killed", 1).added_p99_s() is None
+    assert run.target_met(1.0) == "yes" and run.target_met(0.9) == "no"
+    assert FaultRun("head killed", 1).target_met(5) == "no baseline"
+    run.requests.append(Request(2, True, "503", 9.0))
+    assert run.target_met(100) == "no (failed)"
 
 
 def test_which_faults_a_tier_can_be_given():

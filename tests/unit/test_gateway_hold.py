@@ -8,6 +8,7 @@ from __future__ import annotations
 import http.client
 import http.server
 import importlib.util
+import io
 import json
 import socket
 import threading
@@ -150,6 +151,38 @@ def test_past_its_hold_a_request_gets_503_with_retry_after(hold):
     response, body, waited = ask(hold_port, {"prompt": "hi"})
     assert response.status == 503 and response.getheader("Retry-After") == "2" and 3 <= waited < 5
     assert "tier reasoning is starting or recovering" in json.loads(body)["error"]["message"]
+
+
+class QueuedThenDies(Tier):
+    """A tier whose queue held the first request past the hold's bound (3 s) before its head died unanswered; it
+    loads for 1 s after, then answers."""
+
+    died_at: ClassVar[float | None] = None
+
+    def do_GET(self):
+        Tier.loading = QueuedThenDies.died_at is not None and time.monotonic() - QueuedThenDies.died_at < 1
+        return super().do_GET()
+
+    def do_POST(self):
+        if QueuedThenDies.died_at is None:
+            self.rfile.read(int(self.headers["Content-Length"]))
+            time.sleep(3.5)
+            QueuedThenDies.died_at = time.monotonic()
+            self.connection.shutdown(socket.SHUT_RDWR)  # the head aborts: no answer
+            self.close_connection = True
+            return None
+        return super().do_POST()
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_request_queued_longer_than_the_hold_is_held_from_when_its_tier_failed_it(hold, stream):
+    """beefcake2's reasoning tier has one slot and queues 16 requests: one queued past the hold's bound when the
+    head dies is held from then on, not answered 503 at once (the bound counted from its arrival did that)."""
+    hold_port, port, servers = hold
+    QueuedThenDies.died_at = None
+    servers.append(start(port, QueuedThenDies))
+    response, body, waited = ask(hold_port, {"prompt": "hi", **({"stream": True} if stream else {})})
+    assert response.status == 200 and 4.5 <= waited < 6.5, (response.status, body, waited)
 
 
 def test_while_a_slurm_job_is_away_its_new_job_is_waited_for_and_a_stopped_tier_is_not(hold, tmp_path):
@@ -379,3 +412,43 @@ def test_a_stream_cut_before_its_first_word_is_the_request_sent_again():
     assert wake.continuation(chat, "Hi", 1)["messages"][-1] == {"role": "assistant", "content": "Hi"}
     assert wake.continuation(chat, "Hi", 1)["max_tokens"] == 399
     assert wake.continuation({"prompt": "x", "n_predict": 8}, "", 0) == {"prompt": "x", "n_predict": 8}
+
+
+class Recording(Tier):
+    """A tier that keeps the order its requests came in."""
+
+    order: ClassVar[list] = []
+
+    def do_POST(self):
+        Recording.order.append(json.loads(self.rfile.read(int(self.headers["Content-Length"])))["prompt"])
+        self.rfile = io.BytesIO(b'{"prompt": "x"}')
+        self.headers.replace_header("Content-Length", "15")
+        return super().do_POST()
+
+
+def test_held_requests_go_back_to_the_tier_in_the_order_they_came():
+    """Three requests 0.2 s apart find the tier down; it is back at 1.05 s. Each polls the tier every 0.5 s from its
+    own arrival, so the second and third see it first (1.2 s, 1.4 s): they wait for the first (1.5 s), as
+    llama-server's queue had them (a request that queued longest is not served last after a crash)."""
+    spec = importlib.util.spec_from_file_location("clusterbook_wake_order", NODE / "wake.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    port = free_port()
+    module.Handler.routes = {"reasoning": module.Route("reasoning", {
+        "backend": f"127.0.0.1:{port}", "hold_s": 5, "retry_after": 2, "timeout_s": 30})}
+    service = module.ThreadingServer(("127.0.0.1", 0), module.Handler)
+    threading.Thread(target=service.serve_forever, daemon=True).start()
+    Recording.order, answers, servers = [], [], []
+    threads = [threading.Timer(0.2 * i, lambda i=i: answers.append(ask(service.server_address[1], {"prompt": i})))
+               for i in range(3)]
+    for thread in threads:
+        thread.start()
+    time.sleep(1.05)
+    servers.append(start(port, Recording))
+    for thread in threads:
+        thread.join(10)
+    while len(answers) < 3:
+        time.sleep(0.1)
+    service.shutdown()
+    servers[0].shutdown()
+    assert [a[0].status for a in answers] == [200] * 3 and Recording.order == [0, 1, 2], Recording.order

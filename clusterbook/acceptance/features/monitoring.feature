@@ -23,4 +23,5 @@ Feature: Monitoring
     Then the probe saw the tier unhealthy while it was down
     And invoke status listed the firing alert while the tier was down
     And the monitoring node's journal had the alert as a line at its severity while the tier was down
+    And the site's status banner listed the alert while the tier was down
     And the alert fired once its for window had passed, and resolves after the tier is deployed again

@@ -1,5 +1,6 @@
 """Steps of monitoring.feature: Prometheus scrapes, the probe, counters and the tier-down alert."""
 
+import json
 import re
 import time
 
@@ -8,6 +9,7 @@ from pytest_bdd import then, when
 
 from clusterbook.acceptance.steps.helpers import alert_firing, monitored, probed, rpc_tiers, run_invoke, url_of
 from clusterbook.effects import probes
+from clusterbook.pure import topology as topo
 from clusterbook.pure.render.monitoring import job
 
 
@@ -126,6 +128,7 @@ def _down_until_alert(cluster, cluster_file, transport, context, measured):
         if context["fired_after"] is not None:  # what the person on call sees first (issue 47)
             context["status"] = run_invoke(cluster_file, "status").stdout
             context["journal"] = alert_journal_line(cluster, transport, tier, since)
+            context["site_status"] = site_status(cluster, transport)
         # the probe runs on its own timer: a window shorter than its interval can end before it looked once
         seen_by = started + cluster.monitoring.probe_interval_s + 3 * cluster.monitoring.scrape_interval_s + 10
         while not context.get("probe_saw_down") and time.monotonic() < seen_by:
@@ -168,6 +171,26 @@ def alert_journal_line(cluster, transport, tier, since: str) -> str:
             return line
         time.sleep(2)
     return ""
+
+
+def site_status(cluster, transport) -> str:
+    """What the site's status banner read: status.json through nginx where the site is published on the monitoring
+    node, else the alert receiver's own /alerts there (what nginx would pass on)."""
+    gw, m = cluster.gateway, cluster.monitoring
+    if topo.site_status_url(cluster):
+        return transport.run(gw.node, f"curl -sS -m 5 http://{gw.listen[0]}:{gw.docs_port}/status.json").stdout
+    return transport.run(m.node, f"curl -sS -m 5 http://127.0.0.1:{m.alert_journal_port}/alerts").stdout
+
+
+@then("the site's status banner listed the alert while the tier was down")
+def _banner_listed(context):
+    tier, shown = context["tier"], context.get("site_status", "")
+    try:
+        firing = json.loads(shown)["firing"]
+    except (ValueError, KeyError, TypeError):
+        raise AssertionError(f"the site's status was not the alert receiver's JSON: {shown[:300]!r}") from None
+    assert any(a["alert"] == "TierDown" and a["tier"] == tier.name and a["severity"] == "critical" for a in firing), \
+        f"tier {tier.name}: the site's status did not list its TierDown: {firing}"
 
 
 @then("the monitoring node's journal had the alert as a line at its severity while the tier was down")

@@ -202,7 +202,8 @@ def api(c: Cluster) -> str:
             if routed:
                 hold = hold_s(c, t, plans[t.name])
                 seen = (f"through the gateway a request waits instead: one in flight that got no answer yet is sent "
-                        f"again once the tier is back, and every new one is held until then, at most {hold} s "
+                        f"again once the tier is back, in the order the requests came, and every new one is held "
+                        f"until then, at most {hold} s from the tier's failure "
                         f"(the prediction and `gateway.hold_margin_s`), then answered: the client sees latency, not "
                         f"an error. Past {hold} s it gets `503` with `Retry-After: {seconds}` and a JSON "
                         "`unavailable_error`. A stream cut in the middle goes on: the gateway holds it likewise and "

@@ -6,6 +6,7 @@ from __future__ import annotations
 import posixpath
 import re
 
+from clusterbook.model.recordschema import Decision
 from clusterbook.model.schema import HIGHER_IS_BETTER, Cluster
 from clusterbook.pure import topology as topo
 from clusterbook.pure.fixsteps import fix_step_commands
@@ -188,9 +189,17 @@ def fixed_and_escalation(c: Cluster, trouble) -> str:
 
 
 def decisions(c: Cluster, plans: dict[str, TierPlan] | None = None) -> str:
+    """The decision log, each entry the record of its day; one a later decision replaced says so at its top."""
+    by = superseded_by(c)
     out = []
     for d in c.decisions:
-        out.append(f"## {d.id} {{ #{d.id.lower()} }}\n\n### {text(d.title)}\n\n*{d.date}"
+        later = by.get(d.id)
+        out.append(f"## {d.id}" + (f" (superseded by {later.id})" if later else "") + f" {{ #{d.id.lower()} }}\n")
+        if later:
+            out.append(f"**Superseded by [{later.id}](#{later.id.lower()})** ({later.date}): "
+                       f"{text(later.title)}. What follows is the record of {d.date}; its figures are not today's.\n")
+        replaces = ", ".join(f"[{old}](#{old.lower()})" for old in d.supersedes)
+        out.append(f"### {text(d.title)}\n\n*{d.date}" + (f" · supersedes {replaces}" if replaces else "")
                    + (f" · sources: {text(', '.join(d.sources))}" if d.sources else "") + "*\n")
         out.append(f"**Context.**\n\n{prose(d.context)}\n**Decision.**\n\n{prose(d.decision)}\n"
                    f"**Consequences.**\n\n{prose(d.consequences)}\n")
@@ -201,6 +210,11 @@ def decisions(c: Cluster, plans: dict[str, TierPlan] | None = None) -> str:
                            f"computed: "
                            f"**{v.computed:,.1f} {v.unit}** ({'impossible' if v.refuted else 'possible'}).\n")
     return "\n".join(out) or "No decisions recorded.\n"
+
+
+def superseded_by(c: Cluster) -> dict[str, Decision]:
+    """Each decision a later one replaced, and the latest that did."""
+    return {old: d for d in c.decisions for old in d.supersedes}
 
 
 def targets(c: Cluster) -> str:

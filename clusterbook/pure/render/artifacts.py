@@ -528,7 +528,8 @@ def _gateway_files(c: Cluster) -> list[Artifact]:
                        "admitted": admitted(c, tier), "busy_retry_after": BUSY_RETRY_AFTER_S,
                        "hold_url": f"http://127.0.0.1:{gw.wake_port}"})
     files = [Artifact(node, at(c, "nginx_site"),
-                      template("nginx-site.conf.j2", header=header(c), gateway=gw, routes=routes), "nginx",
+                      template("nginx-site.conf.j2", header=header(c), gateway=gw, routes=routes,
+                               status_url=topo.site_status_url(c)), "nginx",
                       about="gateway: nginx site", id="nginx_site")]
     if c.node(node).os.family == "el":
         ports = sorted({r.port for r in gw.routes} | {p for p in (gw.path_port, gw.docs_port) if p})
