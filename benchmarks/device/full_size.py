@@ -16,9 +16,17 @@ beside it. Configurations:
   full context, and a worker crash recovered as the job script does (the head stopped, the worker started, the head
   started), beside the plan's prediction;
 - any NAME=key:value;key:value: the tier with those fields changed (fa128k=flash_attn:on;ctx_size:131072;...);
-  three keys are not fields: crash:1 adds the worker crash, one_device:1 runs the head alone with the whole model on
+  keys that are not fields: crash:1 adds the worker crash, one_device:1 runs the head alone with the whole model on
   its GPU and no ballast (the local load rate and the one-GPU decode a split is compared with), load_mode:M passes
-  llama.cpp's --load-mode M (mmap, none, ...), prompt:0 leaves out the prompt that fills the context.
+  llama.cpp's --load-mode M (mmap, none, ...), prompt:0 leaves out the prompt that fills the context, clients:N
+  crashes the worker while N clients (every second one streaming) send chat completions through the gateway's hold
+  (clusterbook/node/wake.py, its bound the cluster file's: issue 46): requests failed, streams resumed, added p99;
+  cache_ram:M passes --cache-ram M (llama-server's host-memory prompt cache), switch:N sends two conversations of N
+  tokens in turn (A, B, A, B; 8 tokens each), as clients that take turns on one slot do: each request's time beside
+  the server's own prompt and decode time, and the prompt cache's saves in the head's log.
+
+On a machine with one GPU the head and the worker share it (each process still its own CUDA context), and the
+ballast leaves the card's memory twice.
 
 Every run logs with timestamps, and samples loopback's received bytes every 100 ms through the load: the RPC
 transfer's window and rate beside the whole load's, so a slow load is split into its local and its RPC part.
@@ -27,11 +35,13 @@ transfer's window and rate beside the whole load's, so a slow load is split into
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -41,13 +51,17 @@ from pathlib import Path
 import httpx
 import yaml
 
+import clusterbook.node
+from clusterbook.effects import rehearsal
 from clusterbook.effects.rehearsal import Rehearsal
+from clusterbook.model.loader import load_cluster
 from clusterbook.model.schema import Cluster
-from clusterbook.pure.planner.capacity import GIB, plan_rpc_tier
-from clusterbook.pure.planner.loadtime import predict_load
+from clusterbook.pure.planner.capacity import GIB, plan_rpc_tier, plan_tier
+from clusterbook.pure.planner.loadtime import hold_s, predict_load, whole_s
 from clusterbook.pure.planner.shape import from_gguf
 
 MIB = 2**20
+NODE = Path(clusterbook.node.__file__).parent
 BUFFER = re.compile(r"(?P<what>load_tensors|llama_kv_cache|sched_reserve):\s+(?P<dev>CUDA\d+|RPC\d+)\S*\s+"
                     r"(?P<kind>model|KV|compute) buffer size =\s+(?P<mib>[\d.]+) MiB")
 SWEEP = [  # (ctx, K, V, flash attention, ubatch)
@@ -249,6 +263,27 @@ def complete(url: str, n_prompt: int, n_predict: int) -> dict:
             "decode_tps": round(t["predicted_per_second"], 2), "wall_s": round(time.time() - t0, 2)}
 
 
+def switches(url: str, n_prompt: int, head_log: Path) -> dict:
+    """Two conversations of n_prompt random tokens taking turns on the tier's slot (A, B, A, B), each asking for 8
+    tokens with its prompt cached as a chat client's is: each request's wall time, the server's prompt and decode
+    time, and what is left (the prompt cache's save and restore), with the head log's "prompt cache update" times."""
+    rng = random.Random(1)
+    prompts = {name: [rng.randint(3, 258) for _ in range(n_prompt)] for name in "AB"}
+    before = len(re.findall(r"prompt cache update took", head_log.read_text(errors="replace")))
+    turns = []
+    for name in "ABAB":
+        t0 = time.time()
+        r = httpx.post(url + "/completion", json={"prompt": prompts[name], "n_predict": 8, "cache_prompt": True,
+                                                  "ignore_eos": True, "temperature": 0}, timeout=1800)
+        r.raise_for_status()
+        t, wall = r.json()["timings"], time.time() - t0
+        turns.append({"conversation": name, "wall_s": round(wall, 2), "prompt_n": t["prompt_n"],
+                      "prompt_s": round(t["prompt_ms"] / 1000, 2), "decode_s": round(t["predicted_ms"] / 1000, 2),
+                      "else_s": round(wall - (t["prompt_ms"] + t["predicted_ms"]) / 1000, 2)})
+    updates = re.findall(r"prompt cache update took ([\d.]+) ms", head_log.read_text(errors="replace"))[before:]
+    return {"tokens": n_prompt, "turns": turns, "cache_update_ms": [float(u) for u in updates]}
+
+
 def plan_rows(c: Cluster, plan, gpu_of: dict[str, int]) -> list[dict]:
     return [{"device": d.device, "node": d.node, "gpu": gpu_of.get(d.node), "weights_gib": d.weights / GIB,
              "kv_gib": d.kv / GIB, "compute_gib": d.compute / GIB, "pool_gib": getattr(d, "pool", 0) / GIB,
@@ -257,7 +292,8 @@ def plan_rows(c: Cluster, plan, gpu_of: dict[str, int]) -> list[dict]:
 
 
 def run(c: Cluster, model_path: Path, out: Path, name: str, card_mib: int, prompt_tokens: int | None,
-        crash: bool = False, save=lambda result: None, one_device: bool = False, head_extra: tuple = ()) -> dict:
+        crash: bool = False, save=lambda result: None, one_device: bool = False, head_extra: tuple = (),
+        clients: int = 0, hold: tuple[int, int] = (0, 0), switch: int = 0) -> dict:
     """One configuration: start the tier under the ballast, fill its context, sample memory; optionally crash a
     worker and bring the tier back as the job script does."""
     tier = c.tiers[0]
@@ -297,7 +333,14 @@ def run(c: Cluster, model_path: Path, out: Path, name: str, card_mib: int, promp
                 result["decode_empty"] = complete(url, 64, 256)
                 log(f"{name}: decode at an empty context {result['decode_empty']}")
                 save(result)
-                if crash:
+                if switch:
+                    result["switch"] = switches(url, switch, logs / "head.log")
+                    log(f"{name}: conversations taking turns {result['switch']}")
+                    save(result)
+                if crash and clients:
+                    result["recovery"], result["clients"] = through_the_hold(r, c, url, clients, hold, logs)
+                    log(f"{name}: recovery {result['recovery']}; clients {result['clients']}")
+                elif crash:
                     result["recovery"] = recover(r, c, url)
                     log(f"{name}: recovery {result['recovery']}")
                 result["peak_mib"] = {n: sampler.peak_mib(pid) for n, pid in pids.items()}
@@ -340,6 +383,37 @@ def recover(r: Rehearsal, c: Cluster, url: str) -> dict:
     return {k: round(v, 2) for k, v in marks.items()}
 
 
+def through_the_hold(r: Rehearsal, c: Cluster, url: str, clients: int, hold: tuple[int, int], logs: Path):
+    """The worker crash of recover() while `clients` clients ask through the gateway's hold service (its bound and
+    Retry-After: `hold`), started here on loopback in front of the head."""
+    from clusterbook.effects.faults import run_fault
+
+    tier = c.tiers[0]
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    config = logs / "hold.json"
+    config.write_text(json.dumps({"port": port, "tiers": {}, "routes": {tier.name: {
+        "backend": url.split("//", 1)[1], "hold_s": hold[0], "retry_after": hold[1], "timeout_s": tier.timeout_s}}}))
+    marks: dict = {}
+    with open(logs / "hold.log", "w") as out:
+        service = subprocess.Popen([sys.executable, str(NODE / "wake.py"), str(config)], stdout=out,
+                                   stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        for _ in range(50):
+            with contextlib.suppress(OSError):
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            time.sleep(0.1)
+        run = run_fault(c, None, tier, "worker killed", f"http://127.0.0.1:{port}/v1/chat/completions", None,
+                        clients, 2 * hold[0] + 60, progress=log, act=lambda: marks.update(recover(r, c, url)),
+                        stream_tokens=200, headers={"X-Clusterbook-Tier": tier.name})
+    finally:
+        os.killpg(service.pid, signal.SIGKILL)
+    requests = sorted((q.sent_s, q.took_s, q.stream, q.outcome, q.resumed, q.warmup) for q in run.requests)
+    return marks, {**run.to_json(), "hold_s": hold[0], "requests_s": requests}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("cluster")
@@ -352,6 +426,14 @@ def main() -> None:
     ap.add_argument("--small-model", default="small.gguf")
     args = ap.parse_args()
     src = yaml.safe_load(Path(args.cluster).read_text())
+    whole = load_cluster(args.cluster)  # the gateway's hold for the tier: the file's bound and Retry-After
+    tier = whole.tier(args.tier)
+    plan = plan_tier(whole, tier)
+    hold = (hold_s(whole, tier, plan), whole_s(predict_load(whole, tier, plan).recovery_s))
+    if len(subprocess.run(["sh", "-c", "nvidia-smi -L 2>/dev/null"], capture_output=True, text=True).stdout
+           .splitlines()) == 1:  # one GPU: the head and the worker share it, with twice the card's memory free
+        rehearsal.gpu_assignment = lambda c, t: dict.fromkeys(t.nodes, "0")
+        args.card_mib *= 2
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     results = []
@@ -364,6 +446,9 @@ def main() -> None:
         one_device = bool(changes.pop("one_device", 0))
         prompt = bool(changes.pop("prompt", 1)) and not one_device
         head_extra = ("--load-mode", changes.pop("load_mode")) if "load_mode" in changes else ()
+        clients, switch = int(changes.pop("clients", 0)), int(changes.pop("switch", 0))
+        if "cache_ram" in changes:
+            head_extra += ("--cache-ram", str(changes.pop("cache_ram")))
         if name == "sweep":
             for ctx, k, v, fa, ub in SWEEP:
                 c = device_cluster(src, args.tier, args.bin, args.models, args.small_model, ctx_size=ctx,
@@ -379,7 +464,7 @@ def main() -> None:
         def save(partial: dict) -> None:  # each phase as it ends: a run cut short keeps what it measured
             (out / "full-size.json").write_text(json.dumps(results + [partial], indent=1))
         results.append(run(c, model, out, name, args.card_mib, c.tiers[0].ctx_size - 64 if prompt else None,
-                           crash, save, one_device, head_extra))
+                           crash, save, one_device, head_extra, clients, hold, switch))
         (out / "full-size.json").write_text(json.dumps(results, indent=1))
     log("done")
 

@@ -120,15 +120,15 @@ class FaultRun:
 def run_fault(c: Cluster, transport, tier: RouterTier | RpcTier, fault: str, url: str, key: str | None,
               clients: int, limit_s: float, progress: Callable[[str], None] = lambda text: None,
               model: str | None = None, act: Callable[[], None] | None = None,
-              stream_tokens: int = 400, settle_s: float | None = None) -> FaultRun:
+              stream_tokens: int = 400, settle_s: float | None = None, headers: dict | None = None) -> FaultRun:
     """`clients` clients (every second one streaming a long answer, so that one is in flight at the fault; asking for
     `model`, which a router tier needs) from BEFORE_S before the fault until BEFORE_S after the tier answered a
     request sent after it (at most limit_s); the fault comes once every client had an answer, and the clients' first
     requests are not in the latencies (sent all at once, they queued as the steady load never does). `act` does a
     fault of the caller's own (a bad change applied and rolled back) and returns when it is over; stream_tokens: how
-    long each stream is; settle_s: BEFORE_S, or shorter where no baseline is wanted."""
+    long each stream is; settle_s: BEFORE_S, or shorter where no baseline is wanted; headers: with every request."""
     run, settle_s = FaultRun(fault, clients), BEFORE_S if settle_s is None else settle_s
-    pool = Clients(url, key, clients, limit_s + 60, model, stream_tokens)
+    pool = Clients(url, key, clients, limit_s + 60, model, stream_tokens, headers)
     pool.start()
     pool.warm(limit_s + 60)  # every client's first request was sent at once: the fault comes once all are answered
     time.sleep(settle_s)
@@ -169,9 +169,9 @@ class Clients:
     event, or no answer."""
 
     def __init__(self, url: str, key: str | None, count: int, timeout_s: float, model: str | None = None,
-                 stream_tokens: int = 400):
+                 stream_tokens: int = 400, headers: dict | None = None):
         self.url, self.timeout_s, self.stream_tokens, self.model = url, timeout_s, stream_tokens, model
-        self.headers = {"Authorization": f"Bearer {key}"} if key else {}
+        self.headers = {**(headers or {}), **({"Authorization": f"Bearer {key}"} if key else {})}
         self._requests: list[Request] = []
         self._lock, self._stop, self._quiet, self._busy = threading.Lock(), threading.Event(), threading.Event(), 0
         self._answered = [False] * count  # each client's first request ended

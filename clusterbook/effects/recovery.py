@@ -12,7 +12,7 @@ import httpx
 
 from clusterbook.effects import probes
 from clusterbook.effects.console import Failed
-from clusterbook.model.schema import Cluster, RpcTier
+from clusterbook.model.schema import Cluster, RouterTier, RpcTier
 from clusterbook.pure import topology as topo
 from clusterbook.pure.recoverylog import journal_phases, last_load_s
 
@@ -49,13 +49,17 @@ def _node_time(result) -> float:
     return float(result.stdout.split()[0])
 
 
-def disrupt(c: Cluster, transport, tier: RpcTier, case: str) -> float:
+def disrupt(c: Cluster, transport, tier: RouterTier | RpcTier, case: str) -> float:
     """Do the disruption; the node's clock when it happened (the logs' timeline)."""
     now = "date +%s.%N"
     if case == "head killed":  # SIGKILL to the server: systemd restarts its unit, the job's supervisor its step
         binary = c.engine.server_binary
         command = f"{now}; pkill -KILL -f '[{binary[0]}]{binary[1:]} .*--port {tier.port}'"
-        node = tier.head
+        node = tier.head if isinstance(tier, RpcTier) else tier.node
+        if tier.manager == "slurm" and not isinstance(tier, RpcTier):  # a router tier's job may run elsewhere
+            where = transport.run(c.slurm_controller, f"squeue -h -n {shlex.quote(topo.units(tier).job)} "
+                                  "-t RUNNING -o %N | head -n 1")
+            node = where.stdout.strip() or node
     elif tier.manager == "slurm":
         if case == "worker killed":
             binary = c.engine.rpc_worker_binary  # [x]yz: the pattern does not match the shell running pkill

@@ -193,3 +193,23 @@ def test_overload_counts_the_prompt_429s_and_fails_one_without_retry_after(retry
     report = run.to_json()
     assert report["sent"] == 7 and report["refused"] == 5 and report["refused_ms"]["max"] is not None, report
     assert (report["failed"] == []) == retry_after, report
+
+
+def test_a_router_tiers_head_is_killed_where_its_slurm_job_runs_now():
+    """After a preemption the lab's fast tier runs on another node than the file names: the kill goes there."""
+    from clusterbook.effects.recovery import disrupt
+    from clusterbook.effects.transport import Result
+
+    slurm = load_cluster(ROOT / "lab/cluster-slurm.yaml")
+    fast = slurm.tier("fast")
+    ran = []
+
+    class Nodes:
+        def run(self, host, command, timeout=120, stdin=None):
+            ran.append((host, command))
+            out = "slab3\n" if command.startswith("squeue") else "1764400000.5\n"
+            return Result(host, command, 0, out, "")
+
+    assert disrupt(slurm, Nodes(), fast, "head killed") == 1764400000.5
+    assert ran[0][0] == slurm.slurm_controller and "-n llama-fast" in ran[0][1]
+    assert ran[1][0] == "slab3" and f"--port {fast.port}'" in ran[1][1] and fast.node != "slab3"

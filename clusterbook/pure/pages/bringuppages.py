@@ -215,7 +215,9 @@ def where_alerts_go(c: Cluster) -> str:
     m = c.monitoring
     journal = (f"every alert, when it fires and when it resolves, is a line in {m.node}'s journal "
                f"(`ssh {m.node} journalctl -u clusterbook-alert-journal -n 50 --no-pager`, at the alert's severity) "
-               "and `invoke status` lists those firing")
+               "and `invoke status` lists those firing"
+               + ("; the published site shows those firing at the top of every page" if topo.site_status_url(c)
+                  else ""))
     if places:
         return (f"**Where alerts go:** {'; '.join(text(p) for p in places)}, when they fire and when they "
                 f"resolve; and {journal}.\n")

