@@ -123,15 +123,20 @@ def run_fault(c: Cluster, transport, tier: RouterTier | RpcTier, fault: str, url
               stream_tokens: int = 400, settle_s: float | None = None, headers: dict | None = None) -> FaultRun:
     """`clients` clients (every second one streaming a long answer, so that one is in flight at the fault; asking for
     `model`, which a router tier needs) from BEFORE_S before the fault until BEFORE_S after the tier answered a
-    request sent after it (at most limit_s); the fault comes once every client had an answer, and the clients' first
-    requests are not in the latencies (sent all at once, they queued as the steady load never does). `act` does a
+    request sent after it (at most limit_s); the fault comes once every client had an answer and, unless settle_s is
+    given, one round of the steady queue after it (the baseline: requests that waited behind a slot's work as the
+    requests in flight at the fault did); the clients' first requests are not in the latencies (sent all at once,
+    they queued as the steady load never does). `act` does a
     fault of the caller's own (a bad change applied and rolled back) and returns when it is over; stream_tokens: how
     long each stream is; settle_s: BEFORE_S, or shorter where no baseline is wanted; headers: with every request."""
-    run, settle_s = FaultRun(fault, clients), BEFORE_S if settle_s is None else settle_s
+    run, steady = FaultRun(fault, clients), settle_s is None
+    settle_s = BEFORE_S if settle_s is None else settle_s
     pool = Clients(url, key, clients, limit_s + 60, model, stream_tokens, headers)
+    started = time.monotonic()
     pool.start()
     pool.warm(limit_s + 60)  # every client's first request was sent at once: the fault comes once all are answered
-    time.sleep(settle_s)
+    # and, for the baseline, once each had one more answer from the steady queue (a round takes as long as the first)
+    time.sleep(max(settle_s, time.monotonic() - started) if steady else settle_s)
     progress(f"{fault} …")
     try:
         if fault in QUIET_FAULTS:  # the clients stop, the tier is released, they start again: the fault's time
