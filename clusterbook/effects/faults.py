@@ -83,11 +83,14 @@ class FaultRun:
 
     def latency(self, during: bool) -> dict[str, float | None]:
         """p50 and p99 of the answered requests' times: during the fault (in flight at it, or sent before the tier
-        was back) or outside it (the baseline: ended before the fault, or sent once the tier was back)."""
+        was back) or outside it (the baseline: the steady queue's requests that ended before the fault; where none
+        did, those sent once the tier was back, which may still wait behind the fault's backlog)."""
         end = self.back_s if self.back_s is not None else float("inf")
-        times = sorted(r.took_s for r in self.requests if r.outcome == "ok" and not r.warmup and (
-            (r.sent_s < 0 < r.sent_s + r.took_s or 0 <= r.sent_s <= end) if during
-            else r.sent_s + r.took_s < 0 or r.sent_s > end))
+        answered = [r for r in self.requests if r.outcome == "ok" and not r.warmup]
+        before = [r for r in answered if r.sent_s + r.took_s < 0]
+        times = sorted(r.took_s for r in (
+            [r for r in answered if r.sent_s < 0 < r.sent_s + r.took_s or 0 <= r.sent_s <= end] if during
+            else before or [r for r in answered if r.sent_s > end]))
         if not times:
             return {"p50": None, "p99": None}
         return {"p50": round(statistics.median(times), 2),
@@ -114,7 +117,9 @@ class FaultRun:
                 "failed": [{"sent_s": round(r.sent_s, 1), "outcome": r.outcome, "stream": r.stream, "why": r.why}
                            for r in self.failed],
                 "resumed_streams": sum(r.resumed for r in self.requests), "back_s": self.back_s,
-                "latency_baseline_s": self.latency(False), "latency_during_s": self.latency(True)}
+                "latency_baseline_s": self.latency(False), "latency_during_s": self.latency(True),
+                "each": [[round(r.sent_s, 2), round(r.took_s, 2), r.stream, r.outcome, r.resumed, r.warmup]
+                         for r in sorted(self.requests, key=lambda r: r.sent_s)]}  # sent, took, stream, …
 
 
 def run_fault(c: Cluster, transport, tier: RouterTier | RpcTier, fault: str, url: str, key: str | None,

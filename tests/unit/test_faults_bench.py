@@ -85,7 +85,9 @@ def test_latency_outside_and_during_a_fault():
     run = FaultRun("head killed", 2, [Request(-3, False, "ok", 0.5), Request(-2, True, "ok", 1.0),
                                       Request(-0.5, False, "ok", 4.0),  # in flight at the fault
                                       Request(1, False, "ok", 2.0), Request(6, False, "ok", 0.5)], back_s=1)
-    assert run.latency(False) == {"p50": 0.5, "p99": 1.0}  # ended before the fault, or sent once it was back
+    assert run.latency(False) == {"p50": 0.75, "p99": 1.0}  # the steady queue's, ended before the fault
+    after_only = FaultRun("head killed", 1, [Request(-0.5, False, "ok", 4.0), Request(6, False, "ok", 0.5)], back_s=1)
+    assert after_only.latency(False) == {"p50": 0.5, "p99": 0.5}  # none ended before: those sent once it was back
     assert run.latency(True) == {"p50": 3.0, "p99": 4.0}
     assert FaultRun("head killed", 1).latency(True) == {"p50": None, "p99": None}
     assert run.added_p99_s() == 3.0 and FaultRun("head killed", 1).added_p99_s() is None
