@@ -260,7 +260,7 @@ def unavailable(route, limit, retry_after):
             f"tier {route.name} is stopped by its operator")
 
 
-PACE_S = 0.02  # between held requests sent again: each reaches the tier's queue before the next
+PACE_S = 0.02  # between held requests sent again (not first tries): each reaches the tier's queue first
 MAX_RESUMES = 3  # a stream cut more often than this ends with an error event: its tier keeps failing it
 HOP = {"connection", "keep-alive", "proxy-connection", "te", "trailer", "transfer-encoding", "upgrade",
        "content-length", "x-clusterbook-tier"}  # not passed on: each hop sets its own
@@ -269,9 +269,8 @@ HOP = {"connection", "keep-alive", "proxy-connection", "te", "trailer", "transfe
 class Route:
     """A tier behind the gateway as the hold sees it: where it serves now, and how long a request may wait."""
 
-    def __init__(self, name, spec):
-        self.name, self.spec = name, spec
-        self.line, self.turn = set(), threading.Condition()  # held requests (arrival, id), sent back in that order
+    def __init__(self, name, spec):  # line: held requests (arrival, id), sent back in that order
+        self.name, self.spec, self.line, self.turn = name, spec, set(), threading.Condition()
 
     def queue(self, key):
         """A request its tier failed: in line by its arrival, as llama-server's own queue had it."""
@@ -405,7 +404,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             if backend and (tries == 0 or route.ready(backend)):  # the first try goes straight to the tier
                 route.wait_turn(key)
                 tries += 1
-                answer = self.fetch(route, backend, body, lambda: route.sent(key, PACE_S))
+                answer = self.fetch(route, backend, body, (key, PACE_S if tries > 1 else 0))
                 if answer is not None:
                     if tries > 1:
                         print(f"{route.name}: held {self.command} {route.path(self.path)} "
@@ -426,16 +425,16 @@ class Handler(http.server.BaseHTTPRequestHandler):
         return self.reply(503, [("Content-Type", "application/json"), ("Retry-After", str(retry_after))],
                           body.encode())
 
-    def fetch(self, route, backend, body, sent):
+    def fetch(self, route, backend, body, turn):
         """(status, headers, body) of the tier's whole answer; None, with nothing sent to the client, when the tier
-        gave none (it went away before or during its answer, or answered 502/503 while loading). sent(): called
-        once the request is with the tier (or failed to reach it)."""
+        gave none (it went away before or during its answer, or answered 502/503 while loading). turn: (key, pace)
+        of route.sent(), once the request is with the tier (or failed to reach it)."""
         connection = self.connect(route, backend)
         try:
             try:
                 connection.request(self.command, route.path(self.path), body=body, headers=self.passed_headers())
             finally:
-                sent()
+                route.sent(*turn)
             response = connection.getresponse()
             data = response.read()
         except (OSError, http.client.HTTPException):
@@ -467,7 +466,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             if backend and (tries == 0 or route.ready(backend)):
                 route.wait_turn(key)
                 tries += 1
-                response = self.open_stream(route, backend, path, request, lambda: route.sent(key, PACE_S))
+                response = self.open_stream(route, backend, path, request, (key, PACE_S if tries > 1 else 0))
                 if response is None:  # in line again; the hold counts from the tier's failure, as held() does
                     route.queue(key)
                     started = time.monotonic() if tries == 1 else started
@@ -510,7 +509,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             time.sleep(0.5)
             limit, retry_after = max((limit, retry_after), route.bound())
 
-    def open_stream(self, route, backend, path, request, sent):
+    def open_stream(self, route, backend, path, request, turn):
         """The tier's answer to a stream request (its headers read); None when it gave none or is loading."""
         connection = self.connect(route, backend)
         headers = dict(self.passed_headers(), **{"Content-Type": "application/json"})
@@ -518,7 +517,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             try:
                 connection.request("POST", path, body=json.dumps(request).encode(), headers=headers)
             finally:
-                sent()
+                route.sent(*turn)
             response = connection.getresponse()
         except (OSError, http.client.HTTPException):
             connection.close()
@@ -575,15 +574,13 @@ class Handler(http.server.BaseHTTPRequestHandler):
         """An error event, then the stream's end: a client sees why it stopped."""
         event = {"error": {"code": 503, "type": "unavailable_error", "message": message}}
         self.write(b"data: " + json.dumps(event).encode() + b"\n\ndata: [DONE]\n\n")
-        return None
 
     def log_message(self, *args):
         pass
 
 
 class ThreadingServer(socketserver.ThreadingMixIn, http.server.HTTPServer):
-    """One thread per request (a held request waits in its own); Python 3.6 (Rocky 8's python3) has no
-    http.server.ThreadingHTTPServer."""
+    """One thread per request (a held one waits in its own); Rocky 8's Python 3.6 has no ThreadingHTTPServer."""
 
     daemon_threads = True
 
