@@ -65,13 +65,16 @@ def disrupt(c: Cluster, transport, tier: RouterTier | RpcTier, case: str) -> flo
             binary = c.engine.rpc_worker_binary  # [x]yz: the pattern does not match the shell running pkill
             command = f"{now}; pkill -KILL -f '[{binary[0]}]{binary[1:]} .*--port {tier.rpc_port}'"
             node = tier.workers[0]
-        elif case == "preempted":  # a job of the partition that preempts the tiers takes the tier's node whole
-            job = shlex.quote(topo.units(tier).job)
-            partition = shlex.quote(preempting_partition(c) or "")
-            command = (f"node=$(squeue -h -n {job} -t RUNNING -o %N | head -1); {now}; "
-                       f"test -n \"$node\" || {{ echo 'job {job} is not running' >&2; exit 1; }}; "
-                       f"sbatch --parsable -p {partition} -w \"$node\" --exclusive --job-name={PREEMPTOR} "
-                       "--wrap 'sleep 900'")
+        elif case == "preempted":  # a job of the partition that preempts the tiers takes the tier's node whole;
+            job = shlex.quote(topo.units(tier).job)  # the fault is when SLURM ends the tier's job (it decides
+            partition = shlex.quote(preempting_partition(c) or "")  # within seconds, or half a minute)
+            command = (f"set -- $(squeue -h -n {job} -t RUNNING -o '%i %N' | head -1); "
+                       f"test -n \"$2\" || {{ echo 'job {job} is not running' >&2; exit 1; }}; "
+                       f"sbatch --parsable -p {partition} -w \"$2\" --exclusive --job-name={PREEMPTOR} "
+                       "--wrap 'sleep 900' >/dev/null || exit 1; for i in $(seq 240); do "
+                       f"squeue -h -j \"$1\" -t RUNNING -o %i 2>/dev/null | grep -q . || {{ {now}; exit 0; }}; "
+                       "sleep 0.5; done; echo \"job $1 was still running 120 s after its node was asked for\" >&2; "
+                       "exit 1")
             node = c.slurm_controller
         else:  # the job ends and comes back as the tier says: SLURM's requeue, or the keeper's new submission
             job = topo.units(tier).job

@@ -45,11 +45,9 @@ HEALTHY = {}  # tier -> (monotonic time, backend): a serving tier is not asked a
 
 
 def read_key(path):
-    try:
-        with open(path) as f:
-            return f.read().strip() or None
-    except (OSError, TypeError):
-        return None
+    with contextlib.suppress(OSError, TypeError), open(path) as f:
+        return f.read().strip() or None
+    return None
 
 
 def touch(path):
@@ -71,19 +69,14 @@ class Tier:
         self.gone = self.released_job()  # the job it released last: its record may linger while it ends
 
     def record(self):
-        try:
-            with open(self.spec["record"]) as f:
-                data = json.load(f)
-            return data, os.stat(self.spec["record"]).st_mtime
-        except (OSError, ValueError):
-            return None, None
+        with contextlib.suppress(OSError, ValueError), open(self.spec["record"]) as f:
+            return json.load(f), os.stat(self.spec["record"]).st_mtime
+        return None, None
 
     def released_job(self):
-        try:
-            with open(self.released) as f:
-                return next((ln.split()[1] for ln in f if ln.startswith("job ")), None)
-        except OSError:
-            return None
+        with contextlib.suppress(OSError), open(self.released) as f:
+            return next((ln.split()[1] for ln in f if ln.startswith("job ")), None)
+        return None
 
     def backend(self):
         """host:port where the tier serves now (a job it did not release, answering /health), else None."""
@@ -188,11 +181,9 @@ class Tier:
         if os.path.exists(self.wanted):
             return "starting", "its job is queued or loading"
         if os.path.exists(self.released):
-            try:
-                with open(self.released) as f:
-                    return "released", f.readline().strip()
-            except OSError:
-                return "released", ""
+            with contextlib.suppress(OSError), open(self.released) as f:
+                return "released", f.readline().strip()
+            return "released", ""
         return "stopped", "stopped by its operator"
 
 
@@ -269,8 +260,9 @@ HOP = {"connection", "keep-alive", "proxy-connection", "te", "trailer", "transfe
 class Route:
     """A tier behind the gateway as the hold sees it: where it serves now, and how long a request may wait."""
 
-    def __init__(self, name, spec):  # line: held requests (arrival, id), sent back in that order
-        self.name, self.spec, self.line, self.turn = name, spec, set(), threading.Condition()
+    def __init__(self, name, spec):  # line: held requests (arrival, id), sent back in that order; back: tier is
+        self.name, self.spec, self.line, self.turn, self.back = name, spec, set(), threading.Condition(), \
+            threading.Condition()
 
     def queue(self, key):
         """A request its tier failed: in line by its arrival, as llama-server's own queue had it."""
@@ -302,10 +294,17 @@ class Route:
         return backend if BACKEND.match(backend) else None
 
     def ready(self, backend):
-        try:
-            return get(f"http://{backend}/health")[0] == 200
-        except (OSError, ValueError, http.client.HTTPException):
-            return False
+        """The tier answers /health; then every request held for it looks again at once (pause())."""
+        with contextlib.suppress(OSError, ValueError, http.client.HTTPException):
+            if get(f"http://{backend}/health")[0] == 200:
+                with self.back:
+                    self.back.notify_all()
+                return True
+        return False
+
+    def pause(self, seconds):
+        with self.back:
+            self.back.wait(seconds)
 
     def away(self):
         """(hold, Retry-After) while a SLURM tier's job is away and a new one is coming: its record gone and the
@@ -415,7 +414,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             if time.monotonic() - started >= limit and not route.changing_s():
                 route.sent(key)
                 return self.unavailable(route, limit, retry_after)
-            time.sleep(0.5)
+            route.pause(0.5)
             limit, retry_after = max((limit, retry_after), route.bound())  # a job that left meanwhile: its new one
 
     def unavailable(self, route, limit, retry_after):
@@ -506,7 +505,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 if not opened:
                     return self.unavailable(route, limit, retry_after)
                 return self.end_stream(unavailable(route, limit, retry_after))
-            time.sleep(0.5)
+            route.pause(0.5)
             limit, retry_after = max((limit, retry_after), route.bound())
 
     def open_stream(self, route, backend, path, request, turn):

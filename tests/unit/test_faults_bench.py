@@ -215,3 +215,33 @@ def test_a_router_tiers_head_is_killed_where_its_slurm_job_runs_now():
     assert disrupt(slurm, Nodes(), fast, "head killed") == 1764400000.5
     assert ran[0][0] == slurm.slurm_controller and "-n llama-fast" in ran[0][1]
     assert ran[1][0] == "slab3" and f"--port {fast.port}'" in ran[1][1] and fast.node != "slab3"
+
+
+def test_a_preemption_is_timed_from_when_slurm_ends_the_tiers_job(tmp_path):
+    """SLURM may take half a minute to preempt: the fault's time is when the tier's job left RUNNING, not the
+    preemptor's submission (clients measured from the submission saw the tier answer and the run end first)."""
+    import os
+    import subprocess
+
+    from clusterbook.effects.recovery import disrupt
+    from clusterbook.effects.transport import Result
+
+    slurm = load_cluster(ROOT / "lab/cluster-slurm.yaml")
+    polls = tmp_path / "polls"
+    (tmp_path / "squeue").write_text(  # the job runs on slab2 for three polls after the preemptor's submission
+        "#!/bin/bash\ncase \"$*\" in *-n*) echo '123 slab2';; *'-j 123'*) n=$(cat %s 2>/dev/null || echo 0); "
+        "echo $((n + 1)) > %s; [ $n -lt 3 ] && echo 123;; esac\n" % (polls, polls))
+    (tmp_path / "sbatch").write_text(f"#!/bin/bash\necho \"$*\" > {tmp_path}/sbatch.args\necho 999\n")
+    for name in ("squeue", "sbatch"):
+        (tmp_path / name).chmod(0o755)
+
+    class Controller:
+        def run(self, host, command, timeout=120, stdin=None):
+            done = subprocess.run(["bash", "-c", command], capture_output=True, text=True,
+                                  env={**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}"})
+            return Result(host, command, done.returncode, done.stdout, done.stderr)
+
+    started = time.time()
+    at = disrupt(slurm, Controller(), slurm.tier("fast"), "preempted")
+    assert polls.read_text().strip() == "4" and at - started >= 1.4  # three polls 0.5 s apart saw it still running
+    assert "-w slab2 --exclusive" in (tmp_path / "sbatch.args").read_text()
