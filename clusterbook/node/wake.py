@@ -260,7 +260,7 @@ HOP = {"connection", "keep-alive", "proxy-connection", "te", "trailer", "transfe
 class Route:
     """A tier behind the gateway as the hold sees it: where it serves now, and how long a request may wait."""
 
-    def __init__(self, name, spec):  # line: held requests (arrival, id), sent back in that order; back: tier is
+    def __init__(self, name, spec):  # line: held requests (arrival, id) in order; back: told the tier is back
         self.name, self.spec, self.line, self.turn, self.back = name, spec, set(), threading.Condition(), \
             threading.Condition()
 
