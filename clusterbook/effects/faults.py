@@ -153,8 +153,9 @@ def run_fault(c: Cluster, transport, tier: RouterTier | RpcTier, fault: str, url
             at = time.monotonic()
             act()
         else:
-            disrupt(c, transport, tier, fault)
-            at = time.monotonic()  # the fault, on this machine's clock
+            asked = time.monotonic()  # the fault, on this machine's clock: a kill lands while disrupt runs, so
+            disrupt(c, transport, tier, fault)  # before it returns; a preemption when it returns (SLURM ended the job)
+            at = time.monotonic() if fault == "preempted" else asked
         while time.monotonic() - at < limit_s:
             back = [r.sent_s for r in pool.requests() if r.sent_s > at + 1 and r.outcome == "ok"]
             if back:
