@@ -419,8 +419,8 @@ def _superseded(c: Cluster) -> list[Finding]:
     before: set[str] = set()
     out: list[Finding] = []
     for i, d in enumerate(c.decisions):
-        out += [(("decisions", i, "supersedes", j), f"{old} is not a decision logged before {d.id} (before it: "
-                 f"{', '.join(sorted(before)) or 'none'})") for j, old in enumerate(d.supersedes) if old not in before]
+        out += [(("decisions", i, "supersedes", j), f"{old} is not a decision logged before {d.id}")
+                for j, old in enumerate(d.supersedes) if old not in before]
         before.add(d.id)
     return out
 
