@@ -365,11 +365,12 @@ def bench_recovery(c, cluster=None, tier=None, case="both", runs=2, cold=False):
 
 @task(name="faults", iterable=["fault"],
       help={"cluster": BENCH_HELP["cluster"], "tier": BENCH_HELP["tier"],
-            "fault": "head killed, worker killed (RPC tiers), job ended (SLURM tiers: the keeper submits a new "
-                     "one) or preempted (a single-node SLURM tier: a job of the partition above it takes its node, "
-                     "ended once the tier answers elsewhere), released (a tier on demand, woken by the clients' "
-                     "next requests) or overload (20 more requests at once than it admits: the excess told 429); "
-                     "repeat it for several (default: every one the tier has)",
+            "fault": "'none (control)' (nothing done: what the figures vary by alone), head killed, worker killed (RPC"
+                     " tiers), job ended (SLURM tiers: the keeper submits a new one) or preempted (a single-node SLURM"
+                     " tier: a job of the partition above it takes its node, ended once the tier answers elsewhere), "
+                     "released (a tier on demand, woken by the clients' next requests) or overload (20 more requests "
+                     "at once than it admits: the excess told 429); repeat it for several (default: every one the tier"
+                     " has, the control first)",
             "clients": "clients sending at once, half of them streaming (default: 20, or fewer where the gateway "
                        "would tell more 429)"})
 @command

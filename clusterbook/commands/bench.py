@@ -27,6 +27,7 @@ from clusterbook.effects.console import Failed, console
 from clusterbook.effects.fabric import measure
 from clusterbook.effects.faults import (
     ADDED_P99_MARGIN_S,
+    CONTROL,
     NEW_JOB_FAULTS,
     OVERLOAD_EXTRA,
     faults_for,
@@ -339,6 +340,7 @@ def faults(s: Settings, cluster_file: str, tier_name: str | None, names: tuple[s
              f"completions through the gateway, measured by `invoke bench.faults`. A failed request is any answer "
              "but 200, or a stream without its end. Latency: answered requests' seconds; baseline: ended before the "
              "fault or sent once the tier was back; during: in flight at the fault or sent before the tier was back. "
+             f"The control ({CONTROL}) does nothing: its added p99 is what the figures vary by alone. "
              "Predicted by the planner: back in "
              f"{predicted['recovery_s']:g} s after a crash inside the job or unit"
              + (f", {predicted['new_job_recovery_s']:g} s where a new job starts" if "new_job_recovery_s" in predicted
@@ -353,13 +355,15 @@ def faults(s: Settings, cluster_file: str, tier_name: str | None, names: tuple[s
     for run in runs:
         before, during = run.latency(False), run.latency(True)
         back = f"{run.back_s:g} s" if run.back_s is not None else "not back"
-        expect, held = ((predicted["cold_start_s"], bound["wake_cap_s"]) if run.fault == "released" else
+        expect, held = ((0.0, bound["hold_s"]) if run.fault == CONTROL else
+                        (predicted["cold_start_s"], bound["wake_cap_s"]) if run.fault == "released" else
                         (predicted.get("new_job_recovery_s"), bound["new_job_hold_s"]) if run.fault in NEW_JOB_FAULTS
                         else (predicted["recovery_s"], bound["hold_s"]))
         added = run.added_p99_s()
         row = [run.fault, str(len(run.requests)), str(len(run.failed)), str(sum(r.resumed for r in run.requests)),
                back, f"{before['p50']}/{before['p99']} s", f"{during['p50']}/{during['p99']} s",
-               "—" if added is None else f"{added:g} s", f"{expect:g} s (hold {held} s)", run.target_met(expect)]
+               "—" if added is None else f"{added:g} s", f"{expect:g} s (hold {held} s)",
+               "(control)" if run.fault == CONTROL else run.target_met(expect)]
         table.add_row(*[escape(cell) for cell in row[:5] + [f"{before['p99']}/{during['p99']} s"] + row[7:]])
         lines.append("| " + " | ".join(row) + " |")
     if runs:
@@ -367,8 +371,11 @@ def faults(s: Settings, cluster_file: str, tier_name: str | None, names: tuple[s
     if overload:
         o = overload.to_json()
         said = (f"Overload: {o['sent']} requests at once to a tier that admits {o['admitted']} (its slots and "
-                f"queue): {o['refused']} told 429 with Retry-After in p50 {o['refused_ms']['p50']} ms, p99 "
-                f"{o['refused_ms']['p99']} ms (slowest {o['refused_ms']['max']} ms; the target is 50 ms); "
+                f"queue): {o['refused']} told 429 with Retry-After; nginx refused them in p99 "
+                f"{_ms(o['gateway_ms']['p99'])} (slowest {_ms(o['gateway_ms']['max'])}, its $request_time; the target "
+                "is 50 ms), the clients "
+                f"saw p50 {o['refused_ms']['p50']} ms, p99 {o['refused_ms']['p99']} ms (slowest "
+                f"{o['refused_ms']['max']} ms, {o['sent']} threads of this machine); "
                 + (f"{len(o['failed'])} failed: {', '.join(o['failed'][:3])}." if o["failed"] else
                    "every other one answered."))
         console.print(escape(said))
@@ -383,6 +390,11 @@ def faults(s: Settings, cluster_file: str, tier_name: str | None, names: tuple[s
     if failed:
         raise Failed(f"{len(failed)} requests failed: " + "; ".join(
             f"{fault}: {r.outcome} (sent {r.sent_s:g} s after the fault)" for fault, r in failed[:5]))
+
+
+def _ms(value: float | None) -> str:
+    """nginx's time, to its millisecond: 0 is under one."""
+    return "not told" if value is None else "under 1 ms" if value < 1 else f"{value:g} ms"
 
 
 def fabric(s: Settings, cluster_file: str, tier_name: str | None, seconds: int) -> None:

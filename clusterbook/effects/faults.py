@@ -3,6 +3,7 @@ is done to the tier; every request's outcome and time, the streams the gateway r
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import threading
 import time
@@ -22,6 +23,8 @@ NEW_JOB_FAULTS = ("job ended", "preempted")  # the tier comes back in a new SLUR
 OVERLOAD_EXTRA = 20  # requests beyond what a tier admits, sent at once with the admitted ones: told 429 at once
 ADDED_P99_MARGIN_S = 2  # issue 46's target: a fault adds at most the predicted recovery and this to the p99
 QUIET_FAULTS = ("released",)  # done while the clients send nothing (a tier is released only when idle)
+CONTROL = "none (control)"  # the same clients and measurement with nothing done: what the figures vary by alone
+GATEWAY_TIME = "x-clusterbook-gateway-time"  # nginx's $request_time on a 429 (seconds, to the millisecond)
 
 
 def faults_for(c: Cluster, tier: RouterTier | RpcTier) -> tuple[str, ...]:
@@ -29,9 +32,9 @@ def faults_for(c: Cluster, tier: RouterTier | RpcTier) -> tuple[str, ...]:
     preemption ends a job that is not requeued: the keeper submits a new one), and a single-node tier preempted by a
     job of the partition that preempts it (where clusterbook configures SLURM): it moves to another node, and the
     preemptor is ended once the tier answers again. A tier on demand is also released as its keeper releases it
-    when idle, and its clients' next requests wake it."""
+    when idle, and its clients' next requests wake it. The control does nothing, for the noise beside them."""
     slurm = tier.manager == "slurm"
-    return (("worker killed",) if isinstance(tier, RpcTier) else ()) + ("head killed",) + \
+    return (CONTROL,) + (("worker killed",) if isinstance(tier, RpcTier) else ()) + ("head killed",) + \
         (("job ended",) if slurm else ()) + \
         (("preempted",) if slurm and isinstance(tier, RouterTier) and preempting_partition(c) else ()) + \
         (("released",) if tier.on_demand else ()) + ("overload",)
@@ -152,6 +155,8 @@ def run_fault(c: Cluster, transport, tier: RouterTier | RpcTier, fault: str, url
         elif act:
             at = time.monotonic()
             act()
+        elif fault == CONTROL:
+            at = time.monotonic()
         else:
             asked = time.monotonic()  # the fault, on this machine's clock: a kill lands while disrupt runs, so
             disrupt(c, transport, tier, fault)  # before it returns; a preemption when it returns (SLURM ended the job)
@@ -254,6 +259,7 @@ class OverloadRun:
 
     admitted: int
     outcomes: list[tuple[str, float, str | None]] = field(default_factory=list)  # (status or error, s, Retry-After)
+    gateway_s: list[float] = field(default_factory=list)  # each 429's time in nginx, as its header said
 
     @property
     def refused_ms(self) -> list[float]:
@@ -268,9 +274,14 @@ class OverloadRun:
     def to_json(self) -> dict:
         ms = self.refused_ms
         return {"admitted": self.admitted, "sent": len(self.outcomes), "refused": len(ms),
-                "refused_ms": {"p50": statistics.median(ms) if ms else None,
-                               "p99": ms[min(len(ms) - 1, int(0.99 * len(ms)))] if ms else None,
-                               "max": ms[-1] if ms else None}, "failed": self.failed}
+                "refused_ms": spread(ms), "gateway_ms": spread(sorted(round(s * 1000, 1) for s in self.gateway_s)),
+                "failed": self.failed}
+
+
+def spread(ms: list[float]) -> dict[str, float | None]:
+    """p50, p99 and the slowest of sorted milliseconds."""
+    return {"p50": statistics.median(ms) if ms else None,
+            "p99": ms[min(len(ms) - 1, int(0.99 * len(ms)))] if ms else None, "max": ms[-1] if ms else None}
 
 
 def run_overload(url: str, key: str | None, admitted: int, extra: int, model: str | None,
@@ -288,6 +299,8 @@ def run_overload(url: str, key: str | None, admitted: int, extra: int, model: st
             try:
                 answer = client.post(url, json=body, headers=headers)
                 outcome = (str(answer.status_code), time.monotonic() - started, answer.headers.get("retry-after"))
+                with contextlib.suppress(ValueError), lock:
+                    run.gateway_s += [float(answer.headers[GATEWAY_TIME])] if GATEWAY_TIME in answer.headers else []
             except httpx.HTTPError as exc:
                 outcome = (type(exc).__name__, time.monotonic() - started, None)
         with lock:

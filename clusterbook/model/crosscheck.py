@@ -335,6 +335,14 @@ def _gateway(c: Cluster) -> list[Finding]:
             out.append((("gateway", "routes", j, "tier"), f"unknown tier '{route.tier}' (tiers: {', '.join(tiers)})"))
         if paths.index(route.path) != j:
             out.append((("gateway", "routes", j, "path"), f"path {route.path} is routed twice"))
+        tier = next((t for t in c.tiers if t.name == route.tier), None)
+        unable = [m for m in c.models if tier and m.id in tier.served_models and not m.chat_prefill]
+        if route.continue_streams and unable:
+            i = c.models.index(unable[0])
+            out.append((("gateway", "routes", j, "continue_streams"),
+                        f"tier {route.tier} serves {unable[0].id}, whose chat template cannot continue an assistant "
+                        f"message (models[{i}].chat_prefill: false), so a stream cut by a crash cannot go on: set "
+                        "continue_streams: false on this route (such a stream then ends with an error event)"))
     for j, addr in enumerate(c.gateway.listen):
         try:
             ipaddress.ip_address(addr)

@@ -362,6 +362,9 @@ class Model(Strict):
     params_b: float | None = Field(None, ge=1e-6, le=100_000, description="parameters, billions")
     architecture: Architecture = Field(description="shape numbers")
     reasoning_content: bool = Field(False, description="emits chain-of-thought in message.reasoning_content")
+    chat_prefill: bool = Field(True, description="its chat template continues an assistant message given last "
+                                                 "(llama-server's prefill; the gateway continues a cut stream so); "
+                                                 "false where it cannot: a route to it sets continue_streams: false")
     tags: list[Tag] = Field(default_factory=list, max_length=100, description="free-form tags")
 
     @model_validator(mode="after")

@@ -229,6 +229,8 @@ class GatewayRoute(Strict):
     path: UrlPath = Field(description="URL path prefix, e.g. /reasoning/")
     tier: Name = Field(description="tier name")
     port: Port = Field(description="nginx listen port for this tier")
+    continue_streams: bool = Field(True, description="a stream cut by a crash goes on from the text already sent "
+                                                     "(an assistant prefill); false: it ends with an error event")
 
 
 class Gateway(Strict):

@@ -70,6 +70,7 @@ def cluster_paths(c: Cluster) -> dict[str, str]:
         "alert_journal": f"{SBIN}/clusterbook-alert-journal",
         "alert_journal_unit": unit_file("clusterbook-alert-journal"),
         "wake": f"{SBIN}/clusterbook-wake",
+        "hold": "/usr/local/lib/clusterbook/hold.py",  # the wake service imports it from there (node/wake.py)
         "wake_config": "/etc/clusterbook/wake.json",
         "wake_unit": unit_file("clusterbook-wake"),
         "node_exporter_unit": unit_file("clusterbook-node-exporter"),  # EL: its package's unit name varies

@@ -347,6 +347,7 @@ def test_past_its_slots_and_queue_a_request_gets_429_at_once(slurm_lab, tmp_path
     overload = json.loads((tmp_path / "bench-faults.json").read_text())["overload"]
     assert overload["refused"] >= 20 and overload["failed"] == [], overload
     assert overload["refused_ms"]["max"] < 1000, overload
+    assert overload["gateway_ms"]["max"] is not None, overload  # nginx said how long it took (its own header)
 
 
 def test_every_diagnose_command_of_beefcake2s_troubleshooting_returns_on_the_slurm_lab(slurm_lab, tmp_path):

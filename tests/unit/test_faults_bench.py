@@ -13,7 +13,7 @@ import pytest
 
 from clusterbook.effects import faults
 from clusterbook.effects.console import Failed
-from clusterbook.effects.faults import FaultRun, Request, faults_for, run_fault
+from clusterbook.effects.faults import CONTROL, FaultRun, Request, faults_for, run_fault
 from clusterbook.model.loader import load_cluster
 
 from .test_path_roles import ROOT
@@ -99,10 +99,11 @@ def test_latency_outside_and_during_a_fault():
 
 def test_which_faults_a_tier_can_be_given():
     lab, slurm = load_cluster(ROOT / "lab/cluster.yaml"), load_cluster(ROOT / "lab/cluster-slurm.yaml")
-    assert faults_for(lab, lab.tier("reasoning")) == ("worker killed", "head killed", "overload")
-    assert faults_for(slurm, slurm.tier("reasoning")) == ("worker killed", "head killed", "job ended", "overload")
+    assert faults_for(lab, lab.tier("reasoning")) == (CONTROL, "worker killed", "head killed", "overload")
+    assert faults_for(slurm, slurm.tier("reasoning")) == (CONTROL, "worker killed", "head killed", "job ended",
+                                                          "overload")
     # a single-node tier can move: its preemption by the partition above it (the lab's vasp) is a fault it is given
-    assert faults_for(slurm, slurm.tier("fast")) == ("head killed", "job ended", "preempted", "overload")
+    assert faults_for(slurm, slurm.tier("fast")) == (CONTROL, "head killed", "job ended", "preempted", "overload")
     beefcake2 = load_cluster(ROOT / "cluster.yaml")  # SLURM managed by the site: no preemptor of clusterbook's
     assert "preempted" not in faults_for(beefcake2, beefcake2.tier("fast"))
 
@@ -132,6 +133,14 @@ def test_a_preemption_is_ended_after_the_run_also_when_the_disruption_fails(tier
     monkeypatch.setattr(faults, "disrupt", lambda *args: None)
     run_fault(None, None, None, "head killed", tier, None, clients=2, limit_s=5, model="lab-fast-a")
     assert events == ["preempted", "ended"]  # only a preemption is ended
+
+
+def test_the_control_does_nothing_to_the_tier_and_measures_the_same_way(tier, monkeypatch):
+    monkeypatch.setattr(faults, "BEFORE_S", 0.3)
+    monkeypatch.setattr(faults, "disrupt", lambda *args: pytest.fail("the control disrupted the tier"))
+    Tier.model = "lab-fast-a"
+    run = run_fault(None, None, None, CONTROL, tier, None, clients=2, limit_s=5, model="lab-fast-a")
+    assert run.back_s is not None and run.failed == [] and run.latency(False)["p99"] is not None
 
 
 def test_a_release_is_done_while_no_request_is_in_flight_and_the_clients_wake_the_tier(tier, monkeypatch):
@@ -169,6 +178,7 @@ class Gate(http.server.BaseHTTPRequestHandler):
             self.send_response(429)
             if Gate.retry_after:
                 self.send_header("Retry-After", "1")
+            self.send_header("X-Clusterbook-Gateway-Time", "0.001")  # as nginx's $request_time writes it
             self.end_headers()
             return
         time.sleep(1.5)
@@ -194,6 +204,7 @@ def test_overload_counts_the_prompt_429s_and_fails_one_without_retry_after(retry
         server.shutdown()
     report = run.to_json()
     assert report["sent"] == 7 and report["refused"] == 5 and report["refused_ms"]["max"] is not None, report
+    assert report["gateway_ms"] == {"p50": 1.0, "p99": 1.0, "max": 1.0}, report
     assert (report["failed"] == []) == retry_after, report
 
 

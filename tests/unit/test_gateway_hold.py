@@ -1,4 +1,4 @@
-"""The gateway's hold (clusterbook/node/wake.py) in process: a request its tier cannot answer now waits until the
+"""The gateway's hold (clusterbook/node/hold.py) in process: a request its tier cannot answer now waits until the
 tier is back and is then answered; a tier still loading (503) is waited for; past the hold, 503 with Retry-After;
 a stream passes through as the tier sends it; a path port's prefix is taken off. The SLURM lab test runs it behind
 nginx while a worker is killed."""
@@ -87,16 +87,16 @@ def start(port: int, handler=Tier) -> http.server.ThreadingHTTPServer:
 @pytest.fixture
 def hold(tmp_path):
     """The hold service on a free port, with one route `reasoning` whose tier listens (when started) on `port`."""
-    spec = importlib.util.spec_from_file_location("clusterbook_wake_hold", NODE / "wake.py")
+    spec = importlib.util.spec_from_file_location("clusterbook_hold", NODE / "hold.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     port = free_port()
     record = tmp_path / "reasoning.json"
     record.write_text(json.dumps({"host": "127.0.0.1", "port": port}))
-    module.Handler.routes = {"reasoning": module.Route("reasoning", {
+    module.HoldHandler.routes = {"reasoning": module.Route("reasoning", {
         "backend": None, "record": str(record), "hold_s": 3, "retry_after": 2, "timeout_s": 30,
         "prefix": "/reasoning/"})}
-    service = module.ThreadingServer(("127.0.0.1", 0), module.Handler)
+    service = module.ThreadingServer(("127.0.0.1", 0), module.HoldHandler)
     threading.Thread(target=service.serve_forever, daemon=True).start()
     servers = []
     MODULES[service.server_address[1]] = module
@@ -123,6 +123,15 @@ def test_a_request_to_a_tier_that_is_down_waits_and_is_answered_once_it_is_back(
     response, body, waited = ask(hold_port, {"prompt": "hi"}, "/reasoning/v1/completions")
     assert response.status == 200 and 1.0 <= waited < 3
     assert json.loads(body) == {"path": "/v1/completions", "got": {"prompt": "hi"}}  # the prefix taken off
+
+
+def test_the_request_first_in_line_finds_its_tier_back_within_a_tenth_of_a_second(hold):
+    """It looks every 0.1 s (the others every 0.5 s, woken by it): a tier back at 1.2 s answers it before 1.45 s,
+    where looking every 0.5 s from its first try (0 s) would find it at 1.5 s."""
+    hold_port, port, servers = hold
+    threading.Timer(1.2, lambda: servers.append(start(port))).start()
+    response, _, waited = ask(hold_port, {"prompt": "hi"}, "/reasoning/v1/completions")
+    assert response.status == 200 and 1.2 <= waited < 1.45, waited
 
 
 def test_a_tier_still_loading_is_waited_for(hold):
@@ -187,7 +196,7 @@ def test_a_request_queued_longer_than_the_hold_is_held_from_when_its_tier_failed
 
 def test_while_a_slurm_job_is_away_its_new_job_is_waited_for_and_a_stopped_tier_is_not(hold, tmp_path):
     hold_port, port, servers = hold
-    route = module_of(hold).Handler.routes["reasoning"]
+    route = module_of(hold).HoldHandler.routes["reasoning"]
     record = Path(route.spec["record"])
     record.unlink()  # preempted: the record goes, the tier stays wanted
     wanted = tmp_path / "llama-reasoning.wanted"
@@ -214,7 +223,7 @@ def test_while_apply_changes_a_tier_its_requests_wait_past_the_crash_bound_until
     wanted mark (a stopped tier); its requests wait, and once the mark is gone the usual bound applies again (both
     bounds 1 s here)."""
     hold_port, port, servers = hold
-    route = module_of(hold).Handler.routes["reasoning"]
+    route = module_of(hold).HoldHandler.routes["reasoning"]
     Path(route.spec["record"]).unlink()
     route.spec.update(hold_s=1, new_job_hold_s=1, new_job_retry_after=2, wanted=str(tmp_path / "w"),
                       released=str(tmp_path / "r"), changing=str(tmp_path / "reasoning.changing"))
@@ -278,6 +287,59 @@ def test_a_stream_cut_in_the_middle_continues_from_its_text(hold):
     assert ": clusterbook: the stream resumed after" in body.decode() and body.decode().endswith("data: [DONE]\n\n")
     assert Cutting.bodies[1]["messages"][-1] == {"role": "assistant", "content": "Hello"}  # the prefill
     assert Cutting.bodies[1]["max_tokens"] == 8  # less the two tokens already sent
+
+
+class Thinking(Cutting):
+    """A thinking model's tier (llama-server's reasoning parser: thoughts in delta.reasoning_content) that dies while
+    it thinks; the continuation thinks on, then answers."""
+
+    def do_POST(self):
+        data = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        Cutting.bodies.append(data)
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        deltas = ([{"reasoning_content": "Let"}, {"reasoning_content": " me"}] if len(Cutting.bodies) == 1 else
+                  [{"reasoning_content": " think."}, {"content": "Hi"}])
+        for delta in deltas:
+            self.wfile.write(b"data: " + json.dumps({"choices": [{"delta": delta}]}).encode() + b"\n\n")
+            self.wfile.flush()
+        if len(Cutting.bodies) == 1:
+            self.connection.shutdown(socket.SHUT_RDWR)
+            self.close_connection = True
+            return
+        self.wfile.write(b"data: [DONE]\n\n")
+        self.close_connection = True
+
+
+def test_a_thinking_models_stream_cut_while_it_thinks_continues_its_reasoning_not_from_the_start(hold):
+    """OR1-Behemoth is Qwen3-based: its thoughts stream as reasoning_content. Its client got "Let me" and no answer;
+    continuing with an empty answer alone would make the tier think again from the start (the client would get the
+    thoughts twice); the prefill carries the reasoning so far, which llama-server (b11434: continue_final_message's
+    AUTO mode) continues."""
+    hold_port, port, servers = hold
+    Cutting.bodies = []
+    servers.append(start(port, Thinking))
+    _, body, _ = ask(hold_port, {"messages": [{"role": "user", "content": "Greet"}], "stream": True,
+                                 "max_tokens": 10})
+    deltas = [json.loads(line[6:])["choices"][0]["delta"] for line in body.decode().splitlines()
+              if line.startswith("data: {")]
+    assert "".join(d.get("reasoning_content", "") for d in deltas) == "Let me think."
+    assert "".join(d.get("content", "") for d in deltas) == "Hi"
+    assert Cutting.bodies[1]["messages"][-1] == {"role": "assistant", "content": "", "reasoning_content": "Let me"}
+    assert Cutting.bodies[1]["max_tokens"] == 8
+
+
+def test_a_route_that_continues_no_stream_ends_a_cut_one_with_an_error_event(hold):
+    """continue_streams: false (a model whose chat template cannot continue an assistant message): the client gets
+    what was streamed, then an error event, never a silent cut; the tier is not asked to continue."""
+    hold_port, port, servers = hold
+    module_of(hold).HoldHandler.routes["reasoning"].spec["continue"] = False
+    Cutting.bodies = []
+    servers.append(start(port, Cutting))
+    _, body, _ = ask(hold_port, {"messages": [{"role": "user", "content": "Greet"}], "stream": True})
+    assert len(Cutting.bodies) == 1 and "cannot be continued" in body.decode(), body
+    assert body.decode().endswith("data: [DONE]\n\n")
 
 
 def test_a_stream_whose_tier_stays_away_ends_with_an_error_event(hold):
@@ -404,14 +466,14 @@ def test_a_stream_whose_tier_dies_after_its_last_event_ends_with_done_and_is_not
 def test_a_stream_cut_before_its_first_word_is_the_request_sent_again():
     """CI, both labs: the first stream of a run, queued at the head when a worker was killed, was cut before any
     event; its continuation (an empty assistant prefill) was refused and the stream ended with an error event."""
-    spec = importlib.util.spec_from_file_location("clusterbook_wake_cont", NODE / "wake.py")
-    wake = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(wake)
+    spec = importlib.util.spec_from_file_location("clusterbook_cont", NODE / "hold.py")
+    hold = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hold)
     chat = {"messages": [{"role": "user", "content": "Say hi"}], "max_tokens": 400, "stream": True}
-    assert wake.continuation(chat, "", 0) == chat  # nothing reached the client: the same request
-    assert wake.continuation(chat, "Hi", 1)["messages"][-1] == {"role": "assistant", "content": "Hi"}
-    assert wake.continuation(chat, "Hi", 1)["max_tokens"] == 399
-    assert wake.continuation({"prompt": "x", "n_predict": 8}, "", 0) == {"prompt": "x", "n_predict": 8}
+    assert hold.continuation(chat, ("", ""), 0) == chat  # nothing reached the client: the same request
+    assert hold.continuation(chat, ("Hi", ""), 1)["messages"][-1] == {"role": "assistant", "content": "Hi"}
+    assert hold.continuation(chat, ("Hi", ""), 1)["max_tokens"] == 399
+    assert hold.continuation({"prompt": "x", "n_predict": 8}, ("", ""), 0) == {"prompt": "x", "n_predict": 8}
 
 
 class Recording(Tier):
@@ -430,13 +492,13 @@ def test_held_requests_go_back_to_the_tier_in_the_order_they_came():
     """Three requests 0.2 s apart find the tier down; it is back at 1.05 s. Each polls the tier every 0.5 s from its
     own arrival, so the second and third see it first (1.2 s, 1.4 s): they wait for the first (1.5 s), as
     llama-server's queue had them (a request that queued longest is not served last after a crash)."""
-    spec = importlib.util.spec_from_file_location("clusterbook_wake_order", NODE / "wake.py")
+    spec = importlib.util.spec_from_file_location("clusterbook_order", NODE / "hold.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     port = free_port()
-    module.Handler.routes = {"reasoning": module.Route("reasoning", {
+    module.HoldHandler.routes = {"reasoning": module.Route("reasoning", {
         "backend": f"127.0.0.1:{port}", "hold_s": 5, "retry_after": 2, "timeout_s": 30})}
-    service = module.ThreadingServer(("127.0.0.1", 0), module.Handler)
+    service = module.ThreadingServer(("127.0.0.1", 0), module.HoldHandler)
     threading.Thread(target=service.serve_forever, daemon=True).start()
     Recording.order, answers, servers = [], [], []
     threads = [threading.Timer(0.2 * i, lambda i=i: answers.append(ask(service.server_address[1], {"prompt": i})))

@@ -82,3 +82,10 @@ def test_duplicate_yaml_key(tmp_path):
     with pytest.raises(InputError) as err:
         load_cluster(f)
     assert f"{f}:3: cluster.name: duplicate key 'name' (first at line 2)" in str(err.value)
+
+
+def test_a_route_that_continues_no_stream_may_serve_a_model_whose_template_cannot_prefill(tmp_path):
+    text = (ROOT / "tests/invalid/gateway-continue-without-prefill.yaml").read_text()
+    path = tmp_path / "cluster.yaml"
+    path.write_text(text.replace("port: 9081}", "port: 9081, continue_streams: false}"))
+    assert checked_cluster(str(path)).gateway.routes[0].continue_streams is False

@@ -54,6 +54,7 @@ def server():
 
 @pytest.fixture
 def wake(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(NODE))  # wake.py imports hold.py from beside it
     spec = importlib.util.spec_from_file_location("clusterbook_wake", NODE / "wake.py")  # a fresh module per test
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

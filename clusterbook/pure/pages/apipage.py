@@ -207,9 +207,10 @@ def api(c: Cluster) -> str:
                         f"(the prediction and `gateway.hold_margin_s`), then answered: the client sees latency, not "
                         f"an error. Past {hold} s it gets `503` with `Retry-After: {seconds}` and a JSON "
                         "`unavailable_error`. A stream cut in the middle goes on: the gateway holds it likewise and "
-                        "continues it from the text already sent (an assistant prefill for a chat, the prompt "
-                        "extended for a completion), with SSE comments (`: clusterbook: …`) saying so; past the hold "
-                        "it ends with an error event, never silently")
+                        "continues it from the text already sent (an assistant prefill for a chat, with the "
+                        "`reasoning_content` a thinking model streamed so far: it thinks on where it stopped; the "
+                        "prompt extended for a completion), with SSE comments (`: clusterbook: …`) saying so; past "
+                        "the hold it ends with an error event, never silently")
             else:
                 seen = ("requests in flight end without an answer (a stream stops without an error event), new ones "
                         "are refused, or get `503` \"Loading model\" while it loads. Retry with a backoff for that "

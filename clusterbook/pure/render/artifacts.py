@@ -337,6 +337,8 @@ def _wake_files(c: Cluster) -> list[Artifact]:
     return [
         Artifact(node, at(c, "wake"), node_program("wake.py", header(c)), "python", 0o755,
                  about="gateway: wake service (tiers on demand)", id="wake"),
+        Artifact(node, at(c, "hold"), node_program("hold.py", header(c)), "python", 0o644,
+                 about="gateway: the hold (a module of the wake service)", id="hold"),
         Artifact(node, at(c, "wake_config"), wake_config(c), "json", about="gateway: wake service configuration",
                  id="wake_config"),
         Artifact(node, at(c, "wake_unit"),

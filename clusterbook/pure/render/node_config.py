@@ -49,7 +49,8 @@ def hold_routes(c: Cluster) -> dict:
             "backend": None if slurm else f"{topo.http_address(c, tier)}:{tier.port}",
             "record": posixpath.join(c.storage.endpoint_dir, f"{tier.name}.json") if slurm else None,
             "hold_s": hold_s(c, tier, plan), "retry_after": whole_s(predict_load(c, tier, plan).recovery_s),
-            "timeout_s": tier.timeout_s, "prefix": route.path, "changing": layout.changing_mark(tier)}
+            "timeout_s": tier.timeout_s, "prefix": route.path, "changing": layout.changing_mark(tier),
+            "continue": route.continue_streams}
         if slurm:  # while its job is away (the record gone, the tier still wanted), the new job is waited for
             load = predict_load(c, tier, plan)
             routes[tier.name].update(new_job_hold_s=new_job_hold_s(c, tier, plan),
