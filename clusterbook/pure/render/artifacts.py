@@ -374,7 +374,7 @@ def _unit(c: Cluster, tier: RouterTier | RpcTier, node: str, ids: str, role: str
 
 def _tier_files(c: Cluster, tier: RouterTier | RpcTier) -> list[Artifact]:
     head = tier.nodes[0]
-    env = template("tier.env.j2", header=header(c), ld_library_path=ld_library_path(c), extra=[])
+    env = template("tier.env.j2", header=header(c), ld_library_path=ld_library_path(c), extra=fl.worker_env(c, tier))
     files = [Artifact(n, at(c, "env", tier), env, "env", about=f"{tier.name}: environment", id="env", tier=tier.name)
              for n in candidate_nodes(c, tier)]
     # only the files of the tier's own manager: a SLURM tier has no systemd units that no deploy would install
@@ -466,7 +466,7 @@ def _sbatch(c: Cluster, tier: RouterTier | RpcTier) -> Artifact:
                     count=len(steps), nice=slurmjob.job_nice(tier), log_dir=c.storage.log_dir,
                     endpoint_dir=c.storage.endpoint_dir,
                     http_addr=None if floating else topo.http_address(c, tier), addresses=addresses,
-                    ld_library_path=ld_library_path(c), cpus=tier.slurm_cpus,
+                    ld_library_path=ld_library_path(c), worker_env=fl.worker_env(c, tier), cpus=tier.slurm_cpus,
                     rpc_port=tier.rpc_port if isinstance(tier, RpcTier) else 0,
                     supervisor=node_include("step_supervisor.sh"))
     controller = c.slurm_controller or head
