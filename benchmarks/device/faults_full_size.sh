@@ -8,11 +8,8 @@
 #                                 ($CONFIGS: other configurations of full_size.py)
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
-M=/dev/shm/models
-[ "$(df --output=avail -B1G /dev/shm | tail -n 1)" -gt 60 ] || M=/tmp/models
-mkdir -p "$M" "$OUT"
+# shellcheck source=benchmarks/device/full_size_prelude.sh
+source benchmarks/device/full_size_prelude.sh
 case "$1" in
 prepare)
     nvidia-smi --query-gpu=index,name,memory.total,compute_cap,driver_version --format=csv,noheader | tee "$OUT/gpus.txt"

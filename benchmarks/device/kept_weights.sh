@@ -6,11 +6,8 @@
 # device's 10 minutes: build and model side by side, then full_size.py's configurations; results in $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
-M=/dev/shm/models
-[ "$(df --output=avail -B1G /dev/shm | tail -n 1)" -gt 60 ] || M=/tmp/models
-mkdir -p "$M" "$OUT"
+# shellcheck source=benchmarks/device/full_size_prelude.sh
+source benchmarks/device/full_size_prelude.sh
 nvidia-smi --query-gpu=index,name,memory.total,compute_cap,driver_version --format=csv,noheader | tee "$OUT/gpus.txt"
 nproc | tee "$OUT/cpus.txt"
 bash benchmarks/device/build_patched.sh > /tmp/build.log 2>&1 &

@@ -255,16 +255,17 @@ class Cutting(Tier):
 
     bodies: ClassVar[list] = []
 
+    def deltas(self, first: bool) -> list[dict]:
+        return [{"content": "Hel"}, {"content": "lo"}] if first else [{"content": " wor"}, {"content": "ld"}]
+
     def do_POST(self):
         data = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         Cutting.bodies.append(data)
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.end_headers()
-        words = ["Hel", "lo"] if len(Cutting.bodies) == 1 else [" wor", "ld"]
-        for word in words:
-            event = {"choices": [{"delta": {"content": word}}]}
-            self.wfile.write(b"data: " + json.dumps(event).encode() + b"\n\n")
+        for delta in self.deltas(len(Cutting.bodies) == 1):
+            self.wfile.write(b"data: " + json.dumps({"choices": [{"delta": delta}]}).encode() + b"\n\n")
             self.wfile.flush()
         if len(Cutting.bodies) == 1:
             self.connection.shutdown(socket.SHUT_RDWR)  # the head aborts: no [DONE]
@@ -293,23 +294,9 @@ class Thinking(Cutting):
     """A thinking model's tier (llama-server's reasoning parser: thoughts in delta.reasoning_content) that dies while
     it thinks; the continuation thinks on, then answers."""
 
-    def do_POST(self):
-        data = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        Cutting.bodies.append(data)
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream")
-        self.end_headers()
-        deltas = ([{"reasoning_content": "Let"}, {"reasoning_content": " me"}] if len(Cutting.bodies) == 1 else
-                  [{"reasoning_content": " think."}, {"content": "Hi"}])
-        for delta in deltas:
-            self.wfile.write(b"data: " + json.dumps({"choices": [{"delta": delta}]}).encode() + b"\n\n")
-            self.wfile.flush()
-        if len(Cutting.bodies) == 1:
-            self.connection.shutdown(socket.SHUT_RDWR)
-            self.close_connection = True
-            return
-        self.wfile.write(b"data: [DONE]\n\n")
-        self.close_connection = True
+    def deltas(self, first: bool) -> list[dict]:
+        return ([{"reasoning_content": "Let"}, {"reasoning_content": " me"}] if first else
+                [{"reasoning_content": " think."}, {"content": "Hi"}])
 
 
 def test_a_thinking_models_stream_cut_while_it_thinks_continues_its_reasoning_not_from_the_start(hold):
