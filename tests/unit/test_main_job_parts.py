@@ -41,7 +41,7 @@ def test_a_zombie_is_not_a_running_process():
     ("node restart", {"test_services_are_enabled_and_come_back_after_a_node_restart"}),
     ("NODE RESTART", {"test_services_are_enabled_and_come_back_after_a_node_restart"}),
     ("@disruptive", {"test_services_are_enabled_and_come_back_after_a_node_restart",
-                     "test_a_killed_rpc_worker_is_recovered_and_no_client_of_the_gateway_sees_an_error",
+                     "test_a_killed_rpc_worker_then_a_killed_head_are_recovered_and_no_client_of_the_gateway_sees_an_error",
                      "test_llamacpp_reports_layers_on_every_device",
                      "test_a_preempted_tier_leaves_the_gateway_and_comes_back_on_its_own",
                      "test_a_cancelled_slurm_job_is_submitted_again_by_the_keeper_and_no_client_of_the_gateway_sees_an_error",
@@ -54,7 +54,7 @@ def test_a_zombie_is_not_a_running_process():
                          "test_ten_concurrent_first_requests_start_one_job_and_are_all_answered",
                          "test_a_request_that_waits_past_the_cap_gets_503_with_retryafter"}),
     ("Resilience", {"test_services_are_enabled_and_come_back_after_a_node_restart",
-                    "test_a_killed_rpc_worker_is_recovered_and_no_client_of_the_gateway_sees_an_error"}),
+                    "test_a_killed_rpc_worker_then_a_killed_head_are_recovered_and_no_client_of_the_gateway_sees_an_error"}),
     ("no such scenario", set()),
 ])
 def test_only_matches_scenario_names_tags_and_features(only, expected):
@@ -86,4 +86,4 @@ def test_every_criterion_names_scenarios_that_exist():
         missing = [s for k in c.criteria for s in k.scenarios if s not in names]
         assert missing == [], f"{path}: no such scenario: {missing}"
     assert len(load_cluster(root / "cluster.yaml").criteria) == 10  # seed 003's ten
-    assert "A killed RPC worker is recovered, and no client of the gateway sees an error" in names
+    assert "A killed RPC worker, then a killed head, are recovered, and no client of the gateway sees an error" in names

@@ -76,13 +76,21 @@ def _kill_worker(cluster, transport, context):
     context.update(tier=tier, node=tier.workers[0], started=time.monotonic())
 
 
+@when("then its head is killed with SIGKILL")
+def _kill_head(cluster, transport, context):
+    disrupt(cluster, transport, context["tier"], "head killed")  # its workers stay: they keep its weights (P4)
+    context.update(started=time.monotonic(), head=True)
+
+
 @then("the tier answers a chat completion again within the recovery target")
 @then("the tier answers a chat completion again within the recovery target, or before its down alert fires where "
       "SLURM requeues its job")
 def _recovers(cluster, transport, context, measured):
-    tier = context["tier"]
+    tier, head = context["tier"], context.get("head", False)
     predicted = predict_load(cluster, tier, plan_tier(cluster, tier))
-    measured(f"{tier.name} predicted recovery s (planner)", round(predicted.recovery_s, 1))
+    what = " after its head's crash" if head else ""
+    measured(f"{tier.name} predicted recovery s{what} (planner)",
+             round(predicted.head_recovery_s if head else predicted.recovery_s, 1))
     if tier.manager == "slurm":  # the node's steps are gone with it: the job is requeued; ask where clients ask
         measured(f"{tier.name} predicted by {predicted.new_job_kind} s (planner)",
                  round(predicted.new_job_recovery_s, 1))
@@ -93,7 +101,7 @@ def _recovers(cluster, transport, context, measured):
     limit = recovery_target(cluster, tier)
     until_answers(cluster, transport, tier, max(limit * 3, 60))
     total = time.monotonic() - context["started"]
-    measured(f"{tier.name} recovery s", round(total, 1))
+    measured(f"{tier.name} recovery s{what}", round(total, 1))
     assert total <= limit, f"tier {tier.name}: expected to answer within {limit:g} s, took {total:.1f} s"
     for endpoint in topo.rpc_endpoints(cluster, tier):  # and runs on every worker again
         address, port = endpoint.split(":")
