@@ -14,9 +14,11 @@ Feature: SLURM tiers and the gateway
   @disruptive
   Scenario: A preempted tier leaves the gateway and comes back on its own
     Given the cluster file
+    And clients send chat completions through the gateway to the first single-node SLURM tier
     When a higher-priority job takes the node of the first single-node SLURM tier
     Then the tier's job leaves its node, its endpoint leaves the gateway, and a client is held, then answered or told 503 with Retry-After
     And the tier answers through the gateway again before its down alert fires, on another node
+    And no client request failed meanwhile
     And when the higher-priority job ends, every SLURM tier answers through the gateway again on its own
 
   @disruptive

@@ -6,6 +6,7 @@ from pytest_bdd import given, then
 
 from clusterbook.effects import probes
 from clusterbook.effects.faults import Clients
+from clusterbook.model.schema import RouterTier
 from clusterbook.pure import topology as topo
 
 CLIENTS_PER_TIER = 2  # one streaming, one not: few enough that the scenario's own checks are not queued behind them
@@ -14,11 +15,23 @@ STREAM_TOKENS = 64
 
 @given("clients send chat completions through the gateway to every tier behind it")
 def _clients(cluster, transport, context, request):
-    if not cluster.gateway:
-        pytest.skip("no gateway in this cluster file: clients reach the tiers directly")
+    start_clients(cluster, transport, context, request, [cluster.tier(r.tier) for r in cluster.gateway.routes]
+                  if cluster.gateway else [])
+
+
+@given("clients send chat completions through the gateway to the first single-node SLURM tier")
+def _clients_of_the_moved_tier(cluster, transport, context, request):
+    """The tier a preemption moves to another node (a tier over every node waits for the node, past its hold)."""
+    tiers = [t for t in cluster.tiers if t.manager == "slurm" and isinstance(t, RouterTier)]
+    routed = {r.tier for r in cluster.gateway.routes} if cluster.gateway else set()
+    start_clients(cluster, transport, context, request, [t for t in tiers[:1] if t.name in routed])
+
+
+def start_clients(cluster, transport, context, request, tiers) -> None:
+    if not tiers:
+        pytest.skip("no such tier behind a gateway in this cluster file")
     pools = {}
-    for route in cluster.gateway.routes:
-        tier = cluster.tier(route.tier)
+    for tier in tiers:
         url = topo.client_url(cluster, tier) + "/v1/chat/completions"
         pools[tier.name] = Clients(url, probes.api_key(transport, cluster, tier), CLIENTS_PER_TIER,
                                    tier.timeout_s + 60, tier.served_models[0], STREAM_TOKENS).start()
