@@ -329,18 +329,21 @@ def _gateway(c: Cluster) -> list[Finding]:
     if c.gateway.node not in {n.name for n in c.nodes}:
         out.append((("gateway", "node"), f"unknown node '{c.gateway.node}'"))
     tiers = {t.name for t in c.tiers}
-    paths = [r.path for r in c.gateway.routes]
+    by_name = {t.name: t for t in c.tiers}
+    unable = {m.id: i for i, m in enumerate(c.models) if not m.chat_prefill}  # models[i].chat_prefill: false
+    seen: set[str] = set()
     for j, route in enumerate(c.gateway.routes):
         if route.tier not in tiers:
             out.append((("gateway", "routes", j, "tier"), f"unknown tier '{route.tier}' (tiers: {', '.join(tiers)})"))
-        if paths.index(route.path) != j:
+        if route.path in seen:
             out.append((("gateway", "routes", j, "path"), f"path {route.path} is routed twice"))
-        tier = next((t for t in c.tiers if t.name == route.tier), None)
-        unable = [m for m in c.models if tier and m.id in tier.served_models and not m.chat_prefill]
-        if route.continue_streams and unable:
-            i = c.models.index(unable[0])
+        seen.add(route.path)
+        tier = by_name.get(route.tier)
+        model = next((m for m in (tier.served_models if tier else []) if m in unable), None)
+        if route.continue_streams and model:
+            i = unable[model]
             out.append((("gateway", "routes", j, "continue_streams"),
-                        f"tier {route.tier} serves {unable[0].id}, whose chat template cannot continue an assistant "
+                        f"tier {route.tier} serves {model}, whose chat template cannot continue an assistant "
                         f"message (models[{i}].chat_prefill: false), so a stream cut by a crash cannot go on: set "
                         "continue_streams: false on this route (such a stream then ends with an error event)"))
     for j, addr in enumerate(c.gateway.listen):
