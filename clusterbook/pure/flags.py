@@ -134,10 +134,7 @@ def server_argv(c: Cluster, tier: RouterTier | RpcTier) -> list[str]:
 def worker_env(c: Cluster, tier: RouterTier | RpcTier) -> list[tuple[str, str]]:
     """An RPC worker's environment beyond the library path: how long it keeps a head's weights after the head went
     (GGML_RPC_KEEP_S, read by an engine patch that speeds up kept_weights; a number, safe in any of its files)."""
-    if isinstance(tier, RpcTier) and tier.keep_weights_s and \
-            any(patch.speeds_up == "kept_weights" for patch in c.engine.patches):
-        return [("GGML_RPC_KEEP_S", str(tier.keep_weights_s))]
-    return []
+    return [("GGML_RPC_KEEP_S", str(c.kept_weights_s(tier)))] if c.kept_weights_s(tier) else []
 
 
 def worker_argv(c: Cluster, tier: RpcTier, node: str) -> list[str]:

@@ -7,6 +7,8 @@ import time
 import httpx
 import pytest
 
+from clusterbook.pure import topology as topo
+
 from .conftest import LAB, NEEDS_LAB, ROOT, invoke, no_request_fails_through, run_api_examples
 
 pytestmark = [pytest.mark.lab, NEEDS_LAB]
@@ -94,17 +96,20 @@ def test_changing_one_flag_restarts_the_head_only(tmp_path, ssh):
         assert invoke("deploy.reasoning").returncode == 0
 
 
-def test_a_crashed_heads_workers_keep_its_buffers_for_the_head_systemd_starts_again(ssh):
+def test_a_crashed_heads_workers_keep_its_buffers_for_the_head_systemd_starts_again(lab_cluster, ssh):
     """Issue 48 (patches/rpc-keep-weights.patch, keep_weights_s 60): the head is SIGKILLed; each worker keeps its
     buffers and hands them to the head systemd starts 2 s later. (The lab's weights are under the 10 MiB a head
     hashes, so here the buffers are what is kept; benchmarks/README.md has the 72B-shaped model's 22.3 GB.)"""
-    since = ssh.run("lab2", "date '+%Y-%m-%d %H:%M:%S'").stdout.strip()
-    ssh.run("lab1", "kill -9 $(systemctl show -p MainPID --value llama-reasoning)")
+    tier = lab_cluster.tier("reasoning")
+    assert lab_cluster.kept_weights_s(tier) > 0  # the lab's file keeps them
+    since = ssh.run(tier.workers[0], "date '+%Y-%m-%d %H:%M:%S'").stdout.strip()
+    ssh.run(tier.head, "kill -9 $(systemctl show -p MainPID --value llama-reasoning)")
+    health = topo.endpoint_url(lab_cluster, tier) + "/health"
     for _ in range(60):
-        if ssh.run("lab1", "curl -sf -o /dev/null http://10.213.0.11:8081/health").ok:
+        if ssh.run(tier.head, f"curl -sf -o /dev/null {health}").ok:
             break
         time.sleep(0.5)
-    for worker in ("lab2", "lab3"):
+    for worker in tier.workers:
         log = ssh.run(worker, f"journalctl -u llama-rpc-reasoning --since '{since}' --no-pager").stdout
         assert "keeping" in log and "reusing a kept buffer" in log, log[-2000:]
 

@@ -99,8 +99,7 @@ def predict_load(c: Cluster, tier: RouterTier | RpcTier, plan: TierPlan) -> Load
     rpc_s = remote / (rate * 1e9)
     head_restart = (p.slurm_step_restart_s if tier.slurm.step_restarts else new_job) if tier.manager == "slurm" \
         else tier.systemd.restart_sec
-    kept = isinstance(tier, RpcTier) and tier.keep_weights_s > 0 and remote > 0 and \
-        any(patch.speeds_up == "kept_weights" for patch in c.engine.patches)
+    kept = c.kept_weights_s(tier) > 0 and remote > 0
     largest = max((sum(d.weights for d in plan.devices if d.node == w) for w in tier.nodes[1:]), default=0)
     locked = sum(c.model(m).bytes for m in tier.served_models) / (p.mlock_gbs * 1e9) if \
         isinstance(tier, RpcTier) and tier.mlock else 0.0  # the whole file, before any tensor loads
