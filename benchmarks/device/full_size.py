@@ -26,7 +26,9 @@ beside it. Configurations:
   the server's own prompt and decode time, and the prompt cache's saves in the head's log; head_crash:N kills the
   head N times, the workers still running, and starts it again as its unit or job script does: seconds to /health,
   the bytes loopback carried meanwhile (the workers' share sent again, or not where they keep it: issue 48), and
-  whether a greedy answer is the same as before the crash.
+  whether a greedy answer is the same as before the crash; prompts:N/N/... sends one prompt of each length (after a
+  short one that warms the kernels and the pool up), each asking for one token: the time to first token, the
+  server's prompt time and rate (issue 48: beside the planner's prompt estimate).
 
 On a machine with one GPU the head and the worker share it (each process still its own CUDA context), and the
 ballast leaves the card's memory twice.
@@ -296,7 +298,8 @@ def plan_rows(c: Cluster, plan, gpu_of: dict[str, int]) -> list[dict]:
 
 def run(c: Cluster, model_path: Path, out: Path, name: str, card_mib: int, prompt_tokens: int | None,
         crash: bool = False, save=lambda result: None, one_device: bool = False, head_extra: tuple = (),
-        clients: int = 0, hold: tuple[int, int] = (0, 0), switch: int = 0, head_crash: int = 0) -> dict:
+        clients: int = 0, hold: tuple[int, int] = (0, 0), switch: int = 0, head_crash: int = 0,
+        prompts: tuple[int, ...] = ()) -> dict:
     """One configuration: start the tier under the ballast, fill its context, sample memory; optionally crash a
     worker and bring the tier back as the job script does."""
     tier = c.tiers[0]
@@ -329,6 +332,13 @@ def run(c: Cluster, model_path: Path, out: Path, name: str, card_mib: int, promp
                 pids = {n: p.pid for n, p in r.processes}
                 time.sleep(1)
                 result["idle_mib"] = {n: sampler.peak_mib(pid) for n, pid in pids.items()}
+                if prompts:
+                    complete(url, 512, 1)  # kernels loaded, the pool grown: not counted
+                    result["prompts"] = []
+                    for n in prompts:
+                        result["prompts"].append(complete(url, n, 1))
+                        log(f"{name}: prompt of {n} tokens {result['prompts'][-1]}")
+                        save(result)
                 if prompt_tokens:
                     result["full"] = complete(url, prompt_tokens, 32)
                     log(f"{name}: full prompt {result['full']}")
@@ -482,6 +492,7 @@ def main() -> None:
         head_extra = ("--load-mode", changes.pop("load_mode")) if "load_mode" in changes else ()
         clients, switch = int(changes.pop("clients", 0)), int(changes.pop("switch", 0))
         head_crash = int(changes.pop("head_crash", 0))
+        prompts = tuple(int(n) for n in str(changes.pop("prompts", "")).split("/") if n)
         if "cache_ram" in changes:
             head_extra += ("--cache-ram", str(changes.pop("cache_ram")))
         if name == "sweep":
@@ -499,7 +510,7 @@ def main() -> None:
         def save(partial: dict) -> None:  # each phase as it ends: a run cut short keeps what it measured
             (out / "full-size.json").write_text(json.dumps(results + [partial], indent=1))
         results.append(run(c, model, out, name, args.card_mib, c.tiers[0].ctx_size - 64 if prompt else None,
-                           crash, save, one_device, head_extra, clients, hold, switch, head_crash))
+                           crash, save, one_device, head_extra, clients, hold, switch, head_crash, prompts))
         (out / "full-size.json").write_text(json.dumps(results, indent=1))
     log("done")
 

@@ -54,6 +54,7 @@ from clusterbook.pure.planner.loadtime import (
     predict_load,
     wait_cap_s,
 )
+from clusterbook.pure.planner.prompt import prompt_lengths, prompt_time
 from clusterbook.pure.planner.shape import shape_of
 from clusterbook.pure.recoverylog import ordered
 
@@ -94,6 +95,23 @@ def _bench_tier(cluster, tier_name: str | None):
     return (rpc or tiers)[0]
 
 
+def _prompt_options(cluster, tier, plan, quick: bool) -> dict:
+    """An RPC tier's context sweep: the API page's prompt lengths (where they leave room for the answer), each
+    beside the planner's estimate."""
+    if not isinstance(tier, RpcTier):
+        return {}
+
+    def planned(tokens: int) -> float | None:
+        estimate = prompt_time(cluster, tier, tokens, plan=plan)
+        return estimate.seconds if estimate else None
+
+    if quick:
+        return {"planned_prompt_s": planned}
+    room = tier.ctx_size - 128 - 64  # the sweep's answer and the chat template
+    return {"planned_prompt_s": planned,
+            "contexts": tuple(sorted({256, 1024, *(min(n, room) for n in prompt_lengths(tier))}))}
+
+
 def bench(s: Settings, cluster_file: str, tier_name: str | None, quick: bool) -> None:
     """Measure a live tier over its HTTP API, beside the planner's bound."""
 
@@ -101,11 +119,12 @@ def bench(s: Settings, cluster_file: str, tier_name: str | None, quick: bool) ->
     tier = _bench_tier(cluster, tier_name)
     model = tier.models[0] if tier.kind == "router" else tier.model
     key = api_key(connect(cluster), cluster, tier)
+    plan = plan_tier(cluster, tier)
     options = {"repeats": 1, "tokens": 32, "clients": (1, 2), "contexts": (128,)} if quick else {}
+    options |= _prompt_options(cluster, tier, plan, quick)
     with console.status("bench …") as status:
-        report = run_bench(topo.endpoint_url(cluster, tier), model, key, tier.name,
-                           plan_tier(cluster, tier).decode_bound_tps, max_context=tier.ctx_size,
-                           progress=status.update, **options)
+        report = run_bench(topo.endpoint_url(cluster, tier), model, key, tier.name, plan.decode_bound_tps,
+                           max_context=tier.ctx_size, progress=status.update, **options)
     _write_bench(s, report, cluster, cluster_file, "")
 
 
@@ -120,6 +139,7 @@ def rehearse(s: Settings, cluster_file: str, tier_name: str | None, install_dir:
     plan = plan_tier(cluster, tier, shape)
     one_fits = fits_one_device(plan, tier.head)
     options = {"repeats": 1, "tokens": 32, "clients": (1, 2), "contexts": (128,)} if quick else {}
+    options |= _prompt_options(cluster, tier, plan, quick)
     reps, tokens = (1, 32) if quick else (3, 128)
     logs, url = s.reports / "rehearsal", topo.endpoint_url(cluster, tier)
     head_gpus = gpu_assignment(cluster, tier).get(tier.head, "")

@@ -27,6 +27,7 @@ from clusterbook.pure.planner import solver
 from clusterbook.pure.planner.capacity import GIB, plan_cluster, plan_json
 from clusterbook.pure.planner.findings import plan_findings
 from clusterbook.pure.planner.loadtime import load_json, recovery_text
+from clusterbook.pure.planner.prompt import prompt_estimate
 from clusterbook.pure.planner.residency import exclusion_text, plan_residency, residency_json
 from clusterbook.pure.reference import reference_markdown, splice
 from clusterbook.pure.render.artifacts import path_collisions, render_artifacts
@@ -130,8 +131,9 @@ def plan(cluster_file: str, tier: str | None, as_json: bool, models_dir: str | N
             facts.append(f"{p.decode_bound_full_ctx_tps:.1f} tok/s (full context)")
         if p.flash:
             facts.append(f"with flash attention and a {p.flash.cache_type_k} K and V cache: {p.flash.ctx:,} tokens fit")
-        if p.prompt_estimate_tps:
-            facts.append(f"prompt estimate: {p.prompt_estimate_tps:,.0f} tok/s")
+        prompt = prompt_estimate(cluster, cluster.tier(p.tier), p)
+        if prompt:
+            facts.append(f"a full prompt ({prompt.tokens:,} tokens): {prompt.seconds:,.0f} s to its first token")
         console.print("  " + " · ".join(facts + p.notes))
         if cluster.tier(p.tier).kind == "rpc":
             console.print("  " + recovery_text(cluster, cluster.tier(p.tier), p))

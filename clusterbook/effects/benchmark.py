@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -15,6 +16,8 @@ PROMPTS = {
     "long": "Write a comprehensive analysis of distributed inference architectures. Include code examples in Rust.",
     "code": "Write a Rust function to calculate fibonacci numbers.",
 }
+
+_NONCE = itertools.count(int(time.time()))  # each request's first line: no two share a cached prompt
 
 # More server slots are worth it when aggregate throughput grows by at least this factor over one slot/client.
 PARALLEL_GAIN = 1.2
@@ -50,12 +53,14 @@ class BenchReport:
 
 
 def _one(url: str, model: str, key: str | None, prompt: str, tokens: int) -> probes.ChatTiming:
-    """Decode and prompt speed from a plain request (llama.cpp's timings); TTFT from a streamed one."""
-    answer = probes.chat(url, model, key, max_tokens=tokens, prompt=prompt, timeout=600)
+    """Decode and prompt speed from a plain request (llama.cpp's timings); TTFT from a streamed one. Each begins with
+    a line of its own, so neither reuses the other's prompt from the server's cache: the prompt is read whole."""
+    answer = probes.chat(url, model, key, max_tokens=tokens, prompt=f"Request {next(_NONCE)}.\n{prompt}",
+                         timeout=600)
     timings = answer.get("timings", {})
-    ttft = probes.timed_chat(url, model, key, 1, prompt).ttft_s
+    ttft = probes.timed_chat(url, model, key, 1, f"Request {next(_NONCE)}.\n{prompt}").ttft_s
     return probes.ChatTiming(ttft, timings.get("predicted_per_second", 0.0), timings.get("prompt_per_second", 0.0),
-                             timings.get("predicted_n", 0))
+                             timings.get("predicted_n", 0), timings.get("prompt_n", 0))
 
 
 def _decode_only(url: str, model: str, key: str | None, prompt: str, tokens: int) -> float:
@@ -84,7 +89,10 @@ def _count_tokens(url: str, model: str, key: str | None, text: str) -> int:
 
 def run_bench(url: str, model: str, key: str | None, tier: str, bound: float | None, *, tokens: int = 128,
               repeats: int = 3, clients: tuple[int, ...] = (1, 2, 4, 8), contexts: tuple[int, ...] = (256, 1024),
-              max_context: int | None = None, progress=lambda text: None) -> BenchReport:
+              max_context: int | None = None, progress=lambda text: None,
+              planned_prompt_s=lambda tokens: None) -> BenchReport:
+    """The baseline prompts, the concurrency sweep and the context sweep; each context's prompt time beside
+    planned_prompt_s(its tokens), the planner's estimate (None where it has none)."""
     report = BenchReport(tier, model, url, time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), bound)
     _one(url, model, key, "warm up", 8)
     for name, prompt in PROMPTS.items():
@@ -104,9 +112,17 @@ def run_bench(url: str, model: str, key: str | None, tier: str, bound: float | N
         progress(f"context: about {ctx} prompt tokens")
         prompt = sentence * max(1, ctx // per_sentence)
         run = _one(url, model, key, prompt, tokens)
-        report.context.append({"prompt_tokens_about": ctx, "prompt_tps": round(run.prompt_tps, 1),
-                               "decode_tps": round(run.decode_tps, 1), "ttft_s": round(run.ttft_s, 3)})
+        planned = planned_prompt_s(run.prompt_tokens or ctx)
+        report.context.append({"prompt_tokens_about": ctx, "prompt_tokens": run.prompt_tokens,
+                               "prompt_tps": round(run.prompt_tps, 1), "decode_tps": round(run.decode_tps, 1),
+                               "ttft_s": round(run.ttft_s, 3),
+                               "prompt_s": round(run.prompt_tokens / run.prompt_tps, 3) if run.prompt_tps else None,
+                               "planned_prompt_s": None if planned is None else round(planned, 3)})
     return report
+
+
+def _or_dash(value: float | None) -> str:
+    return "–" if value is None else f"{value:g}"
 
 
 def concurrency_point(url: str, model: str, key: str | None, clients: int, tokens: int) -> dict:
@@ -134,8 +150,10 @@ def markdown(report: BenchReport, card: str = "") -> str:
     lines += ["", "| clients | aggregate tok/s | per client tok/s | TTFT s |", "|---|---|---|---|"]
     lines += [f"| {c['clients']} | {c['aggregate_tps']} | {c['per_client_tps']} | {c['ttft_s']} |"
               for c in report.concurrency]
-    lines += ["", "| prompt tokens (about) | prompt tok/s | decode tok/s | TTFT s |", "|---|---|---|---|"]
-    lines += [f"| {c['prompt_tokens_about']} | {c['prompt_tps']} | {c['decode_tps']} | {c['ttft_s']} |"
+    lines += ["", "| prompt tokens | prompt tok/s | decode tok/s | TTFT s | prompt s | planned prompt s |",
+              "|---|---|---|---|---|---|"]
+    lines += [f"| {c.get('prompt_tokens') or c['prompt_tokens_about']} | {c['prompt_tps']} | {c['decode_tps']} | "
+              f"{c['ttft_s']} | {_or_dash(c.get('prompt_s'))} | {_or_dash(c.get('planned_prompt_s'))} |"
               for c in report.context]
     if report.concurrency:
         one = report.concurrency[0]["aggregate_tps"]

@@ -142,6 +142,7 @@ class ChatTiming:
     decode_tps: float
     prompt_tps: float
     completion_tokens: int
+    prompt_tokens: int = 0  # what the server read of the prompt (llama.cpp's timings: none it had cached)
 
 
 FIXED_PROMPT = "Write a short Rust function that returns the sum of a slice of integers."
@@ -185,7 +186,7 @@ def timed_chat(url: str, model: str, api_key: str | None = None, max_tokens: int
     if first is None:  # no token chunk seen: fall back to llama.cpp's own prompt time
         first = timings.get("prompt_ms", 0.0) / 1000
     return ChatTiming(first, timings.get("predicted_per_second", 0.0), timings.get("prompt_per_second", 0.0),
-                      timings.get("predicted_n", 0))
+                      timings.get("predicted_n", 0), timings.get("prompt_n", 0))
 
 
 def listening(transport, node: str, port: int) -> list[str]:

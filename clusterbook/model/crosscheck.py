@@ -495,6 +495,12 @@ def _targets(c: Cluster) -> list[Finding]:
         elif (r.what == "peak_gib") != (r.device is not None):
             out.append((("rehearsals", i, "device"), "a peak_gib figure names its device (CUDA0, RPC0, ...); other "
                                                      "figures are the tier's and name none"))
+        elif (r.what == "prompt_s") != (r.prompt_tokens is not None):
+            out.append((("rehearsals", i, "prompt_tokens"), "a prompt_s figure names its prompt's length; other "
+                                                            "figures name none"))
+        elif r.prompt_tokens is not None and r.prompt_tokens >= r.settings.ctx_size:
+            out.append((("rehearsals", i, "prompt_tokens"), f"{r.prompt_tokens:,} tokens do not fit the rehearsed "
+                                                            f"context ({r.settings.ctx_size:,})"))
     for i, trouble in enumerate(c.troubleshooting):
         if trouble.tier and trouble.tier not in tiers:
             out.append((("troubleshooting", i, "tier"), f"unknown tier '{trouble.tier}'"))

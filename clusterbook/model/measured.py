@@ -17,6 +17,12 @@ class Measured:
         return f"measured: {self.source}"
 
 
+# the four prompt_ constants of the planner's prompt estimate (planner/prompt.py), fitted together
+PROMPT_FIT = ("fitted with the other prompt_ constants to 12 full-size prompts of the 72B-shaped model on one H200 "
+              "(8K-32K tokens, flash attention off and on, ubatch 256-1,024; each within 3 % of the fit), then scaled by "
+              "1.25, what the 2 x H200 runs gave beyond it (head and worker on GPUs of their own, as on beefcake2: the "
+              "32K prompt in 44.3 s against 54.3 s sharing one GPU); benchmarks/results/h200-prompt-times, "
+              "h200x2-full-size")
 PLANNER = {
     "device_overhead_mib": Measured(600, "588-594 MiB per process on H200, CUDA 13, b11434; "
                                          "benchmarks/results/h200x2-full-size"),
@@ -31,6 +37,10 @@ PLANNER = {
                                      "benchmarks/results/h200-kept-weights"),
     "mlock_gbs": Measured(20, "one H200's host, b11434: a 47 GB model mapped and locked (mmap+mlock) in 1.8-2.7 s "
                               "on a head restart, the file in page cache; benchmarks/results/h200-kept-weights"),
+    "prompt_memory_pct": Measured(52, PROMPT_FIT),
+    "prompt_gemm_pct": Measured(60, PROMPT_FIT),
+    "prompt_flash_pct": Measured(31, PROMPT_FIT),
+    "prompt_scores_bytes": Measured(16, PROMPT_FIT),
     "slurm_step_restart_s": Measured(2, "SLURM lab, slurm-wlm 22.05: a killed worker step answered again in "
                                         "1.4-4.4 s"),
     "slurm_submit_start_s": Measured(3, "lab, slurm-wlm 22.05: 2.1-2.8 s with the load; up to 3 s more within "

@@ -138,10 +138,12 @@ class Rehearsal(Strict):
     """A figure measured at full size on the tier's own command lines, on other cards held to this cluster's."""
 
     tier: Name = Field(description="the RPC tier rehearsed")
-    what: Literal["peak_gib", "load_s", "recovery_s", "decode_tps", "prompt_tps"] = Field(
+    what: Literal["peak_gib", "load_s", "recovery_s", "decode_tps", "prompt_tps", "prompt_s"] = Field(
         description="peak_gib: a device's peak memory through a prompt that fills the context; load_s: start to "
                     "/health; recovery_s: a worker's SIGKILL to /health; decode_tps: at an empty context; prompt_tps: "
-                    "through a full prompt")
+                    "through a full prompt; prompt_s: the server's time for a prompt of prompt_tokens before its "
+                    "first token")
+    prompt_tokens: int | None = Field(None, ge=1, le=1_048_576, description="a prompt_s figure's prompt length")
     device: Name | None = Field(None, description="llama.cpp's device name (CUDA0, RPC0, ...), for peak_gib")
     value: float = Field(ge=0, le=1_000_000, description="the figure")
     settings: RehearsedSettings = Field(description="what the tier ran with")
@@ -149,6 +151,9 @@ class Rehearsal(Strict):
     card_bandwidth_gbs: float | None = Field(None, ge=10, le=100_000,
                                              description="that card's memory bandwidth, GB/s: a decode_tps figure "
                                                          "is compared with the planner's bound on it")
+    card_tflops: float | None = Field(None, ge=0.1, le=100_000,
+                                      description="that card's dense FP16 tensor TFLOP/s: with card_bandwidth_gbs, a "
+                                                  "prompt figure is compared with the planner's estimate on it")
     source: Line = Field(description="where the raw figures are, e.g. benchmarks/results/h200x2-full-size")
     date: str = Field(pattern=r"^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])$", description="YYYY-MM-DD")
 

@@ -7,7 +7,7 @@ import yaml
 from clusterbook.model.loader import load_cluster_document
 from clusterbook.pure.planner import solver
 
-from ..conftest import CLUSTERS, seeds_placement
+from ..conftest import CLUSTERS, D30_PROMPTS, seeds_placement
 
 
 def beefcake2_with(tmp_path, **reasoning):
@@ -66,9 +66,10 @@ def test_bad_input_to_the_solver_is_named(tmp_path):
 
     with pytest.raises(InputError, match="--min-ctx 100: a context is 256"):
         solve_placements(str(CLUSTERS["beefcake2"]), False, 100)
-    big = tmp_path / "big.yaml"  # 131,072 tokens fit no placement of three V100S
+    big = tmp_path / "big.yaml"  # without flash attention, 131,072 tokens fit no placement of three V100S
     big.write_text(CLUSTERS["beefcake2"].read_text().replace("    ctx_size: 32768\n    cache_type_k",
-                                                              "    ctx_size: 131072\n    cache_type_k"))
+                                                              "    ctx_size: 131072\n    cache_type_k")
+                   .replace(D30_PROMPTS, '    flash_attn: "off"\n    batch_size: 256\n    ubatch_size: 256\n'))
     with pytest.raises(InputError, match="no placement fits every tier on its devices: tier reasoning"):
         solve_placements(str(big), False, None)
     solve_placements(str(big), False, 32768)  # with a floor, a smaller context is found

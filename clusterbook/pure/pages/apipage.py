@@ -21,7 +21,9 @@ from clusterbook.pure.planner.loadtime import (
     wait_cap_s,
     whole_s,
 )
+from clusterbook.pure.planner.prompt import prompt_lengths, prompt_time
 from clusterbook.pure.planner.residency import exclusion_text, plan_residency
+from clusterbook.pure.rehearsed import compared
 
 
 def tier_summary(c: Cluster) -> str:
@@ -187,6 +189,8 @@ def api(c: Cluster) -> str:
                          "Streaming (curl)": curl_example(c, t, stream=True),
                          "Streaming (Python)": python_example(c, t, recovery, stream=True),
                          "Example response": example_response(c, t)}))
+        if isinstance(t, RpcTier):
+            out.append(prompt_section(c, t, plans[t.name]))
         reasoning = [m for m in t.served_models if c.model(m).reasoning_content]
         if reasoning:
             out.append(f'\n!!! tip "Reasoning models"\n    {", ".join(reasoning)} returns its chain of thought in '
@@ -230,6 +234,38 @@ def api(c: Cluster) -> str:
         if t.on_demand:
             out.append(on_demand_note(c, t, plans[t.name]))
     out.append(tailnet_access(c))
+    return "\n".join(out)
+
+
+def prompt_section(c: Cluster, t: RpcTier, plan: TierPlan) -> str:
+    """How long an RPC tier reads a prompt before its first token: the planner's estimate on this cluster's cards,
+    beside the prompts rehearsed at full size with the tier's settings on other cards (and the planner's for those)."""
+    cards = sorted({d.gpu for d in plan.devices if d.gpu}) or ["its CPUs"]
+    settings = (t.ctx_size, t.ubatch_size, t.flash_attn, t.cache_type_k, t.cache_type_v)
+    rehearsed = {x.rehearsal.prompt_tokens: x for x in compared(c, t.name) if x.rehearsal.what == "prompt_s" and
+                 (lambda s: (s.ctx_size, s.ubatch_size, s.flash_attn, s.cache_type_k, s.cache_type_v))(
+                     x.rehearsal.settings) == settings}
+    rows = []
+    for n in prompt_lengths(t):
+        estimate, x = prompt_time(c, t, n, plan=plan), rehearsed.get(n)
+        rows.append([f"{n:,}", "–" if estimate is None else f"{estimate.seconds:,.1f} s",
+                     "–" if x is None else f"{x.rehearsal.value:,.1f} s",
+                     "–" if x is None or x.planned is None else f"{x.planned:,.1f} s",
+                     "–" if x is None or x.ratio is None else f"{x.ratio:.2f}"])
+    out = [f"\n**How long a prompt takes** before the first token (flash attention {t.flash_attn}, ubatch "
+           f"{t.ubatch_size}):\n",
+           table(["prompt (tokens)", f"planned on {text(', '.join(cards))}", "rehearsed at full size",
+                  "planned for that card", "rehearsed / planned"], rows)]
+    where = {(x.rehearsal.card, x.rehearsal.source, x.rehearsal.date) for x in rehearsed.values()}
+    out.append("\nPlanned: the planner's estimate for the server's prompt time, ubatch after ubatch (the weights' "
+               "products, the attention over the cache so far, the hops between devices), at the planner's measured "
+               "shares of each card's declared bandwidth and tensor rate, with a GPU for each process (a rehearsal with "
+               "head and worker sharing one GPU takes longer). A client that switches conversations also "
+               "waits for the server to save the previous one's cache (llama-server's prompt cache: seconds at 16K)."
+               + "".join(f" Rehearsed: {text(card)} ({text(source)}, {text(date)})." for card, source, date in
+                         sorted(where))
+               + f" Measured on {text(c.cluster.name)} itself: `invoke bench --tier {t.name}` (its context sweep "
+               "has these lengths, each beside this estimate: the Results page).\n")
     return "\n".join(out)
 
 

@@ -16,6 +16,7 @@ from clusterbook.pure.planner.loadtime import (
     recovery_text,
     whole_s,
 )
+from clusterbook.pure.planner.prompt import prompt_estimate
 from clusterbook.pure.planner.residency import exclusion_text, plan_residency
 from clusterbook.pure.planner.variants import variants
 from clusterbook.pure.rehearsed import UNITS, WHAT, compared
@@ -281,8 +282,10 @@ def capacity(c: Cluster, plans: dict[str, TierPlan] | None = None) -> str:
         if p.decode_bound_tps:
             full = f" ({p.decode_bound_full_ctx_tps:.1f} with a full context)" if p.decode_bound_full_ctx_tps else ""
             facts.append(f"Decode bound: **{p.decode_bound_tps:.1f} tok/s**{full}, one stream.")
-        if p.prompt_estimate_tps:
-            facts.append(f"Prompt processing estimate: {p.prompt_estimate_tps:,.0f} tok/s.")
+        prompt = prompt_estimate(c, c.tier(name), p)
+        if prompt:
+            facts.append(f"A prompt that fills the context ({prompt.tokens:,} tokens): **{prompt.seconds:,.0f} s** "
+                         f"before its first token ({prompt.tps:,.0f} tok/s; the API page has shorter ones).")
         facts += p.notes
         if c.tier(name).kind == "rpc":
             facts.append(recovery_text(c, c.tier(name), p))

@@ -146,7 +146,6 @@ class TierPlan:
     max_ctx: int | None
     decode_bound_tps: float | None
     decode_bound_full_ctx_tps: float | None
-    prompt_estimate_tps: float | None
     rpc_devices: int
     notes: list[str] = field(default_factory=list)
     flash: FlashOffer | None = None  # what flash attention would allow, where it is off on cards that have it
@@ -206,34 +205,24 @@ def decode_seconds(c: Cluster, devices: list[DevicePlan], shape: Shape, rpc_devi
     return seconds + rpc_devices * hop
 
 
-def prompt_tps(c: Cluster, devices: list[DevicePlan], shape: Shape) -> float | None:
-    """Compute-bound prompt processing: 2 FLOPs per weight per token, device after device."""
-    params = shape.total_bytes
-    seconds = 0.0
-    for d in devices:
-        if not d.weights:
-            continue
-        node = c.node(d.node)
-        gpu = next((g for g in node.gpu_devices if g.model == d.gpu), None)
-        flops = gpu.tflops * 1e12 if gpu and gpu.tflops else (node.cpu_gflops * 1e9 if node.cpu_gflops and not gpu
-                                                              else None)
-        if not flops:
-            return None
-        weights_params = d.weights / shape.total_bytes * params  # params in proportion to bytes
-        seconds += 2 * weights_params / flops
-    return 1 / seconds if seconds else None
-
-
 def plan_rpc_tier(c: Cluster, tier: RpcTier, shape: Shape | None = None) -> TierPlan:
     model = c.model(tier.model)
     shape = shape or from_declared(model)
     devices = rpc_device_plans(c, tier, shape, tier.ctx_size)
     rpc = sum(1 for d in topo.tier_devices(c, tier) if d.endpoint)
     bound = decode_seconds(c, devices, shape, rpc)
-    full = decode_seconds(c, devices, shape, rpc, {d.device: d.kv for d in devices})
+    full = decode_seconds(c, devices, shape, rpc, {d.device: d.kv + decode_copies(tier, shape, d) for d in devices})
     return TierPlan(tier.name, model.id, tier.ctx_size, shape.source, devices,
                     largest_context(c, tier, shape), 1 / bound if bound else None, 1 / full if full else None,
-                    prompt_tps(c, devices, shape), rpc, flash=flash_offer(c, tier, shape))
+                    rpc, flash=flash_offer(c, tier, shape))
+
+
+def decode_copies(tier: RpcTier, shape: Shape, d: DevicePlan) -> int:
+    """Bytes a CUDA device's flash attention moves per token beyond its KV cache at a full context: a quantized K or
+    V is copied to F16 (written, then read) before each token's attention (ggml-cuda fattn-common.cuh)."""
+    if tier.flash_attn != "on" or d.gpu is None:
+        return 0
+    return d.blocks * 2 * kv_f16_copies(shape, tier.cache_type_k, tier.cache_type_v, True) * kv_cells(tier.ctx_size)
 
 
 FLASH_CACHE_TYPE = "q4_0"  # the most compact KV cache type llama.cpp's CUDA flash attention reads (seed 004's)
@@ -309,7 +298,7 @@ def plan_router_tier(c: Cluster, tier: RouterTier, shapes: dict[str, Shape] | No
     bound = decode_seconds(c, single, biggest, 0)
     notes = [f"worst case: {len(resident)} model(s) resident ({', '.join(m.id for m in resident)})"]
     return TierPlan(tier.name, models[0].id, tier.ctx_size, "declared", devices, None,
-                    1 / bound if bound else None, None, None, 0, notes)
+                    1 / bound if bound else None, None, 0, notes)
 
 
 def plan_tier(c: Cluster, tier: RouterTier | RpcTier, shape: Shape | None = None) -> TierPlan:
