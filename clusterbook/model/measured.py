@@ -35,6 +35,9 @@ PLANNER = {
     "weights_hash_gbs": Measured(18, "one H200's host, 16 threads, b11434 with rpc-keep-weights.patch: a restarted "
                                      "head's 22.3 GB worker share hashed in 1.2-1.3 s beside its local load; "
                                      "benchmarks/results/h200-kept-weights"),
+    "weights_rehash_gbs": Measured(6.8, "one H200's host, b11434 with rpc-keep-weights.patch: a worker read back "
+                                        "and hashed the 205 weights (22.3 GB) a head had sent it on a cold load in "
+                                        "3.27 s, after that head went; benchmarks/results/h200-kept-weights/run4"),
     "mlock_gbs": Measured(20, "one H200's host, b11434: a 47 GB model mapped and locked (mmap+mlock) in 1.8-2.7 s "
                               "on a head restart, the file in page cache; benchmarks/results/h200-kept-weights"),
     "prompt_memory_pct": Measured(52, PROMPT_FIT),

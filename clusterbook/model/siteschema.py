@@ -157,6 +157,10 @@ class Planner(Strict):
     weights_hash_gbs: float = Field(PLANNER["weights_hash_gbs"].value, ge=0.01, le=10_000,
                                     description="how fast a restarted head hashes a worker's kept share instead of "
                                                 "sending it (an engine patch that speeds up kept_weights), GB/s")
+    weights_rehash_gbs: float = Field(PLANNER["weights_rehash_gbs"].value, ge=0.01, le=10_000,
+                                      description="how fast a worker that keeps weights reads back from its GPU and "
+                                                  "hashes those a head sent it without hashes, when that head goes, "
+                                                  "GB/s")
     mlock_gbs: float = Field(PLANNER["mlock_gbs"].value, ge=0.01, le=10_000,
                              description="how fast a head maps and locks its whole model file (a tier with mlock) "
                                          "before it loads, GB/s")

@@ -65,6 +65,14 @@ def evaluate_claim(c: Cluster, claim: Claim, plans: dict[str, TierPlan]) -> Clai
     return ClaimVerdict(claim, bound, None if bound is None else claim.claimed > bound)
 
 
+def _restart_text(load) -> str:
+    """What comes before the head loads again after a worker crash: its restart, or the other workers' read-back of
+    the shares they keep where that is longer."""
+    if load.kept and load.others_rehash_s > load.restart_s:
+        return f"the other workers' read-back of their shares {load.others_rehash_s:.1f} s"
+    return f"{load.restart_kind} {load.restart_s:g} s"
+
+
 def plan_findings(c: Cluster, plans: dict[str, TierPlan], cplan=None) -> list[tuple[Path, str]]:
     """Problems found with the plan, as (path, message), for `invoke check`; `cplan`: the residency plan of these
     plans, when the caller has it already."""
@@ -104,11 +112,11 @@ def plan_findings(c: Cluster, plans: dict[str, TierPlan], cplan=None) -> list[tu
         if load.recovery_s > targets.recovery_s.target:
             out.append((("targets", i, "recovery_s", "target"),
                         f"tier {tier.name} cannot come back within {targets.recovery_s.target:g} s after a worker "
-                        f"crash: predicted {whole_s(load.recovery_s)} s ({load.restart_kind} {load.restart_s:g} s + "
+                        f"crash: predicted {whole_s(load.recovery_s)} s ({_restart_text(load)} + "
                         + (f"the model file locked in {load.locked_s:.1f} s + " if load.locked_s else "")
                         + f"its own share {load.local_bytes / 1e9:.1f} GB in {load.local_s:.1f} s + the workers' "
-                        + (f"{load.rpc_bytes / 1e9:.1f} GB hashed in {load.hash_s:.1f} s + the crashed worker's "
-                           f"share again at {load.rpc_rate_gbs:g} GB/s in {load.resent_s:.0f} s)" if load.kept else
+                        + (f"kept shares hashed in {load.others_hash_s:.1f} s + the crashed worker's share again at "
+                           f"{load.rpc_rate_gbs:g} GB/s in {load.resent_s:.0f} s)" if load.kept else
                            f"{load.rpc_bytes / 1e9:.1f} GB through RPC at {load.rpc_rate_gbs:g} GB/s in "
                            f"{load.rpc_s:.0f} s)")))
     out += on_demand_findings(c, plans) + hold_findings(c, plans)

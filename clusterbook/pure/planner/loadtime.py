@@ -43,12 +43,16 @@ class LoadTime:
     hash_s: float = 0.0  # workers that keep their share (kept_weights): the head hashes it instead of sending it
     resent_s: float = 0.0  # ... and sends again only a crashed worker's: the largest share's time over RPC
     locked_s: float = 0.0  # a tier with mlock: the head maps and locks its whole model file before it loads
+    others_hash_s: float = 0.0  # after a worker's crash, the head hashes the other workers' shares (all but one)
+    rehash_s: float = 0.0  # a worker that keeps a share a head sent without hashes (a cold load) reads it back and
+    # hashes it when the head goes, before it answers the next: its largest share at weights_rehash_gbs
+    others_rehash_s: float = 0.0  # the same for the workers left after one crashed (the second largest share)
 
     @property
     def load_s(self) -> float:
-        """A whole load (a cold start): the head's share, and the workers' sent (and hashed first, where they keep
-        weights: the head hashes before it asks whether a worker has a weight)."""
-        return self.locked_s + self.local_s + self.rpc_s + self.hash_s
+        """A whole load (a cold start): the head's share, and the workers' sent (a head hashes only for a worker
+        that keeps weights already: none does on a cold start)."""
+        return self.locked_s + self.local_s + self.rpc_s
 
     @property
     def kept(self) -> bool:
@@ -58,16 +62,22 @@ class LoadTime:
     def recovery_s(self) -> float:
         """After a worker crash: the head aborts and is started again (systemd, or the SLURM job's own script;
         a job with no step restarts is requeued), and loads everything once more; where workers keep weights, the
-        others keep their share (hashed, not sent) and only the crashed worker's is sent again."""
-        return self.restart_s + self.locked_s + self.local_s + (self.hash_s + self.resent_s if self.kept else
-                                                                self.rpc_s)
+        others keep their share (hashed by them while the head restarts, then by the head, not sent) and only the
+        crashed worker's is sent again."""
+        if not self.kept:
+            return self.restart_s + self.locked_s + self.local_s + self.rpc_s
+        return max(self.restart_s, self.others_rehash_s) + self.locked_s + self.local_s + self.others_hash_s + \
+            self.resent_s
 
     @property
     def head_recovery_s(self) -> float:
         """After the head's own crash (its workers still running): started again, it loads its own share; the
-        workers' is hashed where they keep it, else sent again."""
+        workers' is hashed where they keep it (each worker first hashes what it holds unhashed, while the head
+        restarts: the head's first request waits for that), else sent again."""
         restart = self.restart_s if self.head_restart_s is None else self.head_restart_s
-        return restart + self.locked_s + self.local_s + (self.hash_s if self.kept else self.rpc_s)
+        if not self.kept:
+            return restart + self.locked_s + self.local_s + self.rpc_s
+        return max(restart, self.rehash_s) + self.locked_s + self.local_s + self.hash_s
 
     @property
     def new_job_recovery_s(self) -> float | None:
@@ -99,14 +109,20 @@ def predict_load(c: Cluster, tier: RouterTier | RpcTier, plan: TierPlan) -> Load
     rpc_s = remote / (rate * 1e9)
     head_restart = (p.slurm_step_restart_s if tier.slurm.step_restarts else new_job) if tier.manager == "slurm" \
         else tier.systemd.restart_sec
-    kept = c.kept_weights_s(tier) > 0 and remote > 0
-    largest = max((sum(d.weights for d in plan.devices if d.node == w) for w in tier.nodes[1:]), default=0)
+    # the workers that did not crash keep their share only where they outlive the head: systemd, or a SLURM job that
+    # restarts its ended steps (a job that ends takes every worker with it)
+    survive = tier.manager != "slurm" or bool(tier.slurm.step_restarts)
+    kept = c.kept_weights_s(tier) > 0 and remote > 0 and survive
+    shares = sorted((sum(d.weights for d in plan.devices if d.node == w) for w in tier.nodes[1:]), reverse=True)
+    largest, second = (shares + [0, 0])[:2]
     locked = sum(c.model(m).bytes for m in tier.served_models) / (p.mlock_gbs * 1e9) if \
         isinstance(tier, RpcTier) and tier.mlock else 0.0  # the whole file, before any tensor loads
+    hashed, reread = p.weights_hash_gbs * 1e9, p.weights_rehash_gbs * 1e9
     return LoadTime(tier.name, local, remote, local / (p.local_load_gbs * 1e9), rpc_s,
                     float(restart), kind, rate, new_job, new_kind, float(head_restart),
-                    remote / (p.weights_hash_gbs * 1e9) if kept else 0.0, largest / (rate * 1e9) if kept else 0.0,
-                    locked)
+                    remote / hashed if kept else 0.0, largest / (rate * 1e9) if kept else 0.0, locked,
+                    (remote - largest) / hashed if kept else 0.0, largest / reread if kept else 0.0,
+                    second / reread if kept else 0.0)
 
 
 def cold_start_s(c: Cluster, tier: RouterTier | RpcTier, plan: TierPlan) -> float:
