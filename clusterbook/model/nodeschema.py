@@ -274,6 +274,11 @@ class Engine(Strict):
     patches: list[EnginePatch] = Field(default_factory=list, max_length=20,
                                        description="source patches applied in order before configure (a build from "
                                                    "source only); the build's folder and release carry their digest")
+    cpu_features_off: list[Literal["amx"]] = Field(
+        default_factory=list, max_length=1,
+        description="instruction-set extensions a build from source leaves out even where its build node's CPU has "
+                    "them (amx: llama.cpp's AMX kernels repack CPU weights into a larger layout than the planner "
+                    "counts, and b11434's, built by GCC 12, raise SIGILL)")
 
     @property
     def patch_digest(self) -> str | None:

@@ -172,8 +172,9 @@ def test_the_api_page_tells_clients_how_long_a_recovery_lasts():
     expected = math.ceil(predict_load(c, c.tier("reasoning"), plan_cluster(c)["reasoning"]).recovery_s)
     page = api(c)
     load = predict_load(c, c.tier("reasoning"), plan_cluster(c)["reasoning"])
-    assert (f"After a worker crash the tier is gone for about {expected} s (the capacity plan's prediction); after a "
-            "preemption it waits until SLURM gives its GPUs back, and is back about "
+    assert (f"After a worker crash the tier is gone for about {expected} s (after a crash of the head alone about "
+            f"{math.ceil(load.head_recovery_s)} s: its workers keep their shares) (the capacity plan's prediction); "
+            "after a preemption it waits until SLURM gives its GPUs back, and is back about "
             f"{math.ceil(load.new_job_recovery_s)} s after that") in page
     assert f"`503` with `Retry-After: {expected}`" in page
     assert page.count('!!! note "During a recovery"') == 2  # both of beefcake2's tiers are SLURM jobs
