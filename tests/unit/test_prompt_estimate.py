@@ -116,3 +116,19 @@ def test_the_full_size_prompts_are_the_plan_within_25_percent_at_32k():
                              cache_type_k=run["cache"][0], cache_type_v=run["cache"][1])
         planned = prompt_time(c, tier, run["full"]["prompt_tokens"]).seconds
         assert run["full"]["prompt_s"] == pytest.approx(planned, rel=0.05), run["name"]
+
+
+def test_the_api_page_puts_the_estimate_beside_the_rehearsal_with_the_tiers_settings(beefcake2):
+    """beefcake2's rows: the plan on its V100S, the rehearsed prompt with the file's settings (D30), the plan for
+    the H200 it ran on; D26's rehearsed prompts (other settings) are the capacity page's. The lab: the plan alone."""
+    from clusterbook.pure.pages.apipage import prompt_section
+    from clusterbook.pure.planner.capacity import plan_cluster
+
+    tier = beefcake2.tier("reasoning")
+    page = prompt_section(beefcake2, tier, plan_cluster(beefcake2)["reasoning"])
+    planned = prompt_time(beefcake2, tier, 32704).seconds
+    assert f"| 32,704 | {planned:,.1f} s | 20.6 s | 16.7 s | 1.23 |" in page
+    assert "54.3 s" not in page  # D26's 32K prompt: flash attention off
+    lab = load_cluster(ROOT / "lab/cluster.yaml")
+    page = prompt_section(lab, lab.tier("reasoning"), plan_cluster(lab)["reasoning"])
+    assert "| prompt (tokens) | planned on its CPUs |\n" in page and "rehearsed" not in page.split("Planned:")[0]

@@ -254,10 +254,12 @@ def prompt_section(c: Cluster, t: RpcTier, plan: TierPlan) -> str:
                      "–" if x is None else f"{x.rehearsal.value:,.1f} s",
                      "–" if x is None or x.planned is None else f"{x.planned:,.1f} s",
                      "–" if x is None or x.ratio is None else f"{x.ratio:.2f}"])
+    head = ["prompt (tokens)", f"planned on {text(', '.join(cards))}", "rehearsed at full size",
+            "planned for that card", "rehearsed / planned"]
+    if not rehearsed:  # nothing rehearsed with these settings: the plan alone
+        head, rows = head[:2], [r[:2] for r in rows]
     out = [f"\n**How long a prompt takes** before the first token (flash attention {t.flash_attn}, ubatch "
-           f"{t.ubatch_size}):\n",
-           table(["prompt (tokens)", f"planned on {text(', '.join(cards))}", "rehearsed at full size",
-                  "planned for that card", "rehearsed / planned"], rows)]
+           f"{t.ubatch_size}):\n", table(head, rows)]
     where = {(x.rehearsal.card, x.rehearsal.source, x.rehearsal.date) for x in rehearsed.values()}
     out.append("\nPlanned: the planner's estimate for the server's prompt time, ubatch after ubatch (the weights' "
                "products, the attention over the cache so far, the hops between devices), at the planner's measured "
