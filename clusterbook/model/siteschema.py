@@ -164,16 +164,16 @@ class Planner(Strict):
     mlock_gbs: float = Field(PLANNER["mlock_gbs"].value, ge=0.01, le=10_000,
                              description="how fast a head maps and locks its whole model file (a tier with mlock) "
                                          "before it loads, GB/s")
-    prompt_memory_pct: float = Field(PLANNER["prompt_memory_pct"].value, gt=0, le=100,
+    prompt_memory_pct: float = Field(PLANNER["prompt_memory_pct"].value, ge=1, le=100,
                                      description="the share of a GPU's memory bandwidth a prompt's memory-bound work "
                                                  "reaches (weights dequantized for cuBLAS, attention scores), %")
-    prompt_gemm_pct: float = Field(PLANNER["prompt_gemm_pct"].value, gt=0, le=100,
+    prompt_gemm_pct: float = Field(PLANNER["prompt_gemm_pct"].value, ge=1, le=100,
                                    description="the share of a GPU's FP16 tensor rate (its tflops) a prompt's "
                                                "products of weights reach, %")
-    prompt_flash_pct: float = Field(PLANNER["prompt_flash_pct"].value, gt=0, le=100,
+    prompt_flash_pct: float = Field(PLANNER["prompt_flash_pct"].value, ge=1, le=100,
                                     description="the share of a GPU's FP16 tensor rate flash attention reaches on "
                                                 "a prompt, %")
-    prompt_scores_bytes: float = Field(PLANNER["prompt_scores_bytes"].value, gt=0, le=1000,
+    prompt_scores_bytes: float = Field(PLANNER["prompt_scores_bytes"].value, ge=1, le=1000,
                                        description="bytes moved per attention score without flash attention (the "
                                                    "scores written, soft-maxed, converted and read back)")
     slurm_step_restart_s: float = Field(PLANNER["slurm_step_restart_s"].value, ge=0, le=600,
