@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from clusterbook.model.schema import Cluster, Rehearsal, RpcTier
+from clusterbook.model.schema import Cluster, Rehearsal, RehearsedSettings, RpcTier
 from clusterbook.pure.planner.capacity import GIB, plan_rpc_tier
 from clusterbook.pure.planner.loadtime import predict_load
-from clusterbook.pure.planner.prompt import prompt_time
+from clusterbook.pure.planner.prompt import prompt_lengths, prompt_time
 
 UNITS = {"peak_gib": "GiB", "load_s": "s", "recovery_s": "s", "decode_tps": "tok/s", "prompt_tps": "tok/s",
          "prompt_s": "s"}
@@ -35,21 +35,35 @@ class Compared:
                 f"K {s.cache_type_k} V {s.cache_type_v}{prompt}")
 
 
+ON_CARD = {"decode_tps": ("bandwidth_gbs",), "prompt_s": ("bandwidth_gbs", "tflops"),
+           "prompt_tps": ("bandwidth_gbs", "tflops")}  # figures compared with the planner on the card they ran on
+
+
+def on_card(c: Cluster, **speeds: float | None) -> Cluster:
+    """The cluster with every GPU's declared speeds (bandwidth_gbs, tflops) those of another card; its memory stays
+    (a rehearsal holds the card to this cluster's)."""
+    nodes = [n.model_copy(update={"gpus": [g.model_copy(update=speeds) for g in n.gpus]}) for n in c.nodes]
+    return c.model_copy(update={"nodes": nodes})
+
+
+def same_settings(tier: RpcTier, settings: RehearsedSettings) -> bool:
+    """Whether a rehearsal ran with the tier's own settings."""
+    return all(getattr(tier, name) == getattr(settings, name) for name in RehearsedSettings.model_fields)
+
+
 def planned_for(c: Cluster, r: Rehearsal) -> float | None:
-    """The planner's figure for the rehearsed tier with the rehearsal's settings."""
+    """The planner's figure for the rehearsed tier with the rehearsal's settings (a speed on the card it ran on:
+    None where the rehearsal does not say that card's speeds)."""
     tier = c.tier(r.tier)
     if not isinstance(tier, RpcTier):
         return None
     s = r.settings
     tier = tier.model_copy(update={**s.model_dump(), "batch_size": s.ubatch_size})
-    on_card = r.what == "decode_tps" and r.card_bandwidth_gbs or \
-        r.what in ("prompt_s", "prompt_tps") and r.card_bandwidth_gbs and r.card_tflops
-    if not on_card and r.what in ("decode_tps", "prompt_s", "prompt_tps"):
-        return None
-    if on_card:  # the planner's figure for the card it ran on
-        card = {"bandwidth_gbs": r.card_bandwidth_gbs} | ({"tflops": r.card_tflops} if r.card_tflops else {})
-        nodes = [n.model_copy(update={"gpus": [g.model_copy(update=card) for g in n.gpus]}) for n in c.nodes]
-        c = c.model_copy(update={"nodes": nodes})
+    if r.what in ON_CARD:
+        speeds = {"bandwidth_gbs": r.card_bandwidth_gbs, "tflops": r.card_tflops}
+        if not all(speeds[name] for name in ON_CARD[r.what]):
+            return None
+        c = on_card(c, **{name: speeds[name] for name in ON_CARD[r.what]})
     plan = plan_rpc_tier(c, tier)
     if r.what == "peak_gib":
         return next((d.total / GIB for d in plan.devices if d.device == r.device), None)
@@ -62,7 +76,7 @@ def planned_for(c: Cluster, r: Rehearsal) -> float | None:
     if r.what == "prompt_s":
         estimate = prompt_time(c, tier, r.prompt_tokens, plan=plan)
         return estimate.seconds if estimate else None
-    estimate = prompt_time(c, tier, s.ctx_size - 64, plan=plan)  # prompt_tps: through a prompt that fills it
+    estimate = prompt_time(c, tier, prompt_lengths(tier)[-1], plan=plan)  # prompt_tps: a prompt that fills it
     return estimate.tps if estimate else None
 
 

@@ -11,16 +11,11 @@ from clusterbook.model.loader import load_cluster
 from clusterbook.pure.planner.capacity import decode_copies, kv_cells, plan_rpc_tier, plan_tier
 from clusterbook.pure.planner.prompt import prompt_lengths, prompt_time
 from clusterbook.pure.planner.shape import block_params, from_declared
+from clusterbook.pure.rehearsed import on_card
 
 from ..conftest import ROOT
 
 H200 = {"bandwidth_gbs": 4800, "tflops": 989}  # the device's card: NVIDIA's H200 figures (dense FP16)
-
-
-def on_card(c, card: dict):
-    """The cluster with every GPU replaced by `card`'s speeds (memory stays the file's: the ballast held it)."""
-    nodes = [n.model_copy(update={"gpus": [g.model_copy(update=card) for g in n.gpus]}) for n in c.nodes]
-    return c.model_copy(update={"nodes": nodes})
 
 
 def with_settings(c, **settings):
@@ -76,7 +71,7 @@ def test_the_lengths_shown_stop_at_the_context(beefcake2):
 
 
 def test_no_estimate_without_a_declared_speed(beefcake2):
-    bare = on_card(beefcake2, {"tflops": None})
+    bare = on_card(beefcake2, tflops=None)
     assert prompt_time(bare, bare.tier("reasoning"), 1024) is None
     lab = load_cluster(ROOT / "lab/cluster.yaml")  # CPUs: their declared GFLOP/s and bandwidth
     assert prompt_time(lab, lab.tier("reasoning"), 512).seconds > 0
@@ -98,7 +93,7 @@ def test_the_full_size_prompts_are_the_plan_within_25_percent_at_32k():
     memory, cuBLAS prompt path): every 32K prompt within 25 % of the planner for that card and every shorter one
     within 30 %; the 2 x H200 runs (a GPU each, as on beefcake2) within 5 %; and the file's settings (D30) read
     the 32K prompt at least 1.3 times as fast as D26's, measured."""
-    c = on_card(load_cluster(ROOT / "cluster.yaml"), H200)
+    c = on_card(load_cluster(ROOT / "cluster.yaml"), **H200)
     runs = json.loads((ROOT / "benchmarks/results/h200-prompt-times/full-size.json").read_text())
     measured = {}
     for run in runs:

@@ -23,7 +23,7 @@ from clusterbook.pure.planner.loadtime import (
 )
 from clusterbook.pure.planner.prompt import prompt_lengths, prompt_time
 from clusterbook.pure.planner.residency import exclusion_text, plan_residency
-from clusterbook.pure.rehearsed import compared
+from clusterbook.pure.rehearsed import compared, same_settings
 
 
 def tier_summary(c: Cluster) -> str:
@@ -243,10 +243,8 @@ def prompt_section(c: Cluster, t: RpcTier, plan: TierPlan) -> str:
     """How long an RPC tier reads a prompt before its first token: the planner's estimate on this cluster's cards,
     beside the prompts rehearsed at full size with the tier's settings on other cards (and the planner's for those)."""
     cards = sorted({d.gpu for d in plan.devices if d.gpu}) or ["its CPUs"]
-    settings = (t.ctx_size, t.ubatch_size, t.flash_attn, t.cache_type_k, t.cache_type_v)
-    rehearsed = {x.rehearsal.prompt_tokens: x for x in compared(c, t.name) if x.rehearsal.what == "prompt_s" and
-                 (lambda s: (s.ctx_size, s.ubatch_size, s.flash_attn, s.cache_type_k, s.cache_type_v))(
-                     x.rehearsal.settings) == settings}
+    rehearsed = {x.rehearsal.prompt_tokens: x for x in compared(c, t.name)
+                 if x.rehearsal.what == "prompt_s" and same_settings(t, x.rehearsal.settings)}
     rows = []
     for n in prompt_lengths(t):
         estimate, x = prompt_time(c, t, n, plan=plan), rehearsed.get(n)
