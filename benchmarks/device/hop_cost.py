@@ -1,0 +1,200 @@
+"""What one RPC hop costs per token, and what a served split tier reaches against one GPU (issue 48, item 1).
+
+    python3 hop_cost.py --out DIR --variant NAME=BIN_DIR ... --model NAME=FILE[:TOKENS] ...
+
+For each model: llama-bench decode (tg) on GPU 0 alone, split 1:1 over GPUs 0 and 1 in one process (no RPC), and
+split 1:1 over RPC (a worker on GPU 1, the head on GPU 0) with each variant's build, the variants alternated over
+two rounds; then llama-server's own decode figure (timings.predicted_per_second, median of plain greedy requests)
+for one GPU and for the split with each variant, and the greedy answers' digest. The builds carry
+rpc_profile.py's instrumentation: each RPC run's per-token messages and waits are in the results too.
+Writes DIR/hop-cost.json and prints a summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import socket
+import statistics
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+
+FLAGS = ["-ngl", "99", "-fa", "1"]
+PROMPTS = ["Write one sentence about memory bandwidth.", "The quick brown fox", "def fibonacci(n):"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def gpu_env(bin_dir: str, gpus: str, prof: bool = True) -> dict:
+    env = {**os.environ, "LD_LIBRARY_PATH": bin_dir, "CUDA_VISIBLE_DEVICES": gpus}
+    if prof:
+        env["GGML_RPC_PROF"] = "1"
+    return env
+
+
+def start_worker(bin_dir: str, log: Path) -> tuple[subprocess.Popen, int]:
+    port = free_port()
+    worker = subprocess.Popen([f"{bin_dir}/ggml-rpc-server", "-H", "127.0.0.1", "-p", str(port)],
+                              env=gpu_env(bin_dir, "1"), stdout=log.open("w"), stderr=subprocess.STDOUT)
+    for _ in range(300):
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return worker, port
+        time.sleep(0.1)
+    raise SystemExit(f"worker did not listen: {log.read_text()[-2000:]}")
+
+
+def stop(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def profile(text: str, side: str, tokens: int) -> dict:
+    """Per token: messages and microseconds for each of one side's rpc-prof lines (the last report of each kind)."""
+    out = {}
+    for m in re.finditer(rf"rpc-prof {side} (\S+) n=(\d+) us=([\d.]+)", text):
+        n, us = int(m.group(2)), float(m.group(3))
+        if n >= 0.9 * tokens:  # per-token traffic, not the load's
+            out[m.group(1)] = {"per_token": round(n / tokens, 2), "us_per_token": round(us / tokens, 1)}
+    return out
+
+
+def bench(bin_dir: str, model: str, n: int, reps: int, gpus: str, extra: list[str], logs: Path, name: str) -> dict:
+    """One llama-bench decode run: tok/s, and with a worker (--rpc in extra) both sides' profiles."""
+    argv = [f"{bin_dir}/llama-bench", "-m", model, "-p", "0", "-n", str(n), "-r", str(reps), *FLAGS, "-o", "json",
+            *extra]
+    run = subprocess.run(argv, env=gpu_env(bin_dir, gpus), capture_output=True, text=True, timeout=900)
+    (logs / f"{name}.err").write_text(run.stderr)
+    if run.returncode != 0:
+        raise SystemExit(f"{name}: llama-bench failed:\n{run.stderr[-2000:]}")
+    row = json.loads(run.stdout)[0]
+    tokens = n * (reps + 1)  # llama-bench's warm-up run decodes too
+    return {"tok_s": round(row["avg_ts"], 2), "samples": [round(x, 2) for x in row["samples_ts"]],
+            "head_profile": profile(run.stderr, "head", tokens), "tokens": tokens}
+
+
+def bench_rpc(bin_dir: str, model: str, n: int, reps: int, logs: Path, name: str) -> dict:
+    log = logs / f"{name}.worker.log"
+    worker, port = start_worker(bin_dir, log)
+    try:
+        result = bench(bin_dir, model, n, reps, "0", ["-sm", "layer", "-ts", "1/1", "--rpc", f"127.0.0.1:{port}"],
+                       logs, name)
+    finally:
+        stop(worker)
+    result["worker_profile"] = profile(log.read_text(), "worker", result["tokens"])
+    return result
+
+
+def serve(bin_dir: str, model: str, split: bool, logs: Path, name: str, requests: int) -> dict:
+    """llama-server's decode tok/s (median of greedy requests) and the digest of its answers."""
+    worker, argv = None, [f"{bin_dir}/llama-server", "-m", model, *FLAGS[:2], "-fa", "on", "-c", "4096",
+                          "--host", "127.0.0.1"]
+    if split:
+        worker, rpc_port = start_worker(bin_dir, logs / f"{name}.worker.log")
+        argv += ["-sm", "layer", "-ts", "1/1", "--rpc", f"127.0.0.1:{rpc_port}"]
+    port = free_port()
+    server = subprocess.Popen([*argv, "--port", str(port)], env=gpu_env(bin_dir, "0", prof=False),
+                              stdout=(logs / f"{name}.server.log").open("w"), stderr=subprocess.STDOUT)
+    try:
+        for _ in range(3000):
+            if server.poll() is not None:
+                raise SystemExit(f"{name}: llama-server exited")
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        speeds, answers = [], []
+        for i in range(requests + 1):
+            body = {"prompt": PROMPTS[i % len(PROMPTS)], "n_predict": 128, "temperature": 0, "seed": 1,
+                    "cache_prompt": False}
+            reply = httpx.post(f"http://127.0.0.1:{port}/completion", json=body, timeout=600).json()
+            if i > 0:  # the first warms up
+                speeds.append(reply["timings"]["predicted_per_second"])
+                answers.append(reply["content"])
+        return {"tok_s": round(statistics.median(speeds), 2), "samples": [round(x, 2) for x in speeds],
+                "answers": hashlib.sha256("\n".join(answers).encode()).hexdigest()[:16]}
+    finally:
+        stop(server)
+        if worker:
+            stop(worker)
+
+
+def per_token_ms(tok_s: float) -> float:
+    return 1000.0 / tok_s
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--variant", action="append", required=True, help="NAME=BIN_DIR, the first is the baseline")
+    parser.add_argument("--model", action="append", required=True, help="NAME=FILE[:TOKENS]")
+    parser.add_argument("--requests", type=int, default=6)
+    args = parser.parse_args()
+    out = Path(args.out)
+    logs = out / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    variants = dict(v.split("=", 1) for v in args.variant)
+    base = next(iter(variants.values()))
+    results: dict = {}
+    for spec in args.model:
+        name, _, rest = spec.partition("=")
+        path, _, tokens = rest.partition(":")
+        n = int(tokens or 128)
+        reps = 5 if n >= 128 else 3
+        r = results[name] = {"tokens": n, "rpc": {v: [] for v in variants}, "served": {}}
+        print(f"== {name}: one GPU, split in one process", flush=True)
+        r["one_gpu"] = bench(base, path, n, reps, "0", [], logs, f"{name}-one-gpu")
+        r["local_split"] = bench(base, path, n, reps, "0,1", ["-sm", "layer", "-ts", "1/1"], logs,
+                                 f"{name}-local-split")
+        for round_ in (1, 2):
+            for v, bin_dir in variants.items():
+                print(f"== {name}: RPC split, {v}, round {round_}", flush=True)
+                r["rpc"][v].append(bench_rpc(bin_dir, path, n, reps, logs, f"{name}-rpc-{v}-{round_}"))
+        print(f"== {name}: served", flush=True)
+        r["served"]["one_gpu"] = serve(base, path, False, logs, f"{name}-served-one-gpu", args.requests)
+        for v, bin_dir in variants.items():
+            r["served"][v] = serve(bin_dir, path, True, logs, f"{name}-served-{v}", args.requests)
+        (out / "hop-cost.json").write_text(json.dumps(results, indent=1))
+        summary(name, r)
+    (out / "hop-cost.json").write_text(json.dumps(results, indent=1))
+
+
+def summary(name: str, r: dict) -> None:
+    one = r["one_gpu"]["tok_s"]
+    local = r["local_split"]["tok_s"]
+    print(f"\n{name}: llama-bench tg{r['tokens']}: one GPU {one} tok/s; split in one process {local} tok/s "
+          f"(+{per_token_ms(local) - per_token_ms(one):.3f} ms/token)")
+    for v, runs in r["rpc"].items():
+        best = max(x["tok_s"] for x in runs)
+        print(f"  RPC {v}: {[x['tok_s'] for x in runs]} tok/s; a hop +{per_token_ms(best) - per_token_ms(one):.3f} "
+              f"ms/token against one GPU, +{per_token_ms(best) - per_token_ms(local):.3f} against the split in one "
+              f"process; {best / one:.1%} of one GPU")
+        for side in ("head_profile", "worker_profile"):
+            print(f"    {side}: " + ", ".join(f"{k} {x['per_token']}x {x['us_per_token']} us"
+                                            for k, x in runs[-1][side].items()))
+    served = r["served"]
+    print(f"  served: one GPU {served['one_gpu']['tok_s']} tok/s ({served['one_gpu']['answers']})")
+    for v in r["rpc"]:
+        s = served[v]
+        print(f"  served split {v}: {s['tok_s']} tok/s = {s['tok_s'] / one:.1%} of one-GPU llama-bench, "
+              f"{s['tok_s'] / served['one_gpu']['tok_s']:.1%} of one GPU served ({s['answers']})")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,51 @@
+#!/bin/bash
+# Issue 48 item 1 on a 2-GPU machine: what one RPC hop costs per token and what the served split tier reaches
+# against one GPU, for the cluster's patch series without the named patches (v0) and then with each added in turn
+# (v1, v2, ...), every build instrumented by rpc_profile.py; the 8B-shaped Q8_0 and (BIG=1, the default)
+# beefcake2's 72B-shaped Q4_K_M.   hop_cost.sh PATCH...   Started in the background (setsid) by the device call:
+# progress in $W/run.log, results in $W/results.
+set -uo pipefail
+cd "$(dirname "$0")/../.." || exit 1
+W=${W:-/tmp/hop}
+R=$W/results
+mkdir -p "$R"
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=index,name,memory.total,compute_cap,driver_version --format=csv,noheader | tee "$R/gpus.txt"
+nproc | tee "$R/cpus.txt"
+M=/dev/shm/models
+[ "$(df --output=avail -B1G /dev/shm | tail -n 1)" -gt 60 ] || M=/tmp/models
+mkdir -p "$M"
+LEAVE_OUT="$*" TARGETS="llama-server ggml-rpc-server llama-bench" bash benchmarks/device/build_patched.sh \
+    > "$W/build.log" 2>&1 &
+build=$!
+start=$(date +%s)
+python3 benchmarks/device/make_model.py "$M/8b.gguf" 8b
+[ "${BIG:-1}" = 0 ] || python3 benchmarks/device/make_shaped_model.py cluster.yaml OR1-Behemoth "$M/72b.gguf" \
+    | tee "$R/model.txt"
+echo "models: $(( $(date +%s) - start )) s"
+wait $build || { tail -30 "$W/build.log"; exit 1; }
+tail -n 1 "$W/build.log" | tee "$R/build.txt"
+src=/tmp/llama/llama.cpp
+rpc=ggml/src/ggml-rpc/ggml-rpc.cpp
+cp "$src/$rpc" "$W/series.cpp"
+variants=()
+i=0
+for p in "" "$@"; do  # v0: the series; then each named patch on top of the one before
+    if [ -n "$p" ]; then
+        cp "$W/series.cpp" "$src/$rpc"
+        patch -d "$src" -p1 < "$p" || exit 1
+        cp "$src/$rpc" "$W/series.cpp"
+    fi
+    python3 benchmarks/device/rpc_profile.py "$src" || exit 1
+    cmake --build "$src/build" -j "$(nproc)" --target llama-server ggml-rpc-server llama-bench > /dev/null || exit 1
+    rm -rf "$W/v$i" && cp -r "$src/build/bin" "$W/v$i"
+    variants+=(--variant "v$i=$W/v$i")
+    echo "v$i: ${p:-the series} $(grep -c 'clusterbook P' "$src/$rpc") patched lines"
+    i=$((i + 1))
+done
+models=(--model "8b=$M/8b.gguf:128")
+[ "${BIG:-1}" = 0 ] || models+=(--model "72b=$M/72b.gguf:64")
+python3 benchmarks/device/hop_cost.py --out "$R" "${variants[@]}" "${models[@]}" 2>&1 | tee "$R/summary.txt"
+tar czf "$R/logs.tgz" -C "$R" logs && rm -rf "$R/logs"
+echo FINISHED
