@@ -4,7 +4,8 @@
 
 For each model: llama-bench decode (tg) on GPU 0 alone, split 1:1 over GPUs 0 and 1 in one process (no RPC), and
 split 1:1 over RPC (a worker on GPU 1, the head on GPU 0) with each variant's build, the variants alternated over
-two rounds; then llama-server's own decode figure (timings.predicted_per_second, median of plain greedy requests)
+two rounds (on a machine with one GPU, --worker-gpu 0: the worker shares GPU 0, and there is no split in one
+process); then llama-server's own decode figure (timings.predicted_per_second, median of plain greedy requests)
 for one GPU and for the split with each variant, and the greedy answers' digest. The builds carry
 rpc_profile.py's instrumentation: each RPC run's per-token messages and waits are in the results too.
 Writes DIR/hop-cost.json and prints a summary.
@@ -42,10 +43,13 @@ def gpu_env(bin_dir: str, gpus: str, prof: bool = True) -> dict:
     return env
 
 
+WORKER_GPU = "1"
+
+
 def start_worker(bin_dir: str, log: Path) -> tuple[subprocess.Popen, int]:
     port = free_port()
     worker = subprocess.Popen([f"{bin_dir}/ggml-rpc-server", "-H", "127.0.0.1", "-p", str(port)],
-                              env=gpu_env(bin_dir, "1"), stdout=log.open("w"), stderr=subprocess.STDOUT)
+                              env=gpu_env(bin_dir, WORKER_GPU), stdout=log.open("w"), stderr=subprocess.STDOUT)
     for _ in range(300):
         with socket.socket() as s:
             if s.connect_ex(("127.0.0.1", port)) == 0:
@@ -145,7 +149,10 @@ def main() -> None:
     parser.add_argument("--variant", action="append", required=True, help="NAME=BIN_DIR, the first is the baseline")
     parser.add_argument("--model", action="append", required=True, help="NAME=FILE[:TOKENS]")
     parser.add_argument("--requests", type=int, default=6)
+    parser.add_argument("--worker-gpu", default="1", help="the worker's GPU (0 on a machine with one)")
     args = parser.parse_args()
+    global WORKER_GPU
+    WORKER_GPU = args.worker_gpu
     out = Path(args.out)
     logs = out / "logs"
     logs.mkdir(parents=True, exist_ok=True)
@@ -160,8 +167,9 @@ def main() -> None:
         r = results[name] = {"tokens": n, "rpc": {v: [] for v in variants}, "served": {}}
         print(f"== {name}: one GPU, split in one process", flush=True)
         r["one_gpu"] = bench(base, path, n, reps, "0", [], logs, f"{name}-one-gpu")
-        r["local_split"] = bench(base, path, n, reps, "0,1", ["-sm", "layer", "-ts", "1/1"], logs,
-                                 f"{name}-local-split")
+        if WORKER_GPU != "0":
+            r["local_split"] = bench(base, path, n, reps, "0,1", ["-sm", "layer", "-ts", "1/1"], logs,
+                                     f"{name}-local-split")
         for round_ in (1, 2):
             for v, bin_dir in variants.items():
                 print(f"== {name}: RPC split, {v}, round {round_}", flush=True)
@@ -177,9 +185,10 @@ def main() -> None:
 
 def summary(name: str, r: dict) -> None:
     one = r["one_gpu"]["tok_s"]
-    local = r["local_split"]["tok_s"]
+    local = r["local_split"]["tok_s"] if "local_split" in r else one
     print(f"\n{name}: llama-bench tg{r['tokens']}: one GPU {one} tok/s; split in one process {local} tok/s "
-          f"(+{per_token_ms(local) - per_token_ms(one):.3f} ms/token)")
+          f"(+{per_token_ms(local) - per_token_ms(one):.3f} ms/token)" if "local_split" in r else
+          f"\n{name}: llama-bench tg{r['tokens']}: one GPU {one} tok/s (the worker shares it)")
     for v, runs in r["rpc"].items():
         best = max(x["tok_s"] for x in runs)
         print(f"  RPC {v}: {[x['tok_s'] for x in runs]} tok/s; a hop +{per_token_ms(best) - per_token_ms(one):.3f} "
