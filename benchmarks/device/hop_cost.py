@@ -86,7 +86,7 @@ def bench(bin_dir: str, model: str, n: int, reps: int, gpus: str, extra: list[st
     if run.returncode != 0:
         raise SystemExit(f"{name}: llama-bench failed:\n{run.stderr[-2000:]}")
     row = json.loads(run.stdout)[0]
-    tokens = n * (reps + 1)  # llama-bench's warm-up run decodes too
+    tokens = n * reps + 1  # llama-bench warms up with one token
     return {"tok_s": round(row["avg_ts"], 2), "samples": [round(x, 2) for x in row["samples_ts"]],
             "head_profile": profile(run.stderr, "head", tokens), "tokens": tokens}
 
