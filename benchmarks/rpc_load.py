@@ -1,11 +1,13 @@
-"""The RPC fast-load patch (patches/rpc-fast-load.patch), measured: seconds from starting llama-server with its
-weights on one RPC worker to /health 200, for a build without and a build with the patch, alternated in one run;
+"""The RPC fast-load patches (P1-P3: patches/rpc-hash-only-for-cache.patch, rpc-send-from-caller.patch,
+rpc-receive-pinned.patch), measured: seconds from starting llama-server with its weights on one RPC worker to
+/health 200, for a build without and a build with the patches, alternated in one run;
 and the greedy output of both, which must be the same.
 
     python benchmarks/rpc_load.py --plain DIR --patched DIR --model FILE [--runs 3] [--worker-env K=V ...]
                                   [--server-arg=--flag ...]
 
-DIR is a build's bin/ (ggml-rpc-server and llama-server). On this machine both run the CPU backend over loopback;
+DIR is a build's bin/ (ggml-rpc-server, llama-server and their libraries, which it runs them with: a copied bin/
+still names its build's folder in its run path). On this machine both run the CPU backend over loopback;
 on the GPU machine (benchmarks/device/) the worker gets its own GPU through --worker-env CUDA_VISIBLE_DEVICES=1.
 Prints each run, the medians, their ratio, and whether the outputs match.
 """
@@ -39,7 +41,8 @@ def load_once(bin_dir: str, model: str, worker_env: dict, server_args: list[str]
     rpc_port, http_port = free_port(), free_port()
     with tempfile.TemporaryFile() as log:
         worker = subprocess.Popen([f"{worker_dir or bin_dir}/ggml-rpc-server", "-H", "127.0.0.1", "-p", str(rpc_port)],
-                                  env={**os.environ, **worker_env}, stdout=log, stderr=log)
+                                  env={**os.environ, **worker_env, "LD_LIBRARY_PATH": worker_dir or bin_dir},
+                                  stdout=log, stderr=log)
         try:
             deadline = time.monotonic() + 30
             while time.monotonic() < deadline:  # the worker listens
@@ -50,7 +53,8 @@ def load_once(bin_dir: str, model: str, worker_env: dict, server_args: list[str]
             started = time.monotonic()
             server = subprocess.Popen([f"{bin_dir}/llama-server", "-m", model, "--rpc", f"127.0.0.1:{rpc_port}",
                                        "-ngl", "99", "--device", "RPC0", "-c", "512", "--host", "127.0.0.1",
-                                       "--port", str(http_port), *server_args], stdout=log, stderr=log)
+                                       "--port", str(http_port), *server_args],
+                                      env={**os.environ, "LD_LIBRARY_PATH": bin_dir}, stdout=log, stderr=log)
             try:
                 while True:
                     if server.poll() is not None or time.monotonic() - started > 900:

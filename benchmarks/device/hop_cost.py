@@ -7,7 +7,10 @@ split 1:1 over RPC (a worker on GPU 1, the head on GPU 0) with each variant's bu
 two rounds (on a machine with one GPU, --worker-gpu 0: the worker shares GPU 0, and there is no split in one
 process); then llama-server's own decode figure (timings.predicted_per_second, median of plain greedy requests)
 for one GPU and for the split with each variant, and the greedy answers' digest. The builds carry
-rpc_profile.py's instrumentation: each RPC run's per-token messages and waits are in the results too.
+rpc_profile.py's instrumentation; with --profile it is switched on and each RPC run's per-token messages are in the
+results too. Only their counts: on the H200 machine of 2026-11-29 the profiler slowed a split tier from 185 to
+17 tokens/s (30-36 with it on one side only; the cause not found), so its timings, and a profiled run's tokens/s,
+are not the build's.
 Writes DIR/hop-cost.json and prints a summary.
 """
 
@@ -36,9 +39,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def gpu_env(bin_dir: str, gpus: str, prof: bool = True) -> dict:
+PROFILE = False
+
+
+def gpu_env(bin_dir: str, gpus: str) -> dict:
     env = {**os.environ, "LD_LIBRARY_PATH": bin_dir, "CUDA_VISIBLE_DEVICES": gpus}
-    if prof:
+    if PROFILE:
         env["GGML_RPC_PROF"] = "1"
     return env
 
@@ -111,7 +117,7 @@ def serve(bin_dir: str, model: str, split: bool, logs: Path, name: str, requests
         worker, rpc_port = start_worker(bin_dir, logs / f"{name}.worker.log")
         argv += ["-sm", "layer", "-ts", "1/1", "--rpc", f"127.0.0.1:{rpc_port}"]
     port = free_port()
-    server = subprocess.Popen([*argv, "--port", str(port)], env=gpu_env(bin_dir, "0", prof=False),
+    server = subprocess.Popen([*argv, "--port", str(port)], env=gpu_env(bin_dir, "0"),
                               stdout=(logs / f"{name}.server.log").open("w"), stderr=subprocess.STDOUT)
     try:
         for _ in range(3000):
@@ -150,9 +156,10 @@ def main() -> None:
     parser.add_argument("--model", action="append", required=True, help="NAME=FILE[:TOKENS]")
     parser.add_argument("--requests", type=int, default=6)
     parser.add_argument("--worker-gpu", default="1", help="the worker's GPU (0 on a machine with one)")
+    parser.add_argument("--profile", action="store_true", help="GGML_RPC_PROF=1: per-token message counts")
     args = parser.parse_args()
-    global WORKER_GPU
-    WORKER_GPU = args.worker_gpu
+    global WORKER_GPU, PROFILE
+    WORKER_GPU, PROFILE = args.worker_gpu, args.profile
     out = Path(args.out)
     logs = out / "logs"
     logs.mkdir(parents=True, exist_ok=True)
@@ -194,7 +201,7 @@ def summary(name: str, r: dict) -> None:
         print(f"  RPC {v}: {[x['tok_s'] for x in runs]} tok/s; a hop +{per_token_ms(best) - per_token_ms(one):.3f} "
               f"ms/token against one GPU, +{per_token_ms(best) - per_token_ms(local):.3f} against the split in one "
               f"process; {best / one:.1%} of one GPU")
-        for side in ("head_profile", "worker_profile"):
+        for side in ("head_profile", "worker_profile") if PROFILE else ():
             print(f"    {side}: " + ", ".join(f"{k} {x['per_token']}x {x['us_per_token']} us"
                                             for k, x in runs[-1][side].items()))
     served = r["served"]

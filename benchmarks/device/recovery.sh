@@ -9,7 +9,9 @@ set -euo pipefail
 # shellcheck source=benchmarks/device/prelude.sh disable=SC2154  # bin comes from the prelude
 source benchmarks/device/prelude.sh
 rm -rf /tmp/plain /tmp/patched && mkdir -p /tmp/plain /tmp/patched && cp -a "$bin"/. /tmp/plain/
-patch -p1 --batch --forward -d /tmp/llama < patches/rpc-fast-load.patch
+for p in hash-only-for-cache send-from-caller receive-pinned; do
+    patch -p1 --batch --forward -d /tmp/llama < "patches/rpc-$p.patch"
+done
 cmake --build /tmp/llama/build -j "$(nproc)" --target llama-server ggml-rpc-server >/tmp/build2.log 2>&1 \
     || { tail -40 /tmp/build2.log; exit 1; }
 cp -a "$bin"/. /tmp/patched/

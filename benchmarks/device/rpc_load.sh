@@ -1,6 +1,6 @@
 #!/bin/bash
-# Issue 31 on the device machine: the RPC fast-load patch (patches/rpc-fast-load.patch) against the same b11434
-# build without it. The 8B-shaped Q8_0 model split 1:1 between a head on GPU 0 and an RPC worker on GPU 1 over
+# Issue 31 on the device machine: the RPC fast-load patches (P1-P3: patches/rpc-hash-only-for-cache.patch,
+# rpc-send-from-caller.patch, rpc-receive-pinned.patch) against the same b11434 build without them. The 8B-shaped Q8_0 model split 1:1 between a head on GPU 0 and an RPC worker on GPU 1 over
 # loopback TCP, as the issue measured it: seconds to /health 200, alternated runs, one GPU alone for reference, the
 # mixes (patched head with a plain worker and the reverse), and a digest of each run's greedy output, which must be
 # the same everywhere. Writes $OUT/rpc-load.json.
@@ -8,7 +8,9 @@ set -euo pipefail
 # shellcheck source=benchmarks/device/prelude.sh disable=SC2154  # bin and healthy() come from the prelude
 source benchmarks/device/prelude.sh
 rm -rf /tmp/plain /tmp/patched && mkdir -p /tmp/plain /tmp/patched && cp -a $bin/. /tmp/plain/
-patch -p1 --batch --forward -d /tmp/llama < patches/rpc-fast-load.patch
+for p in hash-only-for-cache send-from-caller receive-pinned; do
+    patch -p1 --batch --forward -d /tmp/llama < "patches/rpc-$p.patch"
+done
 start=$(date +%s)
 cmake --build /tmp/llama/build -j "$(nproc)" --target llama-server ggml-rpc-server >/tmp/build2.log 2>&1 \
     || { tail -40 /tmp/build2.log; exit 1; }

@@ -66,8 +66,8 @@ def test_patches_give_the_build_its_own_tree_release_folder_and_stamp():
     assert patched.key != plain.key and patched.root != plain.root
     assert f"-{c.engine.tag}-" in patched.release and "-p" not in plain.release.split("b11434")[1]
     assert layout.path(c, "engine_patches") == f"{patched.root}/patches.diff"
-    assert patch_set(c) == "".join((ROOT / p).read_text() for p in ("patches/rpc-fast-load.patch",
-                                                                     "patches/rpc-keep-weights.patch"))  # in order
+    assert patch_set(c) == "".join((ROOT / f"patches/rpc-{p}.patch").read_text() for p in (
+        "hash-only-for-cache", "send-from-caller", "receive-pinned", "keep-weights", "direct-send", "async-inputs"))
 
 
 @pytest.mark.skipif(not shutil.which("patch"), reason="needs patch")
