@@ -25,6 +25,8 @@ import time
 
 import httpx
 
+from clusterbook.effects.rehearsal import healthy
+
 PROMPT = "Write one sentence about memory bandwidth."
 
 
@@ -60,11 +62,8 @@ def load_once(bin_dir: str, model: str, worker_env: dict, server_args: list[str]
                     if server.poll() is not None or time.monotonic() - started > 900:
                         log.seek(0)
                         sys.exit(f"llama-server exited or took too long:\n{log.read().decode()[-3000:]}")
-                    try:
-                        if httpx.get(f"http://127.0.0.1:{http_port}/health", timeout=2).status_code == 200:
-                            break
-                    except httpx.HTTPError:
-                        pass
+                    if healthy(f"http://127.0.0.1:{http_port}/health"):
+                        break
                     time.sleep(0.05)
                 seconds = time.monotonic() - started
                 answer = httpx.post(f"http://127.0.0.1:{http_port}/completion", timeout=300, json={

@@ -29,6 +29,8 @@ from pathlib import Path
 
 import httpx
 
+from clusterbook.effects.rehearsal import healthy
+
 FLAGS = ["-ngl", "99", "-fa", "1"]
 PROMPTS = ["Write one sentence about memory bandwidth.", "The quick brown fox", "def fibonacci(n):"]
 
@@ -123,11 +125,8 @@ def serve(bin_dir: str, model: str, split: bool, logs: Path, name: str, requests
         for _ in range(3000):
             if server.poll() is not None:
                 raise SystemExit(f"{name}: llama-server exited")
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
+            if healthy(f"http://127.0.0.1:{port}/health"):
+                break
             time.sleep(0.1)
         speeds, answers = [], []
         for i in range(requests + 1):

@@ -107,7 +107,7 @@ class Rehearsal:
         self._start("head-one-device" if self.one_device else "head", self.tier.head,
                     head_argv(self.c, self.tier, self.one_device) + self.head_extra)
         url = topo.endpoint_url(self.c, self.tier) + "/health"
-        self._wait(lambda: _healthy(url), f"{url} answering 200", 900)
+        self._wait(lambda: healthy(url), f"{url} answering 200", 900)
         return self.processes[-1][1]
 
     def _wait(self, ready, what: str, seconds: float) -> None:
@@ -155,7 +155,8 @@ def _port_open(host: str, port: int) -> bool:
         return s.connect_ex((host, port)) == 0
 
 
-def _healthy(url: str) -> bool:
+def healthy(url: str) -> bool:
+    """Whether url answers 200 now (llama-server's /health: the model is loaded)."""
     try:
         return httpx.get(url, timeout=2).status_code == 200
     except httpx.HTTPError:
