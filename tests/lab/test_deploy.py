@@ -114,6 +114,39 @@ def test_a_crashed_heads_workers_keep_its_buffers_for_the_head_systemd_starts_ag
         assert "keeping" in log and "reusing a kept buffer" in log, log[-2000:]
 
 
+def test_the_split_tier_computes_what_its_model_computes_in_one_process(lab_cluster, ssh):
+    """Issue 48: the output is the same with and without the RPC series (patches/): the reasoning tier, split over
+    three nodes through P1-P4 and P6 (P3's and P7's device paths are the GPU runs'), against the same binary, model
+    and flags in one process on the head's node, with no workers: each greedy token's three likeliest tokens and
+    their log-probabilities, bit for bit (the lab's random model repeats its likeliest token, so the tokens alone
+    would say little)."""
+    from clusterbook.effects.rehearsal import head_argv
+
+    tier = lab_cluster.tier("reasoning")
+    alone = head_argv(lab_cluster, tier, one_device=True)
+    alone[alone.index("--host") + 1], alone[alone.index("--port") + 1] = "127.0.0.1", "18181"
+    assert "--rpc" in head_argv(lab_cluster, tier) and "--rpc" not in alone
+    body = json.dumps({"prompt": "The quick brown fox", "n_predict": 24, "temperature": 0, "n_probs": 3,
+                       "cache_prompt": False})
+    likeliest = "[.completion_probabilities[] | [.top_logprobs[] | [.id, .logprob]]]"
+
+    def ask(url):
+        return ssh.run(tier.head, f"curl -sf --max-time 120 -d '{body}' {url}/completion | jq -c '{likeliest}'")
+
+    ssh.run(tier.head, "systemd-run --unit=cb-one-process --collect " + " ".join(alone))
+    try:
+        for url in ("http://127.0.0.1:18181", topo.endpoint_url(lab_cluster, tier)):
+            for _ in range(120):
+                if ssh.run(tier.head, f"curl -sf -o /dev/null {url}/health").ok:
+                    break
+                time.sleep(0.5)
+        one, split = ask("http://127.0.0.1:18181"), ask(topo.endpoint_url(lab_cluster, tier))
+    finally:
+        ssh.run(tier.head, "systemctl stop cb-one-process")
+    assert one.ok and split.ok, one.stderr + split.stderr
+    assert len(json.loads(one.stdout)) == 24 and split.stdout == one.stdout, (split.stdout[:300], one.stdout[:300])
+
+
 def test_unreachable_node_fails_fast_naming_node_and_step_then_converges(lab_cluster, ssh):
     from clusterbook.effects.lab import machines
     from clusterbook.effects.lab.lab import Lab
