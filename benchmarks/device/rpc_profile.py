@@ -9,6 +9,7 @@ where each side waited (the head's caller for its dispatcher; the worker for the
 without the patch series; an anchor it does not find is reported and skipped.
 """
 
+# ruff: noqa: E501  (the C++ it inserts is kept on its own lines, as it will read in ggml-rpc.cpp)
 import sys
 from pathlib import Path
 

@@ -153,7 +153,8 @@ class Planner(Strict):
                                             "GB/s (the RPC network's bandwidth caps it)")
     rpc_fast_load_gbs: float = Field(PLANNER["rpc_fast_load_gbs"].value, ge=0.01, le=10_000,
                                      description="the same with an engine patch that speeds up rpc_load (patches/"
-                                                 "rpc-receive-pinned.patch with P1 and P2), GB/s (the RPC network's bandwidth caps it)")
+                                                 "rpc-receive-pinned.patch with P1 and P2), GB/s (the RPC network's "
+                                                 "bandwidth caps it)")
     weights_hash_gbs: float = Field(PLANNER["weights_hash_gbs"].value, ge=0.01, le=10_000,
                                     description="how fast a restarted head hashes a worker's kept share instead of "
                                                 "sending it (an engine patch that speeds up kept_weights), GB/s")
