@@ -23,10 +23,10 @@ answer() { # port -> digest of a greedy completion
         | sha256sum | cut -c1-16
 }
 split() { # head-dir worker-dir -> "seconds digest"
-    LD_LIBRARY_PATH=$2 CUDA_VISIBLE_DEVICES=1 $2/ggml-rpc-server -H 127.0.0.1 -p 50052 >/tmp/worker.log 2>&1 &
+    LD_LIBRARY_PATH=$2 CUDA_VISIBLE_DEVICES=1 "$2"/ggml-rpc-server -H 127.0.0.1 -p 50052 >/tmp/worker.log 2>&1 &
     local wpid=$!; sleep 2
     local t0; t0=$(python3 -c "import time; print(time.time())")
-    LD_LIBRARY_PATH=$1 CUDA_VISIBLE_DEVICES=0 $1/llama-server -m $model -ngl 999 -c 4096 --port 18081 \
+    LD_LIBRARY_PATH=$1 CUDA_VISIBLE_DEVICES=0 "$1"/llama-server -m "$model" -ngl 999 -c 4096 --port 18081 \
         --rpc 127.0.0.1:50052 -sm layer -ts 1,1 >/tmp/split.log 2>&1 &
     local pid=$!; local s; s=$(healthy "$t0" 18081 $pid) || { tail -20 /tmp/split.log /tmp/worker.log; exit 1; }
     local d; d=$(answer 18081)
