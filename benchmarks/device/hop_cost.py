@@ -128,6 +128,8 @@ def serve(bin_dir: str, model: str, split: bool, logs: Path, name: str, requests
             if healthy(f"http://127.0.0.1:{port}/health"):
                 break
             time.sleep(0.1)
+        else:
+            raise SystemExit(f"{name}: llama-server did not answer /health within 300 s")
         speeds, answers = [], []
         for i in range(requests + 1):
             body = {"prompt": PROMPTS[i % len(PROMPTS)], "n_predict": 128, "temperature": 0, "seed": 1,
@@ -197,9 +199,10 @@ def summary(name: str, r: dict) -> None:
           f"\n{name}: llama-bench tg{r['tokens']}: one GPU {one} tok/s (the worker shares it)")
     for v, runs in r["rpc"].items():
         best = max(x["tok_s"] for x in runs)
+        against_local = (f", +{per_token_ms(best) - per_token_ms(local):.3f} against the split in one process"
+                         if "local_split" in r else "")
         print(f"  RPC {v}: {[x['tok_s'] for x in runs]} tok/s; a hop +{per_token_ms(best) - per_token_ms(one):.3f} "
-              f"ms/token against one GPU, +{per_token_ms(best) - per_token_ms(local):.3f} against the split in one "
-              f"process; {best / one:.1%} of one GPU")
+              f"ms/token against one GPU{against_local}; {best / one:.1%} of one GPU")
         for side in ("head_profile", "worker_profile") if PROFILE else ():
             print(f"    {side}: " + ", ".join(f"{k} {x['per_token']}x {x['us_per_token']} us"
                                             for k, x in runs[-1][side].items()))
