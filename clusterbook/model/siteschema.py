@@ -142,7 +142,7 @@ class Planner(Strict):
     device_overhead_mib: int = Field(int(PLANNER["device_overhead_mib"].value), ge=0, le=65_536,
                                      description="fixed memory per GPU and process: CUDA context, cuBLAS, the pool's "
                                                  "first blocks, MiB")
-    rpc_hop_ms: float = Field(0.8, ge=0, le=1000,
+    rpc_hop_ms: float = Field(PLANNER["rpc_hop_ms"].value, ge=0, le=1000,
                               description="per-token cost of each RPC device: round trips and commands")
     headroom_pct: float = Field(5, ge=0, le=50, description="memory kept free on every device, %")
     local_load_gbs: float = Field(PLANNER["local_load_gbs"].value, ge=0.01, le=10_000,
@@ -160,8 +160,8 @@ class Planner(Strict):
                                                 "sending it (an engine patch that speeds up kept_weights), GB/s")
     weights_rehash_gbs: float = Field(PLANNER["weights_rehash_gbs"].value, ge=0.01, le=10_000,
                                       description="how fast a worker that keeps weights reads back from its GPU and "
-                                                  "hashes those a head sent it without hashes, when that head goes, "
-                                                  "GB/s")
+                                                  "hashes those a head sent it without hashes, when that head goes "
+                                                  "(none where an engine patch speeds up hash_on_arrival), GB/s")
     mlock_gbs: float = Field(PLANNER["mlock_gbs"].value, ge=0.01, le=10_000,
                              description="how fast a head maps and locks its whole model file (a tier with mlock) "
                                          "before it loads, GB/s")

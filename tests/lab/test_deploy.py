@@ -114,9 +114,66 @@ def test_a_crashed_heads_workers_keep_its_buffers_for_the_head_systemd_starts_ag
         assert "keeping" in log and "reusing a kept buffer" in log, log[-2000:]
 
 
+def test_a_worker_that_keeps_weights_hashes_them_as_they_arrive(lab_cluster, ssh):
+    """Issue 48 (patches/rpc-hash-on-arrival.patch, P10): the lab's models have no weight over the 10 MiB a head
+    hashes, so this runs the installed build on lab2 with a generated model that has six (12.3 MB each, three
+    4 MiB pieces, the last short): a worker run with GGML_RPC_KEEP_S and a head over loopback, the head SIGKILLed
+    after its cold load and started again. The worker reads nothing back when the head goes (it hashed each weight
+    as it arrived), the restarted head's hashes match the worker's (those weights are not sent again: loopback
+    carries under half of the cold load's bytes) and the answer is the same, top log-probabilities included."""
+    from clusterbook.effects.lab.lab import Lab
+    from clusterbook.effects.lab.models import TinyModel, write_model
+    from clusterbook.pure import flags as fl
+    from clusterbook.pure.render.artifacts import ld_library_path
+
+    node, engine = "lab2", lab_cluster.engine
+    server, worker = fl.binary(lab_cluster, engine.server_binary), fl.binary(lab_cluster, engine.rpc_worker_binary)
+    served = Lab(lab_cluster, ROOT).www / "lab" / "lab-hashing.gguf"
+    write_model(TinyModel("lab-hashing", layers=2, embedding=2048, heads=16, kv_heads=4, feed_forward=5632, seed=5),
+                served)
+    base_url = next(m.source.base_url for m in lab_cluster.models if m.source)
+    env = f"-E LD_LIBRARY_PATH={ld_library_path(lab_cluster)}"
+    body = json.dumps({"prompt": "The quick brown fox", "n_predict": 8, "temperature": 0, "n_probs": 3,
+                       "cache_prompt": False})
+    rx = "awk '/ lo:/ {print $2}' /proc/net/dev"
+
+    def load_and_ask() -> tuple[int, str]:
+        before = int(ssh.run(node, rx).stdout)
+        ssh.run(node, f"systemd-run --unit=cb-hashing-head --collect {env} {server} "
+                      "-m /tmp/cb-hashing.gguf --host 127.0.0.1 --port 18182 --rpc 127.0.0.1:18183 -ngl 99 -t 1")
+        for _ in range(240):
+            if ssh.run(node, "curl -sf -o /dev/null http://127.0.0.1:18182/health").ok:
+                break
+            time.sleep(0.5)
+        answer = ssh.run(node, f"curl -sf --max-time 120 -d '{body}' http://127.0.0.1:18182/completion | "
+                               "jq -c '[.content, .completion_probabilities]'")
+        assert answer.ok, answer.stderr
+        return int(ssh.run(node, rx).stdout) - before, answer.stdout
+
+    since = ssh.run(node, "date '+%Y-%m-%d %H:%M:%S'").stdout.strip()
+    fetch = ssh.run(node, f"curl -sf -o /tmp/cb-hashing.gguf {base_url}/lab/lab-hashing.gguf")
+    assert fetch.ok, fetch.stderr
+    ssh.run(node, f"systemd-run --unit=cb-hashing-worker --collect {env} -E GGML_RPC_KEEP_S=60 "
+                  f"{worker} -H 127.0.0.1 -p 18183")
+    try:
+        cold_bytes, cold = load_and_ask()
+        ssh.run(node, "systemctl kill -s KILL cb-hashing-head")
+        time.sleep(3)
+        restart_bytes, again = load_and_ask()
+        log = ssh.run(node, f"journalctl -u cb-hashing-worker --since '{since}' --no-pager").stdout
+    finally:
+        ssh.run(node, "systemctl stop cb-hashing-head cb-hashing-worker; rm -f /tmp/cb-hashing.gguf")
+        served.unlink(missing_ok=True)
+    assert "keeping" in log and "reusing a kept buffer" in log, log[-2000:]
+    assert re.search(r"reusing a kept buffer of \d+ bytes with 6 weights", log), log[-2000:]
+    assert "sent without a hash" not in log, log[-2000:]  # nothing read back
+    assert restart_bytes < cold_bytes / 2, (restart_bytes, cold_bytes)
+    assert again == cold and json.loads(cold)[1], (again[:300], cold[:300])
+
+
 def test_the_split_tier_computes_what_its_model_computes_in_one_process(lab_cluster, ssh):
     """Issue 48: the output is the same with and without the RPC series (patches/): the reasoning tier, split over
-    three nodes through P1-P4 and P6 (P3's and P7's device paths are the GPU runs'), against the same binary, model
+    three nodes through the series (P3's and P7's device paths are the GPU runs'), against the same binary, model
     and flags in one process on the head's node, with no workers: each greedy token's three likeliest tokens and
     their log-probabilities, bit for bit (the lab's random model repeats its likeliest token, so the tokens alone
     would say little)."""

@@ -108,6 +108,13 @@ def test_a_recovery_target_the_prediction_cannot_meet_is_refused():
     data["engine"]["patches"] = kept.engine.model_dump(mode="json")["patches"]
     steps = Cluster.model_validate(data)
     found = [m for _, m in plan_findings(steps, plan_cluster(steps)) if "after a worker crash" in m]
+    assert found == ["tier reasoning cannot come back within 10 s after a worker crash: predicted 14 s (step restart "
+                     "in the job 2 s + the model file locked in 2.4 s + its own share 15.1 GB in 2.7 s + the workers' "
+                     "kept shares hashed in 0.9 s + the crashed worker's share again at 2.7 GB/s in 6 s)"]
+    # without P10 the other workers first read back and hash what they were sent without a hash
+    data["engine"]["patches"] = [x for x in data["engine"]["patches"] if x.get("speeds_up") != "hash_on_arrival"]
+    read_back = Cluster.model_validate(data)
+    found = [m for _, m in plan_findings(read_back, plan_cluster(read_back)) if "after a worker crash" in m]
     assert found == ["tier reasoning cannot come back within 10 s after a worker crash: predicted 15 s (the other "
                      "workers' read-back of their shares 2.3 s + the model file locked in 2.4 s + its own share 15.1 "
                      "GB in 2.7 s + the workers' kept shares hashed in 0.9 s + the crashed worker's share again at "
@@ -199,27 +206,33 @@ def test_the_gateway_holds_a_down_tiers_requests_then_answers_a_json_503_with_th
         assert f"proxy_set_header X-Clusterbook-Tier {tier.name};" in conf and f"at most {hold} s" in conf
 
 
-def kept(c: Cluster, keep_s: int = 120, mlock: bool = False) -> Cluster:
-    """The same cluster with the engine's keep-weights patch (as the files pin it) and the tier keeping weights."""
+def kept(c: Cluster, keep_s: int = 120, mlock: bool = False, on_arrival: bool = True) -> Cluster:
+    """The same cluster with the engine's keep-weights patch (as the files pin it) and the tier keeping weights;
+    on_arrival False: without the patch whose workers hash weights as they arrive (P10)."""
     beefcake2 = load_cluster(ROOT / "cluster.yaml")
-    engine = c.engine.model_copy(update={"patches": beefcake2.engine.patches})
+    patches = [x for x in beefcake2.engine.patches if on_arrival or x.speeds_up != "hash_on_arrival"]
+    assert len(patches) == len(beefcake2.engine.patches) - (not on_arrival)
+    engine = c.engine.model_copy(update={"patches": patches})
     tier = c.tiers[0].model_copy(update={"keep_weights_s": keep_s, "mlock": mlock})
     return c.model_copy(update={"engine": engine, "tiers": [tier]})
 
 
-def test_where_workers_keep_weights_a_head_crash_loads_the_heads_share_and_hashes_the_workers():
+@pytest.mark.parametrize("on_arrival", [False, True])
+def test_where_workers_keep_weights_a_head_crash_loads_the_heads_share_and_hashes_the_workers(on_arrival):
     """Issue 48: a restarted head sends no worker share again (the workers keep it); it hashes it, after the worker
     has read back and hashed what the head sent it unhashed (a cold load hashes nothing: no worker kept anything
-    then); a worker's crash sends that worker's share again."""
+    then), or at once where the workers hashed each weight as it arrived (P10); a worker's crash sends that
+    worker's share again."""
     plain = kept(h100_pair({"g0": 1, "g1": 1}, restart_sec=2), keep_s=0)  # the same patches, nothing kept
-    c = kept(plain)
+    c = kept(plain, on_arrival=on_arrival)
     p = c.planner
     before, after = predict_load(plain, plain.tiers[0], plan_cluster(plain)["t"]), \
         predict_load(c, c.tiers[0], plan_cluster(c)["t"])
     assert not before.kept and before.head_recovery_s == pytest.approx(2 + before.load_s)  # the head's RestartSec
     assert after.kept and after.hash_s == pytest.approx(after.rpc_bytes / (p.weights_hash_gbs * 1e9))
     assert after.load_s == pytest.approx(before.load_s)  # a cold start hashes nothing
-    assert after.rehash_s == pytest.approx(after.rpc_bytes / (p.weights_rehash_gbs * 1e9))  # one worker: all of it
+    read_back = after.rpc_bytes / (p.weights_rehash_gbs * 1e9)  # one worker: all of it
+    assert read_back > 0 and after.rehash_s == pytest.approx(0 if on_arrival else read_back)
     assert after.head_recovery_s == pytest.approx(max(2, after.rehash_s) + after.local_s + after.hash_s)
     assert after.recovery_s == pytest.approx(5 + after.local_s + after.rpc_s)  # one worker: all again, no hashing
     assert after.recovery_s == pytest.approx(before.recovery_s)
@@ -233,7 +246,9 @@ def test_the_kept_head_restart_at_full_size_is_predicted_within_25_percent():
     restart, started 1 s after the crash, waited for the worker to read back and hash its share, 3.27 s)."""
     c = load_cluster(ROOT / "cluster.yaml")
     tier = c.tier("reasoning").model_copy(update={"keep_weights_s": 120})
-    c = c.model_copy(update={"tiers": [tier if t.name == "reasoning" else t for t in c.tiers]})
+    measured = [x for x in c.engine.patches if x.speeds_up != "hash_on_arrival"]  # the build measured had no P10
+    c = c.model_copy(update={"tiers": [tier if t.name == "reasoning" else t for t in c.tiers],
+                             "engine": c.engine.model_copy(update={"patches": measured})})
     load = predict_load(c, tier, plan_cluster(c)["reasoning"])
     own = load.locked_s + load.local_s + load.hash_s
     for measured_s, waited_s in ((8.35, 0), (9.10, 0), (9.12, load.rehash_s - 1), (7.02, 0)):

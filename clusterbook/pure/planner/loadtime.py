@@ -45,7 +45,8 @@ class LoadTime:
     locked_s: float = 0.0  # a tier with mlock: the head maps and locks its whole model file before it loads
     others_hash_s: float = 0.0  # after a worker's crash, the head hashes the other workers' shares (all but one)
     rehash_s: float = 0.0  # a worker that keeps a share a head sent without hashes (a cold load) reads it back and
-    # hashes it when the head goes, before it answers the next: its largest share at weights_rehash_gbs
+    # hashes it when the head goes, before it answers the next: its largest share at weights_rehash_gbs (0 where an
+    # engine patch speeds up hash_on_arrival: it hashed each weight as it arrived)
     others_rehash_s: float = 0.0  # the same for the workers left after one crashed (the second largest share)
 
     @property
@@ -118,6 +119,8 @@ def predict_load(c: Cluster, tier: RouterTier | RpcTier, plan: TierPlan) -> Load
     locked = sum(c.model(m).bytes for m in tier.served_models) / (p.mlock_gbs * 1e9) if \
         isinstance(tier, RpcTier) and tier.mlock else 0.0  # the whole file, before any tensor loads
     hashed, reread = p.weights_hash_gbs * 1e9, p.weights_rehash_gbs * 1e9
+    if any(patch.speeds_up == "hash_on_arrival" for patch in c.engine.patches):
+        reread = float("inf")  # the workers hashed each weight as it arrived: nothing to read back
     return LoadTime(tier.name, local, remote, local / (p.local_load_gbs * 1e9), rpc_s,
                     float(restart), kind, rate, new_job, new_kind, float(head_restart),
                     remote / hashed if kept else 0.0, largest / (rate * 1e9) if kept else 0.0, locked,
