@@ -90,13 +90,14 @@ def hold(tmp_path):
     spec = importlib.util.spec_from_file_location("clusterbook_hold", NODE / "hold.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    # the service binds first: a port probed and let go before it could have been handed to it (a 404 in CI once)
+    service = module.ThreadingServer(("127.0.0.1", 0), module.HoldHandler)
     port = free_port()
     record = tmp_path / "reasoning.json"
     record.write_text(json.dumps({"host": "127.0.0.1", "port": port}))
     module.HoldHandler.routes = {"reasoning": module.Route("reasoning", {
         "backend": None, "record": str(record), "hold_s": 3, "retry_after": 2, "timeout_s": 30,
         "prefix": "/reasoning/"})}
-    service = module.ThreadingServer(("127.0.0.1", 0), module.HoldHandler)
     threading.Thread(target=service.serve_forever, daemon=True).start()
     servers = []
     MODULES[service.server_address[1]] = module
