@@ -156,6 +156,7 @@ def main() -> None:
     parser.add_argument("--variant", action="append", required=True, help="NAME=BIN_DIR, the first is the baseline")
     parser.add_argument("--model", action="append", required=True, help="NAME=FILE[:TOKENS]")
     parser.add_argument("--requests", type=int, default=6)
+    parser.add_argument("--rounds", type=int, default=2, help="alternated llama-bench rounds of the RPC variants")
     parser.add_argument("--worker-gpu", default="1", help="the worker's GPU (0 on a machine with one)")
     parser.add_argument("--profile", action="store_true", help="GGML_RPC_PROF=1: per-token message counts")
     args = parser.parse_args()
@@ -178,7 +179,7 @@ def main() -> None:
         if WORKER_GPU != "0":
             r["local_split"] = bench(base, path, n, reps, "0,1", ["-sm", "layer", "-ts", "1/1"], logs,
                                      f"{name}-local-split")
-        for round_ in (1, 2):
+        for round_ in range(1, args.rounds + 1):
             for v, bin_dir in variants.items():
                 print(f"== {name}: RPC split, {v}, round {round_}", flush=True)
                 r["rpc"][v].append(bench_rpc(bin_dir, path, n, reps, logs, f"{name}-rpc-{v}-{round_}"))
