@@ -256,3 +256,29 @@ def test_a_preemption_is_timed_from_when_slurm_ends_the_tiers_job(tmp_path):
     at = disrupt(slurm, Controller(), slurm.tier("fast"), "preempted")
     assert polls.read_text().strip() == "4" and at - started >= 1.4  # three polls 0.5 s apart saw it still running
     assert "-w slab2 --exclusive" in (tmp_path / "sbatch.args").read_text()
+
+
+@pytest.mark.parametrize("answer, released", [('{"released": true}', True),
+                                              ('{"released": false, "why": "not serving"}', True),
+                                              ('{"released": false, "why": "in flight: 1"}', False)])
+def test_the_release_fault_takes_a_tier_its_keeper_released_first_as_released(tmp_path, monkeypatch, answer, released):
+    """The release fault asks the wake service to release the idle tier, then cancels its job. Where the clients were
+    quiet past the tier's idle time, its keeper released it first and the service answers "not serving": the same
+    fault (the SLURM lab's CI once failed on that race). A tier with a request in flight is never released. The
+    command runs for real with bash, with fakes of curl, scancel and squeue on PATH (no sleeps: `sleep` is faked)."""
+    from clusterbook.effects.transport import LocalTransport
+
+    for name, body in (("curl", f"echo '{answer}'"), ("scancel", f"printf '%s\\n' \"$*\" >> {tmp_path}/cancelled"),
+                       ("squeue", "true"), ("sleep", "true")):
+        (tmp_path / name).write_text(f"#!/bin/bash\n{body}\n")
+        (tmp_path / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
+    c = load_cluster(ROOT / "lab/cluster-slurm.yaml")
+    tier = c.tier("reasoning")
+    if released:
+        faults.release(c, LocalTransport(), tier, limit_s=5)
+        assert (tmp_path / "cancelled").read_text() == "-n llama-reasoning\n"
+    else:
+        with pytest.raises(Failed, match="did not release it"):
+            faults.release(c, LocalTransport(), tier, limit_s=5)
+        assert not (tmp_path / "cancelled").exists()
