@@ -2,11 +2,13 @@
 
     python3 hop_cost.py --out DIR --variant NAME=BIN_DIR ... --model NAME=FILE[:TOKENS] ...
 
-For each model: llama-bench decode (tg) on GPU 0 alone, split 1:1 over GPUs 0 and 1 in one process (no RPC), and
-split 1:1 over RPC (a worker on GPU 1, the head on GPU 0) with each variant's build, the variants alternated over
-two rounds (on a machine with one GPU, --worker-gpu 0: the worker shares GPU 0, and there is no split in one
-process); then llama-server's own decode figure (timings.predicted_per_second, median of plain greedy requests)
-for one GPU and for the split with each variant, and the greedy answers' digest. The builds carry
+For each model, in each of --rounds rounds: llama-bench decode (tg) on GPU 0 alone, split 1:1 over GPUs 0 and 1 in
+one process (no RPC), and split 1:1 over RPC (a worker on GPU 1, the head on GPU 0) with each variant's build (on a
+machine with one GPU, --worker-gpu 0: the worker shares GPU 0, and there is no split in one process); each round's
+RPC runs are also compared with that round's split in one process, so a GPU's drift between rounds cancels. Then
+llama-server's own decode figure (timings.predicted_per_second, median of plain greedy requests) for one GPU and
+for the split with each variant, and the greedy answers' digest; with --serve-with NAME=FLAGS, again with those
+llama-server flags for one GPU and the last variant's split (a flag the build refuses is reported, not fatal). The builds carry
 rpc_profile.py's instrumentation; with --profile it is switched on and each RPC run's per-token messages are in the
 results too. Only their counts: on the H200 machine of 2026-11-29 the profiler slowed a split tier from 185 to
 17 tokens/s (30-36 with it on one side only; the cause not found), so its timings, and a profiled run's tokens/s,
@@ -44,8 +46,11 @@ def free_port() -> int:
 PROFILE = False
 
 
+SPIN_US = os.environ.get("GGML_RPC_SPIN_US", "20000")  # P13's poll, on as on a tier of GPUs (20 ms: what D36 measured)
+
+
 def gpu_env(bin_dir: str, gpus: str) -> dict:
-    env = {**os.environ, "LD_LIBRARY_PATH": bin_dir, "CUDA_VISIBLE_DEVICES": gpus}
+    env = {**os.environ, "LD_LIBRARY_PATH": bin_dir, "CUDA_VISIBLE_DEVICES": gpus, "GGML_RPC_SPIN_US": SPIN_US}
     if PROFILE:
         env["GGML_RPC_PROF"] = "1"
     return env
@@ -111,10 +116,11 @@ def bench_rpc(bin_dir: str, model: str, n: int, reps: int, logs: Path, name: str
     return result
 
 
-def serve(bin_dir: str, model: str, split: bool, logs: Path, name: str, requests: int) -> dict:
+def serve(bin_dir: str, model: str, split: bool, logs: Path, name: str, requests: int,
+          flags: list[str] = ()) -> dict:
     """llama-server's decode tok/s (median of greedy requests) and the digest of its answers."""
     worker, argv = None, [f"{bin_dir}/llama-server", "-m", model, *FLAGS[:2], "-fa", "on", "-c", "4096",
-                          "--host", "127.0.0.1"]
+                          "--host", "127.0.0.1", *flags]
     if split:
         worker, rpc_port = start_worker(bin_dir, logs / f"{name}.worker.log")
         argv += ["-sm", "layer", "-ts", "1/1", "--rpc", f"127.0.0.1:{rpc_port}"]
@@ -159,6 +165,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2, help="alternated llama-bench rounds of the RPC variants")
     parser.add_argument("--worker-gpu", default="1", help="the worker's GPU (0 on a machine with one)")
     parser.add_argument("--profile", action="store_true", help="GGML_RPC_PROF=1: per-token message counts")
+    parser.add_argument("--serve-with", action="append", default=[],
+                        help="NAME=FLAGS: llama-server flags served too (one GPU and the last variant's split)")
     args = parser.parse_args()
     global WORKER_GPU, PROFILE
     WORKER_GPU, PROFILE = args.worker_gpu, args.profile
@@ -174,19 +182,35 @@ def main() -> None:
         n = int(tokens or 128)
         reps = 5 if n >= 128 else 3
         r = results[name] = {"tokens": n, "rpc": {v: [] for v in variants}, "served": {}}
-        print(f"== {name}: one GPU, split in one process", flush=True)
-        r["one_gpu"] = bench(base, path, n, reps, "0", [], logs, f"{name}-one-gpu")
-        if WORKER_GPU != "0":
-            r["local_split"] = bench(base, path, n, reps, "0,1", ["-sm", "layer", "-ts", "1/1"], logs,
-                                     f"{name}-local-split")
-        for round_ in range(1, args.rounds + 1):
+        r["one_gpu_rounds"], r["local_split_rounds"] = [], []
+        for round_ in range(1, args.rounds + 1):  # the baselines in every round too: a GPU's drift cancels
+            print(f"== {name}: one GPU, split in one process, round {round_}", flush=True)
+            r["one_gpu_rounds"].append(bench(base, path, n, reps, "0", [], logs, f"{name}-one-gpu-{round_}"))
+            if WORKER_GPU != "0":
+                r["local_split_rounds"].append(bench(base, path, n, reps, "0,1", ["-sm", "layer", "-ts", "1/1"],
+                                                     logs, f"{name}-local-split-{round_}"))
             for v, bin_dir in variants.items():
                 print(f"== {name}: RPC split, {v}, round {round_}", flush=True)
                 r["rpc"][v].append(bench_rpc(bin_dir, path, n, reps, logs, f"{name}-rpc-{v}-{round_}"))
+        r["one_gpu"] = max(r["one_gpu_rounds"], key=lambda x: x["tok_s"])
+        if r["local_split_rounds"]:
+            r["local_split"] = max(r["local_split_rounds"], key=lambda x: x["tok_s"])
         print(f"== {name}: served", flush=True)
         r["served"]["one_gpu"] = serve(base, path, False, logs, f"{name}-served-one-gpu", args.requests)
         for v, bin_dir in variants.items():
             r["served"][v] = serve(bin_dir, path, True, logs, f"{name}-served-{v}", args.requests)
+        last, last_dir = list(variants.items())[-1]
+        r["served_with"] = {}
+        for spec_ in args.serve_with:
+            cfg, _, flags = spec_.partition("=")
+            print(f"== {name}: served with {cfg} ({flags})", flush=True)
+            got = r["served_with"][cfg] = {"flags": flags}
+            for target, bin_dir, split in (("one_gpu", base, False), (last, last_dir, True)):
+                try:
+                    got[target] = serve(bin_dir, path, split, logs, f"{name}-served-{cfg}-{target}", args.requests,
+                                        flags.split())
+                except SystemExit as e:  # a flag this build refuses is a result, not the run's end
+                    got[target] = {"error": str(e)[-300:]}
         (out / "hop-cost.json").write_text(json.dumps(results, indent=1))
         summary(name, r)
     (out / "hop-cost.json").write_text(json.dumps(results, indent=1))
@@ -198,8 +222,16 @@ def summary(name: str, r: dict) -> None:
     print(f"\n{name}: llama-bench tg{r['tokens']}: one GPU {one} tok/s; split in one process {local} tok/s "
           f"(+{per_token_ms(local) - per_token_ms(one):.3f} ms/token)" if "local_split" in r else
           f"\n{name}: llama-bench tg{r['tokens']}: one GPU {one} tok/s (the worker shares it)")
+    if r.get("local_split_rounds"):
+        print("  per round: one GPU " + ", ".join(str(x["tok_s"]) for x in r["one_gpu_rounds"])
+              + "; split in one process " + ", ".join(str(x["tok_s"]) for x in r["local_split_rounds"]))
     for v, runs in r["rpc"].items():
         best = max(x["tok_s"] for x in runs)
+        if len(r.get("local_split_rounds", [])) == len(runs):  # each round's RPC run against its own baseline
+            paired = sorted(per_token_ms(x["tok_s"]) - per_token_ms(y["tok_s"])
+                            for x, y in zip(runs, r["local_split_rounds"]))
+            print(f"  RPC {v}: a hop against the same round's split in one process: "
+                  f"{', '.join(f'{h:+.3f}' for h in paired)} ms (median {statistics.median(paired):+.3f})")
         against_local = (f", +{per_token_ms(best) - per_token_ms(local):.3f} against the split in one process"
                          if "local_split" in r else "")
         print(f"  RPC {v}: {[x['tok_s'] for x in runs]} tok/s; a hop +{per_token_ms(best) - per_token_ms(one):.3f} "
@@ -213,6 +245,13 @@ def summary(name: str, r: dict) -> None:
         s = served[v]
         print(f"  served split {v}: {s['tok_s']} tok/s = {s['tok_s'] / one:.1%} of one-GPU llama-bench, "
               f"{s['tok_s'] / served['one_gpu']['tok_s']:.1%} of one GPU served ({s['answers']})")
+    for cfg, got in r.get("served_with", {}).items():
+        for target, s in got.items():
+            if target == "flags":
+                continue
+            print(f"  served with {cfg} ({got['flags']}), {target}: " + (
+                s["error"].splitlines()[0] if "error" in s else
+                f"{s['tok_s']} tok/s = {s['tok_s'] / one:.1%} of one-GPU llama-bench ({s['answers']})"))
 
 
 if __name__ == "__main__":

@@ -2,8 +2,9 @@
 # Issue 48 item 1 on a 2-GPU machine (or one, shared by head and worker): what one RPC hop costs per token and what
 # the served split tier reaches against one GPU, for the cluster's patch series without the named patches (v0) and
 # then with each added in turn (v1, v2, ...), every build instrumented by rpc_profile.py (off unless PROFILE=1);
-# the 8B-shaped Q8_0 and (BIG=1, the default) beefcake2's 72B-shaped Q4_K_M; ROUNDS alternated rounds (2).   hop_cost.sh PATCH...   Started in the background (setsid) by the device call:
-# progress in $W/run.log, results in $W/results.
+# the 8B-shaped Q8_0 and (BIG=1, the default) beefcake2's 72B-shaped Q4_K_M; ROUNDS alternated rounds (2), the
+# baselines in each; SERVE_WITH="NAME=FLAGS;..." llama-server flags served too.   hop_cost.sh PATCH...
+# Started in the background (setsid) by the device call: progress in $W/run.log, results in $W/results.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 W=${W:-/tmp/hop}
@@ -49,8 +50,11 @@ models=(--model "8b=$M/8b.gguf:128")
 gpus=$(nvidia-smi -L | wc -l)
 profile=()
 [ "${PROFILE:-0}" = 0 ] || profile=(--profile)
+serve_with=()  # SERVE_WITH="NAME=FLAGS;NAME=FLAGS": llama-server flags served too
+IFS=';' read -ra cfgs <<< "${SERVE_WITH:-}"
+for c in "${cfgs[@]}"; do serve_with+=(--serve-with "$c"); done
 python3 benchmarks/device/hop_cost.py --out "$R" "${variants[@]}" "${models[@]}" --worker-gpu "$((gpus > 1 ? 1 : 0))" \
     --rounds "${ROUNDS:-2}" \
-    "${profile[@]}" 2>&1 | tee "$R/summary.txt"
+    "${profile[@]}" "${serve_with[@]}" 2>&1 | tee "$R/summary.txt"
 tar czf "$R/logs.tgz" -C "$R" logs && rm -rf "$R/logs"
 echo FINISHED

@@ -205,8 +205,6 @@ def parallel_sweep(s: Settings, cluster, tier, parallels: tuple[int, ...]) -> li
 def tune(s: Settings, cluster_file: str, tier_name: str | None, install_dir: str | None, models_dir: str | None,
          parallels: tuple[int, ...] = (1, 2, 4)) -> None:
     """Try the settings grid with llama-bench over the tier's RPC workers; print the best and the change to make."""
-
-
     cluster = localize(load_cluster(cluster_file), install_dir, models_dir)
     tier = _bench_tier(cluster, tier_name)
     head_gpus = gpu_assignment(cluster, tier).get(tier.head, "")

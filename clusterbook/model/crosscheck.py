@@ -13,6 +13,7 @@ from clusterbook.model.portcheck import port_findings
 from clusterbook.model.problems import Path
 from clusterbook.model.quantization import SIZE_TOLERANCE, weights_bytes
 from clusterbook.model.schema import (
+    BACKEND_SAMPLING_BUILD,
     FLASH_ATTN_MIN_CC,
     LATEST_KNOWN_BUILD,
     PYPI_SDIST_BUILDS,
@@ -141,6 +142,9 @@ def _engine(c: Cluster) -> list[Finding]:
         if isinstance(tier, RouterTier) and c.engine.build < ROUTER_MODE_BUILD:
             out.append((("tiers", i, "kind"), f"router mode needs llama.cpp build {ROUTER_MODE_BUILD} or newer; "
                                               f"engine.build is {c.engine.build}"))
+        if tier.backend_sampling and c.engine.build < BACKEND_SAMPLING_BUILD:
+            out.append((("tiers", i, "backend_sampling"), f"needs llama.cpp build {BACKEND_SAMPLING_BUILD} or newer "
+                                                          f"(the one it is measured on); engine.build is {c.engine.build}"))
     return out
 
 

@@ -26,10 +26,11 @@ PROMPT_FIT = ("fitted with the other prompt_ constants to 12 full-size prompts o
 PLANNER = {
     "device_overhead_mib": Measured(600, "588-594 MiB per process on H200, CUDA 13, b11434; "
                                          "benchmarks/results/h200x2-full-size"),
-    "rpc_hop_ms": Measured(0.6, "2 x H200, b11434 with the series P1-P12, head and worker on GPUs of their own: "
-                                "beefcake2's 72B-shaped Q4_K_M split 1:1 over loopback RPC, 0.55 ms a token more than "
-                                "the same split in one process (0.24 ms for an 8B-shaped Q8_0); "
-                                "benchmarks/results/h200x2-hop-cost-p11-p12"),
+    "rpc_hop_ms": Measured(0.35, "2 x H200, b11434 with the series P1-P13 (P13's poll on, as on GPU tiers), head and "
+                                 "worker on GPUs of their own: beefcake2's 72B-shaped Q4_K_M split 1:1 over loopback "
+                                 "RPC, 0.28-0.34 ms a token (median 0.32) more than the same split in one process "
+                                 "in three rounds (0.06 ms for an 8B-shaped Q8_0); "
+                                 "benchmarks/results/h200x2-hop-cost-spin-bs"),
     "local_load_gbs": Measured(5.7, "one H100, b11434, 8.54 GB in 1.5 s"),
     "rpc_load_gbs": Measured(0.40, "2 x H100 over loopback TCP, b11434: one rate for an 8.54 GB and a 3.84 GB "
                                    "model, split 1:1 and 3:1, every load within 25 %; benchmarks/README.md"),

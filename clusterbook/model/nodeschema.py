@@ -225,12 +225,13 @@ class EnginePatch(Strict):
                       description="the patch, a unified diff against llama.cpp's tree (patch -p1), under patches/")
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$", description="its sha256")
     about: Line = Field(description="what it changes and why, in one line")
-    speeds_up: Literal["rpc_load", "kept_weights", "hash_on_arrival"] | None = Field(
+    speeds_up: Literal["rpc_load", "kept_weights", "hash_on_arrival", "rpc_wait"] | None = Field(
         None, description="what the planner counts it for: rpc_load, a worker's share loads at "
                           "planner.rpc_fast_load_gbs; kept_weights, a worker that did not crash keeps its share for "
                           "the next head (the head hashes it at planner.weights_hash_gbs instead of sending it); "
                           "hash_on_arrival, such a worker hashes its share as it arrives, so nothing is read back "
-                          "when a head goes")
+                          "when a head goes; rpc_wait, a GPU tier's head and workers poll for the next message "
+                          "(GGML_RPC_SPIN_US, twice a planned token) instead of sleeping")
     _text: str | None = PrivateAttr(None)  # set by the loader once the sum matched
 
     @field_validator("file")

@@ -50,6 +50,7 @@ from clusterbook.model.recordschema import (  # noqa: F401 (the schema's names, 
     Trouble,
 )
 from clusterbook.model.schemabase import (  # noqa: F401 (the schema's names, one import for its users)
+    BACKEND_SAMPLING_BUILD,
     FLASH_ATTN_MIN_CC,
     FLASH_ATTN_PROVEN_CC,
     LATEST_KNOWN_BUILD,

@@ -19,6 +19,7 @@ Share = Annotated[int, Field(ge=0, le=1_000_000)]  # a tensor-split share (cross
 MAX_CONTEXT = 16_777_216  # tokens; no GGUF model is trained for more
 
 
+BACKEND_SAMPLING_BUILD = 11434  # --backend-sampling (#17004, 2026) as clusterbook measured it: no older build verified
 ROUTER_MODE_BUILD = 7218  # llama-server router mode (--models-preset, --models-max) appeared at this build (#17470)
 
 

@@ -127,6 +127,9 @@ class TierBase(Strict):
     ctx_size: int = Field(4096, ge=256, le=MAX_CONTEXT, description="context size in tokens (--ctx-size)")
     parallel: int = Field(1, ge=1, le=64, description="server slots (--parallel)")
     timeout_s: int = Field(600, ge=1, le=86_400, description="HTTP read/write timeout (--timeout)")
+    backend_sampling: bool = Field(False, description="llama-server samples on the device (--backend-sampling, "
+                                   "experimental upstream): only the chosen token leaves the GPU each token; a request "
+                                   "with a grammar, a reasoning budget or n_probs samples on the CPU as before")
     slurm: SlurmJob | None = Field(None, description="SLURM job settings (required when manager is slurm)")
     on_demand: OnDemand | None = Field(None, description="a SLURM tier released when idle and started by its first "
                                                          "request, which the gateway holds meanwhile (none: it "

@@ -3,7 +3,7 @@
 # test-rpc-kept-weights.sh SERVER CLIENT (ggml-rpc-server and test-rpc-kept-weights.cpp built against one build).
 # A worker run with GGML_RPC_KEEP_S keeps a client's weights when it goes (P4), having hashed each as it arrived
 # (P10), and the next client's identical weights are matched, not sent; a client's small writes, reads and graph
-# computes keep their order (P6, P11, P12).
+# computes keep their order (P6, P11, P12), again with both sides polling for the next message (P13).
 set -euo pipefail
 
 server=$1
@@ -50,4 +50,15 @@ grep -q "reusing a kept buffer of [0-9]* bytes with 3 weights" "$test_dir/server
 if grep -q "sent without a hash" "$test_dir/server.log"; then
     fail "the worker read weights back instead of hashing them as they arrived"
 fi
+
+# P13: the same small traffic with both sides polling their sockets before they sleep
+kill "$pid" 2>/dev/null || true
+wait "$pid" 2>/dev/null || true
+port=$((port + 1))
+endpoint="127.0.0.1:${port}"
+GGML_RPC_SPIN_US=20000 "$server" --device CPU --host 127.0.0.1 --port "$port" >"$test_dir/server.log" 2>&1 &
+pid=$!
+wait_for_port "$port"
+echo "with GGML_RPC_SPIN_US (P13):"
+GGML_RPC_SPIN_US=20000 "$client" small "$endpoint"
 echo "test-rpc-kept-weights: ok"

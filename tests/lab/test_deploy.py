@@ -208,7 +208,7 @@ def test_the_series_upstream_style_tests_pass_against_the_labs_build(lab_cluster
     """Issue 48 item 4: the test offered upstream with the series (patches/tests/, in the shape of llama.cpp's
     tests/test-rpc-multi-server.*), built on this machine against the lab's own build of the series and run with
     its ggml-rpc-server: kept weights matched by hash after a client went (P4, P10), and a client's small writes,
-    reads and graph computes in their order, each sum right (P6, P11, P12)."""
+    reads and graph computes in their order, each sum right (P6, P11, P12), again with both sides polling (P13)."""
     import subprocess
     import tarfile
 
@@ -230,7 +230,8 @@ def test_the_series_upstream_style_tests_pass_against_the_labs_build(lab_cluster
                           str(client)], capture_output=True, text=True, timeout=300,
                          env={"PATH": "/usr/bin:/bin", "LD_LIBRARY_PATH": bin_dir})
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
-    assert run.stdout.splitlines() == ["load: ok", "reload: ok", "small: ok", "test-rpc-kept-weights: ok"]
+    assert run.stdout.splitlines() == ["load: ok", "reload: ok", "small: ok", "with GGML_RPC_SPIN_US (P13):",
+                                       "small: ok", "test-rpc-kept-weights: ok"]
 
 
 def test_unreachable_node_fails_fast_naming_node_and_step_then_converges(lab_cluster, ssh):

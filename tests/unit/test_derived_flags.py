@@ -10,6 +10,8 @@ from clusterbook.pure import flags, topology
 from clusterbook.pure.layersplit import place_layers
 from clusterbook.pure.render.artifacts import render_artifacts
 
+from ..conftest import ROOT
+
 
 @pytest.mark.parametrize("build, binary", [(7760, "rpc-server"), (9823, "rpc-server"), (9824, "ggml-rpc-server"),
                                            (11434, "ggml-rpc-server")])
@@ -106,7 +108,6 @@ def test_controller_is_where_sbatch_runs_also_without_the_role():
     troubleshooting command's) runs there, not on the operator's machine."""
     from clusterbook.model.loader import load_cluster
 
-    from ..conftest import ROOT
     lab = load_cluster(ROOT / "lab/cluster-slurm.yaml")
     assert not any("controller" in n.roles for n in lab.nodes)
     assert resolve_hosts(lab, "controller") == [lab.slurm_controller] == ["slab1"]
@@ -115,3 +116,47 @@ def test_controller_is_where_sbatch_runs_also_without_the_role():
 def test_unknown_selector_explains(beefcake2):
     with pytest.raises(ValueError, match="unknown host selector 'nowhere'"):
         resolve_hosts(beefcake2, "nowhere")
+
+
+def _without_patch(c, effect):
+    engine = c.engine.model_copy(update={"patches": [p for p in c.engine.patches if p.speeds_up != effect]})
+    return c.model_copy(update={"engine": engine})
+
+
+def test_rpc_poll_window_is_twice_a_planned_token_on_gpu_tiers_only(beefcake2):
+    from clusterbook.model.loader import load_cluster
+    from clusterbook.pure.planner.capacity import RPC_SPIN_MAX_US, plan_rpc_tier, rpc_spin_us
+
+    tier = beefcake2.tier("reasoning")
+    token_s = 1 / plan_rpc_tier(beefcake2, tier).decode_bound_full_ctx_tps
+    assert rpc_spin_us(beefcake2, tier) == pytest.approx(2e6 * token_s, abs=1000)  # 114 ms on beefcake2 (D36)
+    assert rpc_spin_us(beefcake2, tier) % 1000 == 0
+    assert 0 < rpc_spin_us(beefcake2, tier) < RPC_SPIN_MAX_US
+    assert rpc_spin_us(beefcake2, beefcake2.tier("fast")) == 0  # a router tier has no RPC
+    assert rpc_spin_us(_without_patch(beefcake2, "rpc_wait"), tier) == 0  # no P13: nothing reads it
+    lab = load_cluster(ROOT / "lab/cluster.yaml")  # P13 in its series, but its devices are CPUs
+    assert any(p.speeds_up == "rpc_wait" for p in lab.engine.patches)
+    assert rpc_spin_us(lab, lab.tier("reasoning")) == 0
+
+
+def test_the_rpc_tiers_variables_reach_head_and_workers_in_both_managers(beefcake2):
+    from clusterbook.model.loader import load_cluster
+    from clusterbook.pure.planner.capacity import rpc_spin_us
+
+    spin = rpc_spin_us(beefcake2, beefcake2.tier("reasoning"))
+    texts = {a.id: a.text for a in render_artifacts(beefcake2) if a.tier == "reasoning" and a.id in ("env", "sbatch")}
+    assert f"\nGGML_RPC_SPIN_US={spin}\n" in texts["env"] and "\nGGML_RPC_KEEP_S=60\n" in texts["env"]
+    assert f"\nexport GGML_RPC_SPIN_US={spin}  # head and workers poll" in texts["sbatch"]
+    lab = load_cluster(ROOT / "lab/cluster.yaml")
+    env = next(a.text for a in render_artifacts(lab) if a.tier == "reasoning" and a.id == "env")
+    assert "GGML_RPC_SPIN_US" not in env  # CPUs: no poll
+    bare = _without_patch(_without_patch(beefcake2, "rpc_wait"), "kept_weights")
+    env = next(a.text for a in render_artifacts(bare) if a.tier == "reasoning" and a.id == "env")
+    assert "GGML_RPC" not in env
+
+
+def test_backend_sampling_is_a_flag_of_each_tier_that_asks_for_it(beefcake2):
+    for name in ("fast", "reasoning"):
+        assert "--backend-sampling" in flags.server_argv(beefcake2, beefcake2.tier(name))
+    tier = beefcake2.tier("reasoning").model_copy(update={"backend_sampling": False})
+    assert "--backend-sampling" not in flags.server_argv(beefcake2, tier)

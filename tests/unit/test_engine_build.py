@@ -68,7 +68,7 @@ def test_patches_give_the_build_its_own_tree_release_folder_and_stamp():
     assert layout.path(c, "engine_patches") == f"{patched.root}/patches.diff"
     assert patch_set(c) == "".join((ROOT / f"patches/rpc-{p}.patch").read_text() for p in (
         "hash-only-for-cache", "send-from-caller", "receive-pinned", "keep-weights", "direct-send", "async-inputs",
-        "graph-uid", "get-pinned", "hash-on-arrival", "hold-small-writes", "read-ahead"))
+        "graph-uid", "get-pinned", "hash-on-arrival", "hold-small-writes", "read-ahead", "spin-recv"))
 
 
 @pytest.mark.skipif(not shutil.which("patch"), reason="needs patch")
@@ -111,7 +111,8 @@ def test_the_install_runbook_patches_the_pinned_source_once(tmp_path):
     assert "ggml_graph_next_uid" in text and "set_weight_hashing" in text  # P8 and P10
     assert "send_held" in text  # P11
     transport = (tmp_path / "src/ggml/src/ggml-rpc/transport.cpp").read_text()
-    assert "clusterbook P6" in transport and "TCP_READ_AHEAD" in transport  # and the last, P12
+    assert "clusterbook P6" in transport and "TCP_READ_AHEAD" in transport  # P12
+    assert "GGML_RPC_SPIN_US" in transport  # and the last, P13
     again = bash(here["run"])  # run again anyway (another lab's build node waited for the lock meanwhile): a no-op
     assert again.returncode == 0 and (tmp_path / "src/ggml/src/ggml-rpc/ggml-rpc.cpp").read_text() == text
 

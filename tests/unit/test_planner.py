@@ -137,17 +137,17 @@ def test_decode_bound_is_bandwidth_over_bytes_read(beefcake2_seeds):
     beefcake2 = beefcake2_seeds  # the seeds' three-GPU placement (before D18)
     plan = plan_tier(beefcake2, beefcake2.tier("reasoning"))
     read = 47_369_119_648 - round(EMBED_PARAMS * BPP)  # every weight but the embedding table, once per token
-    hops = 2 * (0.6e-3 + 2 * 8192 * 4 / 12.5e9)  # two RPC devices at the measured hop (D35); 100 Gb/s fabric
-    assert beefcake2.planner.rpc_hop_ms == 0.6
+    hops = 2 * (0.35e-3 + 2 * 8192 * 4 / 12.5e9)  # two RPC devices at the measured hop (D36); 100 Gb/s fabric
+    assert beefcake2.planner.rpc_hop_ms == 0.35
     assert plan.decode_bound_tps == pytest.approx(1 / (read / 1134e9 + hops), rel=1e-6)
-    assert round(plan.decode_bound_tps, 1) == 23.7
+    assert round(plan.decode_bound_tps, 1) == 23.9
 
 
 def test_q8_claim_is_refuted(beefcake2_seeds):
     beefcake2 = beefcake2_seeds  # the seeds' three-GPU placement (before D18)
     decision = next(d for d in beefcake2.decisions if d.id == "D01")
     verdict = evaluate_claim(beefcake2, decision.claims[0], {})
-    assert verdict.refuted and round(verdict.computed, 1) == 14.7
+    assert verdict.refuted and round(verdict.computed, 1) == 14.8
 
 
 @pytest.mark.parametrize("decision, computed", [("D05", 713.0), ("D13", 15.7), ("D08", 89344)])
@@ -179,7 +179,7 @@ def test_target_above_bound_names_both_numbers(beefcake2_seeds):
                if t.tier == "reasoning" else t for t in beefcake2.targets]
     fast = beefcake2.model_copy(update={"targets": targets})
     messages = [m for _, m in plan_findings(fast, plan_cluster(fast))]
-    assert "30 tok/s is above the decode bound of 23.7 tok/s for OR1-Behemoth on tier reasoning's hardware" in messages
+    assert "30 tok/s is above the decode bound of 23.9 tok/s for OR1-Behemoth on tier reasoning's hardware" in messages
 
 
 def test_check_cli_fails_an_unfitting_cluster_with_its_line(tmp_path):

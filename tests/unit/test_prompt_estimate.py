@@ -36,7 +36,7 @@ def test_one_ubatch_by_hand(beefcake2):
                   for d in plan.devices) + shape.output_bytes / memory
     cells = 8 * 128 * kv_cells(1024)
     attention = 80 * ((cells * 18 // 32 + 2 * cells) / memory + 4 * 64 * 128 * 512 * 1024 / flash)
-    hop = 0.6e-3 + 1024 * 8192 * 4 / 12.5e9  # rpc_hop_ms (D35)
+    hop = 0.35e-3 + 1024 * 8192 * 4 / 12.5e9  # rpc_hop_ms (D36)
     t = prompt_time(beefcake2, tier, 1024, plan=plan)
     assert (t.ubatch, t.tokens) == (1024, 1024)
     assert t.weights_s == pytest.approx(weights, rel=1e-9)

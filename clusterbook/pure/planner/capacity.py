@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field, replace
 
 from clusterbook.model.schema import FLASH_ATTN_MIN_CC, Cluster, RouterTier, RpcTier
@@ -215,6 +216,21 @@ def plan_rpc_tier(c: Cluster, tier: RpcTier, shape: Shape | None = None) -> Tier
     return TierPlan(tier.name, model.id, tier.ctx_size, shape.source, devices,
                     largest_context(c, tier, shape), 1 / bound if bound else None, 1 / full if full else None,
                     rpc, flash=flash_offer(c, tier, shape))
+
+
+RPC_SPIN_MAX_US = 250_000  # no reader polls longer than this, whatever a token takes
+
+
+def rpc_spin_us(c: Cluster, tier: RouterTier | RpcTier) -> int:
+    """How long an RPC tier's head and workers poll for the next message before they sleep (GGML_RPC_SPIN_US, read
+    by the engine patch that speeds up rpc_wait): twice the plan's time per token at the tier's full context, so a
+    decoding side never sleeps; 0 without that patch, on a router tier, or where a device is a CPU (its poll would
+    take a core from the computation)."""
+    patched = any(patch.speeds_up == "rpc_wait" for patch in c.engine.patches)
+    if not patched or not isinstance(tier, RpcTier) or not all(d.gpu for d in topo.tier_devices(c, tier)):
+        return 0
+    full = plan_rpc_tier(c, tier).decode_bound_full_ctx_tps
+    return min(RPC_SPIN_MAX_US, 1000 * math.ceil(2e3 / full)) if full else RPC_SPIN_MAX_US  # whole ms
 
 
 def decode_copies(tier: RpcTier, shape: Shape, d: DevicePlan) -> int:

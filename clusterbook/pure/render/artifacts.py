@@ -372,9 +372,14 @@ def _unit(c: Cluster, tier: RouterTier | RpcTier, node: str, ids: str, role: str
     return Artifact(node, at(c, ids, tier), text, "unit", about=f"{tier.name}: {role}", id=ids, tier=tier.name)
 
 
+def _rpc_env(c: Cluster, tier: RouterTier | RpcTier) -> list[tuple[str, str, Quoted]]:
+    """The tier's engine variables; what each does is clusterbook's own sentence, written as a comment."""
+    return [(key, value, Quoted(about)) for key, value, about in fl.rpc_env(c, tier)]
+
+
 def _tier_files(c: Cluster, tier: RouterTier | RpcTier) -> list[Artifact]:
     head = tier.nodes[0]
-    env = template("tier.env.j2", header=header(c), ld_library_path=ld_library_path(c), extra=fl.worker_env(c, tier))
+    env = template("tier.env.j2", header=header(c), ld_library_path=ld_library_path(c), extra=_rpc_env(c, tier))
     files = [Artifact(n, at(c, "env", tier), env, "env", about=f"{tier.name}: environment", id="env", tier=tier.name)
              for n in candidate_nodes(c, tier)]
     # only the files of the tier's own manager: a SLURM tier has no systemd units that no deploy would install
@@ -466,7 +471,7 @@ def _sbatch(c: Cluster, tier: RouterTier | RpcTier) -> Artifact:
                     count=len(steps), nice=slurmjob.job_nice(tier), log_dir=c.storage.log_dir,
                     endpoint_dir=c.storage.endpoint_dir,
                     http_addr=None if floating else topo.http_address(c, tier), addresses=addresses,
-                    ld_library_path=ld_library_path(c), worker_env=fl.worker_env(c, tier), cpus=tier.slurm_cpus,
+                    ld_library_path=ld_library_path(c), rpc_env=_rpc_env(c, tier), cpus=tier.slurm_cpus,
                     rpc_port=tier.rpc_port if isinstance(tier, RpcTier) else 0,
                     supervisor=node_include("step_supervisor.sh"))
     controller = c.slurm_controller or head
