@@ -165,6 +165,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2, help="alternated llama-bench rounds of the RPC variants")
     parser.add_argument("--worker-gpu", default="1", help="the worker's GPU (0 on a machine with one)")
     parser.add_argument("--profile", action="store_true", help="GGML_RPC_PROF=1: per-token message counts")
+    parser.add_argument("--no-serve", action="store_true", help="llama-bench only, no llama-server")
     parser.add_argument("--serve-with", action="append", default=[],
                         help="NAME=FLAGS: llama-server flags served too (one GPU and the last variant's split)")
     args = parser.parse_args()
@@ -195,6 +196,9 @@ def main() -> None:
         r["one_gpu"] = max(r["one_gpu_rounds"], key=lambda x: x["tok_s"])
         if r["local_split_rounds"]:
             r["local_split"] = max(r["local_split_rounds"], key=lambda x: x["tok_s"])
+        if args.no_serve:
+            summary(name, r)
+            continue
         print(f"== {name}: served", flush=True)
         r["served"]["one_gpu"] = serve(base, path, False, logs, f"{name}-served-one-gpu", args.requests)
         for v, bin_dir in variants.items():
@@ -240,6 +244,8 @@ def summary(name: str, r: dict) -> None:
             print(f"    {side}: " + ", ".join(f"{k} {x['per_token']}x {x['us_per_token']} us"
                                             for k, x in runs[-1][side].items()))
     served = r["served"]
+    if not served:
+        return
     print(f"  served: one GPU {served['one_gpu']['tok_s']} tok/s ({served['one_gpu']['answers']})")
     for v in r["rpc"]:
         s = served[v]

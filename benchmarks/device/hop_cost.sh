@@ -3,7 +3,8 @@
 # the served split tier reaches against one GPU, for the cluster's patch series without the named patches (v0) and
 # then with each added in turn (v1, v2, ...), every build instrumented by rpc_profile.py (off unless PROFILE=1);
 # the 8B-shaped Q8_0 and (BIG=1, the default) beefcake2's 72B-shaped Q4_K_M; ROUNDS alternated rounds (2), the
-# baselines in each; SERVE_WITH="NAME=FLAGS;..." llama-server flags served too.   hop_cost.sh PATCH...
+# baselines in each; SERVE_WITH="NAME=FLAGS;..." llama-server flags served too; SMALL=0 no 8B, SERVE=0 no
+# llama-server (llama-bench only).   hop_cost.sh PATCH...
 # Started in the background (setsid) by the device call: progress in $W/run.log, results in $W/results.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
@@ -21,7 +22,7 @@ LEAVE_OUT="$*" TARGETS="llama-server ggml-rpc-server llama-bench" bash benchmark
     > "$W/build.log" 2>&1 &
 build=$!
 start=$(date +%s)
-python3 benchmarks/device/make_model.py "$M/8b.gguf" 8b
+[ "${SMALL:-1}" = 0 ] || python3 benchmarks/device/make_model.py "$M/8b.gguf" 8b
 [ "${BIG:-1}" = 0 ] || python3 benchmarks/device/make_shaped_model.py cluster.yaml OR1-Behemoth "$M/72b.gguf" \
     | tee "$R/model.txt"
 echo "models: $(( $(date +%s) - start )) s"
@@ -45,11 +46,13 @@ for p in "" "$@"; do  # v0: the series; then each named patch on top of the one 
     echo "v$i: ${p:-the series} $(grep -c 'clusterbook P' "$src/$rpc") patched lines"
     i=$((i + 1))
 done
-models=(--model "8b=$M/8b.gguf:128")
+models=()
+[ "${SMALL:-1}" = 0 ] || models+=(--model "8b=$M/8b.gguf:128")
 [ "${BIG:-1}" = 0 ] || models+=(--model "72b=$M/72b.gguf:64")
 gpus=$(nvidia-smi -L | wc -l)
 profile=()
 [ "${PROFILE:-0}" = 0 ] || profile=(--profile)
+[ "${SERVE:-1}" = 1 ] || profile+=(--no-serve)
 serve_with=()  # SERVE_WITH="NAME=FLAGS;NAME=FLAGS": llama-server flags served too
 IFS=';' read -ra cfgs <<< "${SERVE_WITH:-}"
 for c in "${cfgs[@]}"; do serve_with+=(--serve-with "$c"); done
