@@ -142,10 +142,11 @@ def rpc_env(c: Cluster, tier: RouterTier | RpcTier) -> list[tuple[str, str, str]
     env = []
     if c.kept_weights_s(tier):
         env.append(("GGML_RPC_KEEP_S", str(c.kept_weights_s(tier)),
-                    "the RPC workers keep a head's weights this long after it went"))
+                    "the RPC workers keep a head's weights this many seconds after it went"))
     if spin := rpc_spin_us(c, tier):
         env.append(("GGML_RPC_SPIN_US", str(spin),
-                    "head and workers poll this long for the next message before they sleep (twice a planned token)"))
+                    "head and workers poll up to this many microseconds for the next message before they sleep "
+                    "(twice a planned token)"))
     return env
 
 

@@ -146,7 +146,7 @@ def test_the_rpc_tiers_variables_reach_head_and_workers_in_both_managers(beefcak
     spin = rpc_spin_us(beefcake2, beefcake2.tier("reasoning"))
     texts = {a.id: a.text for a in render_artifacts(beefcake2) if a.tier == "reasoning" and a.id in ("env", "sbatch")}
     assert f"\nGGML_RPC_SPIN_US={spin}\n" in texts["env"] and "\nGGML_RPC_KEEP_S=60\n" in texts["env"]
-    assert f"\nexport GGML_RPC_SPIN_US={spin}  # head and workers poll" in texts["sbatch"]
+    assert f"\nexport GGML_RPC_SPIN_US={spin}  # head and workers poll up to" in texts["sbatch"]
     lab = load_cluster(ROOT / "lab/cluster.yaml")
     env = next(a.text for a in render_artifacts(lab) if a.tier == "reasoning" and a.id == "env")
     assert "GGML_RPC_SPIN_US" not in env  # CPUs: no poll
