@@ -44,7 +44,7 @@ def print_plan(plans: list[ch.PhasePlan], dry: bool) -> None:
     for pp in plans:
         for c in pp.changes:
             table.add_row(pp.phase.name, c.host, c.what, c.before, f"[yellow]{c.after}[/]")
-        if pp.restart_only:
+        if pp.engine_hosts:
             table.add_row(pp.phase.name, ", ".join(pp.engine_hosts), "restart on the new engine", "", "")
     if any(pp.changed for pp in plans):
         console.print(table)

@@ -145,7 +145,7 @@ class ApplyEngine:
         console.rule(f"apply: {phase.name}")
         rec = PhaseRecord(phase.name, [vars(c) for c in pp.changes]
                           + [{"host": h, "what": "restart on the new engine", "before": "", "after": ""}
-                             for h in pp.engine_hosts if pp.restart_only])
+                             for h in pp.engine_hosts])
         known_good = known_good_file(cluster_file, cluster, phase)
         if phase.scenarios and known_good:
             rec.scenarios.append(self.check(known_good, phase, "before", out))
@@ -165,11 +165,11 @@ class ApplyEngine:
         """The phase's deploy and scenarios after it; its rollback and the scenarios again where either failed."""
         phase = pp.phase
         try:
-            if pp.restart_only:
+            if pp.changes:
+                self.deploy(phase.runbook, cluster_file, phase.tier)
+            if pp.engine_hosts:  # every process on the new build, not only those the deploy restarted
                 op = next(o for o in tier_operations(cluster) if o.collection == "restart" and o.name == phase.tier)
                 self.deploy(op.runbook, cluster_file, phase.tier, part=op.part)
-            else:
-                self.deploy(phase.runbook, cluster_file, phase.tier)
         except Failed as exc:
             rec.error = str(exc)
         if rec.error is None and phase.scenarios:

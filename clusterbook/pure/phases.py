@@ -80,16 +80,12 @@ class Change:
 class PhasePlan:
     phase: Phase
     changes: list[Change]
-    engine_hosts: tuple[str, ...] = ()  # its nodes where the engine moves: the tier restarts on the new build
+    engine_hosts: tuple[str, ...] = ()  # its nodes where the engine moves: the tier restarts on the new build (after
+    # its deploy, if its own files changed too: a deploy restarts only what they touch, a head and not its workers)
 
     @property
     def changed(self) -> bool:
         return bool(self.changes or self.engine_hosts)
-
-    @property
-    def restart_only(self) -> bool:
-        """Nothing of its own changed, only the engine under it: its deploy would not restart it."""
-        return not self.changes and bool(self.engine_hosts)
 
 
 def puts(expansion: Expansion) -> dict[str, list[PutFile]]:

@@ -120,16 +120,19 @@ def test_a_port_that_cannot_bind_is_rolled_back_in_seconds_and_checked_on_the_re
 
 def test_an_engine_change_whose_tier_fails_is_rolled_back_to_the_build_before(deployed, tmp_path, ssh):
     """Two installed builds without a second compile: b11433 is the cached b11434 relabelled (the schema knows no
-    build after b11434), with its RPC worker replaced by one that exits at once. The engine phase moves the link,
-    fast restarts on it and passes, the reasoning tier's workers cannot start: its rollback moves the link back
-    and the tier answers again."""
+    build after b11434), with its RPC worker replaced by one that exits at once; --backend-sampling goes off with it
+    (no build before b11434 is known to have it), so each tier has a changed flag too. The engine phase moves the
+    link; each tier's deploy restarts its head and apply restarts the whole tier on the new build: fast passes, the
+    reasoning tier's workers cannot start, and its rollback puts back the link and the head's unit, and the tier
+    answers again."""
     from clusterbook.model.loader import load_cluster
     from clusterbook.pure.engine_build import install_root, plan_build
 
     assert invoke("apply").returncode == 0  # the lab file's own settings first (an earlier test changed a flag)
     lab = load_cluster(LAB)
     upgraded = tmp_path / "cluster.yaml"
-    upgraded.write_text(LAB.read_text().replace("  build: 11434\n", "  build: 11433\n"))
+    upgraded.write_text(LAB.read_text().replace("  build: 11434\n", "  build: 11433\n")  # before --backend-sampling
+                        .replace("backend_sampling: true", "backend_sampling: false"))  # is known: off
     old, new = plan_build(lab).release, plan_build(load_cluster(upgraded)).release
     root = install_root(lab)
     now, then = lab.engine.tag, load_cluster(upgraded).engine.tag  # b11434-p<digest>, b11433-p<digest>
@@ -146,7 +149,9 @@ def test_an_engine_change_whose_tier_fails_is_rolled_back_to_the_build_before(de
         assert [(p["phase"], p["outcome"]) for p in change["phases"]] == [
             ("engine", "landed"), ("fast", "landed"), ("reasoning", "rolled back")], change
         reasoning = change["phases"][-1]
-        assert {r["engine"] for r in reasoning["rollback"]["restored"]} == {f"{now}/bin"}, reasoning["rollback"]
+        restored = reasoning["rollback"]["restored"]
+        assert {r["engine"] for r in restored if r["engine"]} == {f"{now}/bin"}, reasoning["rollback"]
+        assert any("/etc/systemd/system/llama-reasoning.service" in r["files"] for r in restored), restored  # its flag
         again = next(r for r in reasoning["scenarios"] if r["when"] == "after rollback")
         assert again["passed"] and not again["failed"], again
         for node in ("lab1", "lab2", "lab3"):
@@ -157,6 +162,8 @@ def test_an_engine_change_whose_tier_fails_is_rolled_back_to_the_build_before(de
                           f"rm -rf {root}/{then}")
         ssh.run("lab1", f"rm -f {new} {new}.sha256")
         assert invoke("restart.fast", "restart.reasoning").returncode == 0  # off the removed build
+        back = invoke("apply")  # and the lab file's own flags again (fast landed with the change's)
+        assert back.returncode == 0, back.stdout[-3000:]
 
 
 def test_router_and_monitoring_changes_land_each_checked_by_its_own_scenario(deployed, tmp_path):

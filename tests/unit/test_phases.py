@@ -60,8 +60,45 @@ def test_a_new_build_moves_the_engine_and_restarts_every_tier_on_it(tmp_path):
     assert [(x.host, x.before, x.after) for x in plans["engine"].changes] == [
         (h, "b11000/bin", f"{c.engine.tag}/bin") for h in ("lab1", "lab2", "lab3")]
     assert c.engine.tag.startswith("b11434-p")  # the lab runs the patched build (engine.patches)
-    assert plans["reasoning"].restart_only and plans["reasoning"].engine_hosts == ("lab1", "lab2", "lab3")
-    assert plans["fast"].restart_only and not plans["router"].changed
+    assert not plans["reasoning"].changes and plans["reasoning"].engine_hosts == ("lab1", "lab2", "lab3")
+    assert not plans["fast"].changes and plans["fast"].engine_hosts and not plans["router"].changed
+
+
+def test_a_new_build_with_a_changed_flag_is_both_a_deploy_and_a_restart_on_it(tmp_path):
+    """A deploy restarts only what its changed files touch (the head whose unit changed, not its workers), so apply
+    restarts the tier after it: the phase carries both its changes and the nodes the engine moves on."""
+    changed = tmp_path / "cluster.yaml"
+    changed.write_text((ROOT / "lab/cluster.yaml").read_text().replace("    ctx_size: 2048\n", "    ctx_size: 1536\n"))
+    c = load_cluster(changed)
+    before = load_cluster(ROOT / "lab/cluster.yaml")
+    facts = {h: ch.NodeFacts(f.files, "b11000/bin", f.jobs)
+             for h, f in converged(before, ch.phase_expansions(before)).items()}
+    plans = {pp.phase.name: pp for pp in ch.plan(c, ch.phase_expansions(c), facts)}
+    assert [x.what for x in plans["reasoning"].changes] == ["/etc/systemd/system/llama-reasoning.service"]
+    assert plans["reasoning"].engine_hosts == ("lab1", "lab2", "lab3")
+
+
+
+def test_apply_deploys_what_changed_and_restarts_what_the_engine_moved_under(tmp_path, monkeypatch):
+    """What apply runs for a phase: its deploy where its files changed, the tier's restart where the engine moved
+    under it, both in that order where both (without the restart a changed head came up on the new build beside
+    workers still on the old one, and a broken new worker went unnoticed)."""
+    from clusterbook.effects import apply_engine
+    from clusterbook.effects.apply_engine import ApplyEngine
+
+    monkeypatch.setattr(apply_engine, "mark_verified", lambda *a: 0)  # the nodes' generation marks: not here
+    c = load_cluster(ROOT / "lab/cluster.yaml")
+    phase = next(p for p in ch.phases(c) if p.name == "reasoning")
+    change = ch.Change("lab1", "/etc/systemd/system/llama-reasoning.service", "a", "b")
+    ran = []
+    engine = ApplyEngine(lambda runbook, *a, **k: ran.append(runbook),
+                         lambda *a: ScenarioRun("after", passed=["ok"]), tmp_path)
+    for changes, moved, expected in [([change], (), ["deploy-rpc"]), ([], ("lab1",), ["restart"]),
+                                     ([change], ("lab1",), ["deploy-rpc", "restart"])]:
+        ran.clear()
+        rec = engine._change(str(ROOT / "lab/cluster.yaml"), c, ch.PhasePlan(phase, changes, moved),
+                             PhaseRecord("reasoning", []), None, tmp_path / "change")
+        assert (ran, rec.outcome) == (expected, "landed")
 
 
 def test_a_slurm_job_on_an_older_script_is_a_change():
