@@ -8,11 +8,11 @@ machine with one GPU, --worker-gpu 0: the worker shares GPU 0, and there is no s
 RPC runs are also compared with that round's split in one process, so a GPU's drift between rounds cancels. Then
 llama-server's own decode figure (timings.predicted_per_second, median of plain greedy requests) for one GPU and
 for the split with each variant, and the greedy answers' digest; with --serve-with NAME=FLAGS, again with those
-llama-server flags for one GPU and the last variant's split (a flag the build refuses is reported, not fatal). The builds carry
-rpc_profile.py's instrumentation; with --profile it is switched on and each RPC run's per-token messages are in the
-results too. Only their counts: on the H200 machine of 2026-11-29 the profiler slowed a split tier from 185 to
-17 tokens/s (30-36 with it on one side only; the cause not found), so its timings, and a profiled run's tokens/s,
-are not the build's.
+llama-server flags for one GPU and the last variant's split (a flag the build refuses is reported, not fatal).
+The builds carry rpc_profile.py's instrumentation; with --profile it is switched on and each RPC run's per-token
+messages are in the results too. Only their counts: on the H200 machine of 2026-11-29 the profiler slowed a split
+tier from 185 to 17 tokens/s (30-36 with it on one side only; the cause not found), so its timings, and a profiled
+run's tokens/s, are not the build's.
 Writes DIR/hop-cost.json and prints a summary.
 """
 

@@ -78,7 +78,8 @@ class Rehearsal:
         self.processes: list[tuple[str, subprocess.Popen]] = []
 
     def _start(self, name: str, node: str, argv: list[str]) -> None:
-        env = {**os.environ, "LD_LIBRARY_PATH": ld_library_path(self.c), **{k: v for k, v, _ in fl.rpc_env(self.c, self.tier)}}
+        env = {**os.environ, "LD_LIBRARY_PATH": ld_library_path(self.c),
+               **{key: value for key, value, _ in fl.rpc_env(self.c, self.tier)}}
         gpus = gpu_assignment(self.c, self.tier)
         env["CUDA_VISIBLE_DEVICES"] = head_first_gpu(self.c, self.tier) if self.one_device else gpus.get(node, "")
         self.log_dir.mkdir(parents=True, exist_ok=True)

@@ -143,8 +143,9 @@ def _engine(c: Cluster) -> list[Finding]:
             out.append((("tiers", i, "kind"), f"router mode needs llama.cpp build {ROUTER_MODE_BUILD} or newer; "
                                               f"engine.build is {c.engine.build}"))
         if tier.backend_sampling and c.engine.build < BACKEND_SAMPLING_BUILD:
-            out.append((("tiers", i, "backend_sampling"), f"needs llama.cpp build {BACKEND_SAMPLING_BUILD} or newer "
-                                                          f"(the one it is measured on); engine.build is {c.engine.build}"))
+            out.append((("tiers", i, "backend_sampling"),
+                        f"needs llama.cpp build {BACKEND_SAMPLING_BUILD} or newer (the one it is measured on); "
+                        f"engine.build is {c.engine.build}"))
     return out
 
 

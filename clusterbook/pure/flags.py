@@ -48,8 +48,8 @@ def _common(c: Cluster, tier: RouterTier | RpcTier) -> list[Flag]:
                           "one per physical core of the node"))
     if tier.backend_sampling:
         flags.append(Flag("--backend-sampling", None, "sample on the device: only the chosen token leaves the GPU",
-                          "measured on 2 x H200: the 8B served on one GPU 210 -> 222 tok/s, the split 89.9 -> 90.9 % of "
-                          "llama-bench; a grammar, reasoning budget or n_probs samples on the CPU as before"))
+                          "measured on 2 x H200: the 8B served on one GPU 210 -> 222 tok/s, the split 89.9 -> 90.9 % "
+                          "of llama-bench; a grammar, reasoning budget or n_probs samples on the CPU as before"))
     if tier.api_key and tier.api_key.file:
         flags.append(Flag("--api-key-file", tier.api_key.file, "file holding the API key (Bearer token)",
                           "the key stays on the node, out of the cluster file and the process list"))
