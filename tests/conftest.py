@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 os.environ.setdefault("COLUMNS", "200")  # before clusterbook's console is made: tasks run in process print as in CI
+os.environ["CLUSTERBOOK_LAB_ONLY"] = "1"  # no test's live task reaches a cluster that is not a lab (connections.py)
 
 from clusterbook.model.loader import load_cluster
 

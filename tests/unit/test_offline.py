@@ -26,3 +26,30 @@ def test_under_dry_a_connection_is_refused_and_after_it_allowed():
         with pytest.raises(ConnectionUnderDry, match="--dry never connects"):
             connect(cluster)
     assert isinstance(connect(cluster), SshTransport)
+
+
+@pytest.mark.parametrize("file, reachable", [("cluster.yaml", False), ("tests/clusters/ridge.yaml", False),
+                                             ("lab/cluster.yaml", True), ("lab/cluster-slurm.yaml", True),
+                                             ("tests/clusters/rehearsal-cpu.yaml", True)])
+def test_with_lab_only_set_a_live_task_reaches_the_labs_and_loopback_only(monkeypatch, file, reachable):
+    """The suite and CI set CLUSTERBOOK_LAB_ONLY: a live task that named beefcake2's file (or any cluster that is
+    neither a lab nor on loopback) fails before a name is looked up; the operator's machine leaves it unset."""
+    from clusterbook.effects.connections import LAB_ONLY, ConnectionNotToLab
+
+    cluster = load_cluster(ROOT / file)
+    monkeypatch.setenv(LAB_ONLY, "1")
+    if reachable:
+        assert isinstance(connect(cluster), SshTransport)
+    else:
+        with pytest.raises(ConnectionNotToLab, match="nothing was contacted"):
+            connect(cluster)
+    monkeypatch.delenv(LAB_ONLY)
+    assert isinstance(connect(cluster), SshTransport)  # the operator's machine: the cluster in its file
+
+
+def test_the_suite_runs_with_lab_only_set():
+    import os
+
+    from clusterbook.effects.connections import LAB_ONLY
+
+    assert os.environ.get(LAB_ONLY) == "1"
