@@ -283,6 +283,10 @@ class Engine(Strict):
                     "them (amx: llama.cpp's AMX kernels repack CPU weights into a larger layout than the planner "
                     "counts, and b11434's, built by GCC 12, raise SIGILL)")
 
+    def patched_for(self, effect: str) -> bool:
+        """Whether a patch of the series speeds up this effect (its speeds_up), so the planner may count it."""
+        return any(patch.speeds_up == effect for patch in self.patches)
+
     @property
     def patch_digest(self) -> str | None:
         """The patch set's digest (8 hex digits of the sha256 of their sums, in order); None without patches."""

@@ -149,7 +149,7 @@ class Cluster(Strict):
     def kept_weights_s(self, tier: RouterTier | RpcTier) -> int:
         """How long a tier's RPC workers keep a head's weights after it went: its keep_weights_s where an engine
         patch speeds up kept_weights (the one that reads it), else 0."""
-        patched = any(patch.speeds_up == "kept_weights" for patch in self.engine.patches)
+        patched = self.engine.patched_for("kept_weights")
         return tier.keep_weights_s if patched and isinstance(tier, RpcTier) else 0
 
     def targets_for(self, tier: str) -> Targets | None:

@@ -226,7 +226,7 @@ def rpc_spin_us(c: Cluster, tier: RouterTier | RpcTier) -> int:
     by the engine patch that speeds up rpc_wait): twice the plan's time per token at the tier's full context, so a
     decoding side never sleeps; 0 without that patch, on a router tier, or where a device is a CPU (its poll would
     take a core from the computation)."""
-    patched = any(patch.speeds_up == "rpc_wait" for patch in c.engine.patches)
+    patched = c.engine.patched_for("rpc_wait")
     if not patched or not isinstance(tier, RpcTier) or not all(d.gpu for d in topo.tier_devices(c, tier)):
         return 0
     full = plan_rpc_tier(c, tier).decode_bound_full_ctx_tps

@@ -93,7 +93,7 @@ def predict_load(c: Cluster, tier: RouterTier | RpcTier, plan: TierPlan) -> Load
     head = tier.nodes[0]
     local = sum(d.weights for d in plan.devices if d.node == head)
     remote = sum(d.weights for d in plan.devices if d.node != head)
-    fast = any(patch.speeds_up == "rpc_load" for patch in c.engine.patches)
+    fast = c.engine.patched_for("rpc_load")
     rate = p.rpc_fast_load_gbs if fast else p.rpc_load_gbs
     if isinstance(tier, RpcTier):
         rate = min(rate, c.networks[c.rpc_network].bandwidth_gbps / 8)
@@ -119,7 +119,7 @@ def predict_load(c: Cluster, tier: RouterTier | RpcTier, plan: TierPlan) -> Load
     locked = sum(c.model(m).bytes for m in tier.served_models) / (p.mlock_gbs * 1e9) if \
         isinstance(tier, RpcTier) and tier.mlock else 0.0  # the whole file, before any tensor loads
     hashed, reread = p.weights_hash_gbs * 1e9, p.weights_rehash_gbs * 1e9
-    if any(patch.speeds_up == "hash_on_arrival" for patch in c.engine.patches):
+    if c.engine.patched_for("hash_on_arrival"):
         reread = float("inf")  # the workers hashed each weight as it arrived: nothing to read back
     return LoadTime(tier.name, local, remote, local / (p.local_load_gbs * 1e9), rpc_s,
                     float(restart), kind, rate, new_job, new_kind, float(head_restart),
