@@ -2,6 +2,7 @@
 import json
 import re
 import sys
+from pathlib import Path
 
 # each phase ends at the first line after the start that matches its pattern (b11434's own log lines)
 ENDS = {"to_tensors": "loading model tensors", "map_lock": "layers to GPU", "data": "constructing llama_context",
@@ -31,4 +32,5 @@ def phases(lines) -> list[dict]:
 
 
 if __name__ == "__main__":
-    print(json.dumps({path: phases(open(path, errors="replace")) for path in sys.argv[1:]}, indent=1))
+    print(json.dumps({path: phases(Path(path).read_text(errors="replace").splitlines(keepends=True))
+                      for path in sys.argv[1:]}, indent=1))

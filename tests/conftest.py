@@ -34,7 +34,8 @@ SEEDS_SPLIT = "    tensor_split: {vasp-01: 40, vasp-03: 40}\n"
 
 SEEDS_CO_RESIDE = "  co_reside: [[fast, reasoning]]\n"
 D30_PROMPTS = ('    flash_attn: "on"  # D30: a 32K prompt in half the time, and less memory than without it (D26)\n'
-               "    batch_size: 1024  # D30: each ubatch dequantizes every weight for cuBLAS once; wider ones do it less "
+               "    batch_size: 1024  # D30: each ubatch dequantizes every weight for cuBLAS once; wider ones do it "
+               "less "
                "often\n    ubatch_size: 1024\n")
 
 

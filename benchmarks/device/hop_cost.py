@@ -10,7 +10,10 @@ llama-server's own decode figure (timings.predicted_per_second, median of plain 
 for the split with each variant, and the greedy answers' digest; with --serve-with NAME=FLAGS, again with those
 llama-server flags for one GPU and the last variant's split (a flag the build refuses is reported, not fatal).
 The builds carry rpc_profile.py's instrumentation; with --profile it is switched on and each RPC run's per-token
-messages are in the results too. Only their counts: on the H200 machine of 2026-11-29 the profiler slowed a split
+messages are in the results too. They also carry sched_profile.py's, always on in the head (a few clock reads a
+token): per token, the head's time copying each kind of input and launching each backend's part, for the split in
+one process and each RPC run. --head-env NAME=K=V runs variant NAME's head with K=V (e.g. an existing build
+again with CUDA graphs off). Only their counts: on the H200 machine of 2026-11-29 the profiler slowed a split
 tier from 185 to 17 tokens/s (30-36 with it on one side only; the cause not found), so its timings, and a profiled
 run's tokens/s, are not the build's.
 Writes DIR/hop-cost.json and prints a summary.
@@ -49,14 +52,16 @@ PROFILE = False
 SPIN_US = os.environ.get("GGML_RPC_SPIN_US", "20000")  # P13's poll, on as on a tier of GPUs (20 ms: what D36 measured)
 
 
-def gpu_env(bin_dir: str, gpus: str) -> dict:
-    env = {**os.environ, "LD_LIBRARY_PATH": bin_dir, "CUDA_VISIBLE_DEVICES": gpus, "GGML_RPC_SPIN_US": SPIN_US}
+def gpu_env(bin_dir: str, gpus: str, extra: dict | None = None) -> dict:
+    env = {**os.environ, "LD_LIBRARY_PATH": bin_dir, "CUDA_VISIBLE_DEVICES": gpus, "GGML_RPC_SPIN_US": SPIN_US,
+           "GGML_SCHED_PROF": "1", **(extra or {})}
     if PROFILE:
         env["GGML_RPC_PROF"] = "1"
     return env
 
 
 WORKER_GPU = "1"
+TIMEOUT_S = int(os.environ.get("HOP_TIMEOUT_S", "900"))  # one llama-bench run (a hung experiment ends)
 
 
 def start_worker(bin_dir: str, log: Path) -> tuple[subprocess.Popen, int]:
@@ -90,26 +95,38 @@ def profile(text: str, side: str, tokens: int) -> dict:
     return out
 
 
-def bench(bin_dir: str, model: str, n: int, reps: int, gpus: str, extra: list[str], logs: Path, name: str) -> dict:
-    """One llama-bench decode run: tok/s, and with a worker (--rpc in extra) both sides' profiles."""
+def sched_profile(text: str, tokens: int) -> dict:
+    """Per token: the head scheduler's microseconds for each backend's input copies and launches (sched-prof)."""
+    return {m.group(1): round(float(m.group(3)) / tokens, 1)
+            for m in re.finditer(r"sched-prof (.+?) n=(\d+) us=([\d.]+)", text) if int(m.group(2)) >= 0.9 * tokens}
+
+
+def bench(bin_dir: str, model: str, n: int, reps: int, gpus: str, extra: list[str], logs: Path, name: str,
+          env: dict | None = None) -> dict:
+    """One llama-bench decode run: tok/s, the head's scheduler profile, with a worker (--rpc) both sides' profiles."""
     argv = [f"{bin_dir}/llama-bench", "-m", model, "-p", "0", "-n", str(n), "-r", str(reps), *FLAGS, "-o", "json",
             *extra]
-    run = subprocess.run(argv, env=gpu_env(bin_dir, gpus), capture_output=True, text=True, timeout=900)
+    try:
+        run = subprocess.run(argv, env=gpu_env(bin_dir, gpus, env), capture_output=True, text=True, timeout=TIMEOUT_S)
+    except subprocess.TimeoutExpired as e:
+        (logs / f"{name}.err").write_text(str(e.stderr or ""))
+        raise SystemExit(f"{name}: llama-bench did not finish within {TIMEOUT_S} s") from None
     (logs / f"{name}.err").write_text(run.stderr)
     if run.returncode != 0:
         raise SystemExit(f"{name}: llama-bench failed:\n{run.stderr[-2000:]}")
     row = json.loads(run.stdout)[0]
     tokens = n * reps + 1  # llama-bench warms up with one token
     return {"tok_s": round(row["avg_ts"], 2), "samples": [round(x, 2) for x in row["samples_ts"]],
-            "head_profile": profile(run.stderr, "head", tokens), "tokens": tokens}
+            "head_profile": profile(run.stderr, "head", tokens), "head_sched": sched_profile(run.stderr, tokens),
+            "tokens": tokens}
 
 
-def bench_rpc(bin_dir: str, model: str, n: int, reps: int, logs: Path, name: str) -> dict:
+def bench_rpc(bin_dir: str, model: str, n: int, reps: int, logs: Path, name: str, env: dict | None = None) -> dict:
     log = logs / f"{name}.worker.log"
     worker, port = start_worker(bin_dir, log)
     try:
         result = bench(bin_dir, model, n, reps, "0", ["-sm", "layer", "-ts", "1/1", "--rpc", f"127.0.0.1:{port}"],
-                       logs, name)
+                       logs, name, env)
     finally:
         stop(worker)
     result["worker_profile"] = profile(log.read_text(), "worker", result["tokens"])
@@ -168,6 +185,7 @@ def main() -> None:
     parser.add_argument("--no-serve", action="store_true", help="llama-bench only, no llama-server")
     parser.add_argument("--serve-with", action="append", default=[],
                         help="NAME=FLAGS: llama-server flags served too (one GPU and the last variant's split)")
+    parser.add_argument("--head-env", action="append", default=[], help="NAME=K=V: variant NAME's head runs with K=V")
     args = parser.parse_args()
     global WORKER_GPU, PROFILE
     WORKER_GPU, PROFILE = args.worker_gpu, args.profile
@@ -176,6 +194,11 @@ def main() -> None:
     logs.mkdir(parents=True, exist_ok=True)
     variants = dict(v.split("=", 1) for v in args.variant)
     base = next(iter(variants.values()))
+    head_env: dict = {}
+    for spec in args.head_env:
+        name, _, kv = spec.partition("=")
+        key, _, value = kv.partition("=")
+        head_env.setdefault(name, {})[key] = value
     results: dict = {}
     for spec in args.model:
         name, _, rest = spec.partition("=")
@@ -192,7 +215,9 @@ def main() -> None:
                                                      logs, f"{name}-local-split-{round_}"))
             for v, bin_dir in variants.items():
                 print(f"== {name}: RPC split, {v}, round {round_}", flush=True)
-                r["rpc"][v].append(bench_rpc(bin_dir, path, n, reps, logs, f"{name}-rpc-{v}-{round_}"))
+                r["rpc"][v].append(bench_rpc(bin_dir, path, n, reps, logs, f"{name}-rpc-{v}-{round_}",
+                                             head_env.get(v)))
+                (out / "hop-cost.json").write_text(json.dumps(results, indent=1))  # what a later failure leaves
         r["one_gpu"] = max(r["one_gpu_rounds"], key=lambda x: x["tok_s"])
         if r["local_split_rounds"]:
             r["local_split"] = max(r["local_split_rounds"], key=lambda x: x["tok_s"])
@@ -229,6 +254,7 @@ def summary(name: str, r: dict) -> None:
     if r.get("local_split_rounds"):
         print("  per round: one GPU " + ", ".join(str(x["tok_s"]) for x in r["one_gpu_rounds"])
               + "; split in one process " + ", ".join(str(x["tok_s"]) for x in r["local_split_rounds"]))
+        print("    the head's scheduler, us/token: " + sched_line(r["local_split_rounds"][-1]))
     for v, runs in r["rpc"].items():
         best = max(x["tok_s"] for x in runs)
         if len(r.get("local_split_rounds", [])) == len(runs):  # each round's RPC run against its own baseline
@@ -240,6 +266,7 @@ def summary(name: str, r: dict) -> None:
                          if "local_split" in r else "")
         print(f"  RPC {v}: {[x['tok_s'] for x in runs]} tok/s; a hop +{per_token_ms(best) - per_token_ms(one):.3f} "
               f"ms/token against one GPU{against_local}; {best / one:.1%} of one GPU")
+        print("    the head's scheduler, us/token: " + sched_line(runs[-1]))
         for side in ("head_profile", "worker_profile") if PROFILE else ():
             print(f"    {side}: " + ", ".join(f"{k} {x['per_token']}x {x['us_per_token']} us"
                                             for k, x in runs[-1][side].items()))
@@ -258,6 +285,10 @@ def summary(name: str, r: dict) -> None:
             print(f"  served with {cfg} ({got['flags']}), {target}: " + (
                 s["error"].splitlines()[0] if "error" in s else
                 f"{s['tok_s']} tok/s = {s['tok_s'] / one:.1%} of one-GPU llama-bench ({s['answers']})"))
+
+
+def sched_line(run: dict) -> str:
+    return ", ".join(f"{k} {us}" for k, us in run.get("head_sched", {}).items()) or "none"
 
 
 if __name__ == "__main__":

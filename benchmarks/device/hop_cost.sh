@@ -4,7 +4,8 @@
 # then with each added in turn (v1, v2, ...), every build instrumented by rpc_profile.py (off unless PROFILE=1);
 # the 8B-shaped Q8_0 and (BIG=1, the default) beefcake2's 72B-shaped Q4_K_M; ROUNDS alternated rounds (2), the
 # baselines in each; SERVE_WITH="NAME=FLAGS;..." llama-server flags served too; SMALL=0 no 8B, SERVE=0 no
-# llama-server (llama-bench only).   hop_cost.sh PATCH...
+# llama-server (llama-bench only). A PATCH written env:K=V runs the build before again with K=V in its head's
+# environment. Every build also carries sched_profile.py (the head's scheduler, per token).   hop_cost.sh PATCH...
 # Started in the background (setsid) by the device call: progress in $W/run.log, results in $W/results.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
@@ -18,7 +19,9 @@ nproc | tee "$R/cpus.txt"
 M=/dev/shm/models
 [ "$(df --output=avail -B1G /dev/shm | tail -n 1)" -gt 60 ] || M=/tmp/models
 mkdir -p "$M"
-LEAVE_OUT="$*" TARGETS="llama-server ggml-rpc-server llama-bench" bash benchmarks/device/build_patched.sh \
+targets="ggml-rpc-server llama-bench"
+[ "${SERVE:-1}" = 0 ] || targets="$targets llama-server"
+LEAVE_OUT="$*" TARGETS="$targets" bash benchmarks/device/build_patched.sh \
     > "$W/build.log" 2>&1 &
 build=$!
 start=$(date +%s)
@@ -30,17 +33,27 @@ wait $build || { tail -30 "$W/build.log"; exit 1; }
 tail -n 1 "$W/build.log" | tee "$R/build.txt"
 src=/tmp/llama/llama.cpp
 rpc=ggml/src/ggml-rpc/ggml-rpc.cpp
-cp "$src/$rpc" "$W/series.cpp"
+instrumented=("$rpc" ggml/src/ggml-backend.cpp)  # kept clean in $W/clean, so each patch applies to the text it was made on
+mkdir -p "$W/clean"
+for f in "${instrumented[@]}"; do cp "$src/$f" "$W/clean/"; done
 variants=()
 i=0
 for p in "" "$@"; do  # v0: the series; then each named patch on top of the one before
+    if [[ $p == env:* ]]; then  # env:K=V: the build before, its head run with K=V
+        variants+=(--variant "v$i=$W/v$((i - 1))" --head-env "v$i=${p#env:}")
+        echo "v$i: v$((i - 1))'s build, the head with ${p#env:}"
+        i=$((i + 1))
+        continue
+    fi
+    for f in "${instrumented[@]}"; do cp "$W/clean/${f##*/}" "$src/$f"; done
     if [ -n "$p" ]; then
-        cp "$W/series.cpp" "$src/$rpc"
         patch -d "$src" -p1 < "$p" || exit 1
-        cp "$src/$rpc" "$W/series.cpp"
+        for f in "${instrumented[@]}"; do cp "$src/$f" "$W/clean/"; done
     fi
     python3 benchmarks/device/rpc_profile.py "$src" || exit 1
-    cmake --build "$src/build" -j "$(nproc)" --target llama-server ggml-rpc-server llama-bench > /dev/null || exit 1
+    python3 benchmarks/device/sched_profile.py "$src" || exit 1
+    # shellcheck disable=SC2086  # a list of targets
+    cmake --build "$src/build" -j "$(nproc)" --target $targets > /dev/null || exit 1
     rm -rf "$W/v$i" && cp -r "$src/build/bin" "$W/v$i"
     variants+=(--variant "v$i=$W/v$i")
     echo "v$i: ${p:-the series} $(grep -c 'clusterbook P' "$src/$rpc") patched lines"

@@ -19,7 +19,8 @@ class Measured:
 
 # the four prompt_ constants of the planner's prompt estimate (planner/prompt.py), fitted together
 PROMPT_FIT = ("fitted with the other prompt_ constants to 12 full-size prompts of the 72B-shaped model on one H200 "
-              "(8K-32K tokens, flash attention off and on, ubatch 256-1,024; each within 3 % of the fit), then scaled by "
+              "(8K-32K tokens, flash attention off and on, ubatch 256-1,024; each within 3 % of the fit), then "
+              "scaled by "
               "1.25, what the 2 x H200 runs gave beyond it (head and worker on GPUs of their own, as on beefcake2: the "
               "32K prompt in 44.3 s against 54.3 s sharing one GPU); benchmarks/results/h200-prompt-times, "
               "h200x2-full-size")

@@ -261,7 +261,8 @@ def prompt_section(c: Cluster, t: RpcTier, plan: TierPlan) -> str:
     where = {(x.rehearsal.card, x.rehearsal.source, x.rehearsal.date) for x in rehearsed.values()}
     out.append("\nPlanned: the planner's estimate for the server's prompt time, ubatch after ubatch (the weights' "
                "products, the attention over the cache so far, the hops between devices), at the planner's measured "
-               "shares of each card's declared bandwidth and tensor rate, with a GPU for each process (a rehearsal with "
+               "shares of each card's declared bandwidth and tensor rate, with a GPU for each process (a rehearsal "
+               "with "
                "head and worker sharing one GPU takes longer). A client that switches conversations also "
                "waits for the server to save the previous one's cache (llama-server's prompt cache: seconds at 16K)."
                + "".join(f" Rehearsed: {text(card)} ({text(source)}, {text(date)})." for card, source, date in
