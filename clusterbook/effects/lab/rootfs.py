@@ -7,6 +7,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from clusterbook.effects.lab.cachelock import cache_lock
 from clusterbook.effects.lab.progress import debootstrap_progress, run_reporting, step
 
 CACHE = Path("/var/cache/clusterbook/rootfs")
@@ -26,12 +27,20 @@ def base_dir(cache: Path = CACHE) -> Path:
 
 
 def ensure_rootfs(cache: Path = CACHE) -> Path:
-    """The cached base root file system (built with debootstrap when missing, about 90 s)."""
+    """The cached base root file system (built with debootstrap when missing, about 90 s). Both labs may start at
+    once on a machine without it: one builds it under a lock while the other waits, then finds it ready."""
     base = base_dir(cache)
     if (base / ".clusterbook-ready").exists():
         return base
+    with cache_lock(base, "its debootstrap of the same root file system"):
+        if not (base / ".clusterbook-ready").exists():
+            _debootstrap(base)
+    return base
+
+
+def _debootstrap(base: Path) -> None:
+    """Build the root file system in a folder beside base and move it into place (under the lock)."""
     shutil.rmtree(base, ignore_errors=True)
-    base.parent.mkdir(parents=True, exist_ok=True)
     tmp = base.with_name(base.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     with step(f"debootstrap {SUITE} with {len(PACKAGES)} packages (about 90 s, cached afterwards)") as report:
@@ -45,4 +54,3 @@ def ensure_rootfs(cache: Path = CACHE) -> Path:
         subprocess.run(["chroot", str(tmp), "systemctl", "disable", *DISABLED], check=True, capture_output=True)
         (tmp / ".clusterbook-ready").write_text(" ".join(PACKAGES) + "\n")
         tmp.rename(base)
-    return base
