@@ -112,7 +112,7 @@ def test_hostile_value_is_refused_with_a_line_or_changes_no_line_structure(case,
         if before is None:
             continue  # the value is part of this file's path (checked by the schema's path types)
         assert artifact.text.count("\n") == before.text.count("\n"), f"{key}: a line was added or removed"
-        if artifact.kind == "script":
+        if artifact.kind == "script" and artifact.text != before.text:  # the baseline's parse (test_validators)
             assert bash_n(artifact.text), f"{key}: no longer parses"
 
 
