@@ -10,7 +10,7 @@ import pytest
 from clusterbook.acceptance.steps.clients import *  # noqa: F403  the step definitions, one module per feature
 from clusterbook.acceptance.steps.common import *  # noqa: F403
 from clusterbook.acceptance.steps.distribution import *  # noqa: F403
-from clusterbook.acceptance.steps.helpers import is_lab
+from clusterbook.acceptance.steps.helpers import is_lab, waiting_tiers
 from clusterbook.acceptance.steps.monitoring import *  # noqa: F403
 from clusterbook.acceptance.steps.on_demand import *  # noqa: F403
 from clusterbook.acceptance.steps.performance import *  # noqa: F403
@@ -107,8 +107,23 @@ def pytest_runtest_makereport(item, call):
         if report.outcome == "failed":
             entry["message"] = str(report.longrepr.reprcrash.message) if hasattr(report.longrepr, "reprcrash") \
                 else str(report.longrepr)[-500:]
+            waits = waiting_now(item)
+            if waits:  # VASP holds a tier's nodes: a normal day on its cluster, so the scenario waits, not fails
+                entry["outcome"] = "waiting"
+                entry["message"] = "; ".join(f"tier {t} waits for its nodes: {w}" for t, w in waits.items())
         elif report.outcome == "skipped":
             entry["message"] = report.longrepr[2] if isinstance(report.longrepr, tuple) else ""
+
+
+def waiting_now(item) -> dict[str, str]:
+    """The SLURM tiers whose jobs wait for nodes other jobs hold, asked when a scenario failed (none: no SLURM)."""
+    cluster, transport = item.funcargs.get("cluster"), item.funcargs.get("transport")
+    if cluster is None or transport is None or not any(t.manager == "slurm" for t in cluster.tiers):
+        return {}
+    try:
+        return waiting_tiers(cluster, transport)
+    except Exception:  # the controller does not answer: the failure stands as it is
+        return {}
 
 
 def pytest_sessionfinish(session):

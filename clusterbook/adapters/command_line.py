@@ -11,7 +11,7 @@ from invoke.main import program
 from invoke.parser import ParserContext
 
 from clusterbook.effects.connections import offline
-from clusterbook.effects.console import end_process, exits_cleanly
+from clusterbook.effects.console import WAITED, WAITING_EXIT, end_process, exits_cleanly
 from clusterbook.model.problems import Refused
 
 
@@ -30,7 +30,7 @@ class CommandLine(Executor):
                 end_process(exc.code)
             raise
         if invoked_from_command_line():
-            end_process(0)
+            end_process(WAITING_EXIT if WAITED else 0)  # a tier waiting for VASP's nodes: neither 0 nor a failure
         return results
 
     @exits_cleanly

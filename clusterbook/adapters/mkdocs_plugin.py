@@ -19,7 +19,7 @@ from clusterbook.commands.docs_inputs import (
     latest_report,
     result_picture,
 )
-from clusterbook.pure import apply_history
+from clusterbook.pure import apply_history, layout
 from clusterbook.pure import docpages as pages
 from clusterbook.pure.mdtext import Markdown, active_content, code, escape_value, nav_title, prose, text
 from clusterbook.pure.operations import bringup, cluster_command, tier_command
@@ -55,6 +55,7 @@ class ClusterbookPlugin(MacrosPlugin):
         config = super().on_config(config)
         self.variables["cluster"] = cluster
         self.variables["site_cluster_file"] = self.site.cluster_file
+        self.variables["jobs"] = layout.path(cluster, "jobs")  # clusterbook-jobs: a tier's own jobs on the controller
         self.register_macros(sections(self.site))  # after on_config: straight into the Jinja environment
         self.env.finalize = escape_value  # every other value a page shows from the cluster is text
         return config

@@ -108,6 +108,8 @@ def apply(s: Settings, cluster_file: str, tier: str | None = None, dry: bool = F
     record = engine(s).apply(ChangeRecord(cluster.cluster.name, cluster_file, file_digest(cluster_file),
                                           now.strftime("%Y-%m-%dT%H:%M:%SZ")), cluster, todo, out)
     print_record(record, out.with_suffix(".json"))
+    if record.outcome == "waiting":  # run_runbook said so, and the process ends with its exit status
+        return
     if record.outcome != "landed":
         last = record.phases[-1]
         raise Failed(f"apply: {record.outcome} at {last.phase}: "

@@ -14,7 +14,7 @@ from clusterbook.commands.preflight import judged, print_preflight
 from clusterbook.commands.reportstamp import file_digest
 from clusterbook.commands.settings import Settings
 from clusterbook.effects.connections import connect
-from clusterbook.effects.console import Failed, console
+from clusterbook.effects.console import Failed, console, waits
 from clusterbook.effects.executor import Executor
 from clusterbook.effects.probes import prometheus_alerts, prometheus_query
 from clusterbook.effects.reporters import ConsoleReporter, RunLog, dry_run, recap, step_times
@@ -71,6 +71,8 @@ def run_runbook(s: Settings, runbook_id: str, cluster_file: str, tier: str | Non
         console.print(f"[dim]{_time.monotonic() - started:.1f} s; run log: {log}[/]")
     if report.failure:
         raise Failed(report.failure)
+    if report.waiting:
+        waits(report.waiting)
     return report
 
 
@@ -157,6 +159,9 @@ def status(s: Settings, cluster_file: str, only: str | None = None, dry: bool = 
             table.add_row(j["job"], j["id"] or "-", shown, j["reason"] or "-", j["nodes"] or "-", j["start"] or "-",
                           j["endpoint"] or "-", j.get("script") or "-", *extra)
         console.print(table)
+        for j in (j for j in jobs if j.get("others")):  # a job name is anyone's: say so, touch nothing
+            console.print(f"[yellow]not clusterbook's, left alone[/] (same name as {j['job']}): "
+                          + "; ".join(f"job {o}" for o in j["others"].split(";")))
     if cluster.monitoring and not only:
         _live_figures(cluster)
 

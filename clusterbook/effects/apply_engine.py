@@ -126,10 +126,11 @@ class ApplyEngine:
         try:
             for pp in todo:
                 record.phases.append(self.apply_phase(record.cluster_file, cluster, pp, out))
-                if record.phases[-1].outcome != "landed":
+                if record.phases[-1].outcome not in ("landed", "waiting"):
                     break
             outcomes = {p.outcome for p in record.phases}
-            record.outcome = next((o for o in ("failed", "rolled back", "not started") if o in outcomes), "landed")
+            record.outcome = next((o for o in ("failed", "rolled back", "not started", "waiting") if o in outcomes),
+                                  "landed")
         finally:
             record.seconds = time.monotonic() - started
             out.with_suffix(".json").write_text(record.to_json())
@@ -165,13 +166,20 @@ class ApplyEngine:
         """The phase's deploy and scenarios after it; its rollback and the scenarios again where either failed."""
         phase = pp.phase
         try:
+            reports = []
             if pp.changes:
-                self.deploy(phase.runbook, cluster_file, phase.tier)
+                reports.append(self.deploy(phase.runbook, cluster_file, phase.tier))
             if pp.engine_hosts:  # every process on the new build, not only those the deploy restarted
                 op = next(o for o in tier_operations(cluster) if o.collection == "restart" and o.name == phase.tier)
-                self.deploy(op.runbook, cluster_file, phase.tier, part=op.part)
+                reports.append(self.deploy(op.runbook, cluster_file, phase.tier, part=op.part))
+            rec.waiting = next((r.waiting for r in reports if getattr(r, "waiting", None)), None)
         except Failed as exc:
             rec.error = str(exc)
+        if rec.error is None and rec.waiting:  # its job waits for nodes VASP holds: a normal day, never rolled back
+            rec.outcome = "waiting"
+            console.print(f"[bold cyan]{phase.name}: deployed; its job waits for its nodes[/] (kept, not rolled back; "
+                          f"`invoke verify --tier {phase.tier}` once it runs): {rec.waiting}", highlight=False)
+            return rec
         if rec.error is None and phase.scenarios:
             rec.scenarios.append(self.check(cluster_file, phase, "after", out))
         if rec.error is None and (not phase.scenarios or rec.scenarios[-1].ok):

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from rich.console import Console
+from rich.markup import escape
 
 from clusterbook.model.problems import InputError, Refused
 
@@ -22,6 +23,18 @@ F = TypeVar("F", bound=Callable)
 
 class Failed(Exception):
     """A command ran and found something wrong (exit status 1); the message says what."""
+
+
+WAITING_EXIT = 3  # a task did what it could and a tier waits for SLURM to give it its nodes: neither done nor failed
+WAITED: list[str] = []  # this process's waits, one line each (tier, job, who holds its nodes, until when)
+
+
+def waits(message: str) -> None:
+    """A tier waits for its nodes (another job, VASP's on beefcake2, holds them): say so; the command line's tasks
+    go on, and the process ends with WAITING_EXIT (adapters/command_line.py)."""
+    WAITED.append(message)
+    console.print(f"[bold cyan]waiting[/] (not a failure; exit status {WAITING_EXIT} at the end): {escape(message)}",
+                  soft_wrap=True, highlight=False)
 
 
 def exits_cleanly(fn: F) -> F:

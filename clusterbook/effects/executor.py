@@ -22,7 +22,7 @@ class Outcome:
     step: str
     host: str
     action: str
-    status: str  # ok | changed | failed
+    status: str  # ok | changed | failed | waiting (a tier's job waits for nodes other jobs hold)
     seconds: float
     returncode: int = 0
     stderr_tail: str = ""
@@ -73,6 +73,7 @@ class Report:
     outcomes: list[Outcome] = field(default_factory=list)
     step_seconds: dict[str, float] = field(default_factory=dict)
     failure: str | None = None
+    waiting: str | None = None  # the run stopped, not failed, where a tier waits for its nodes (its host and why)
 
     def count(self, host: str, status: str) -> int:
         return sum(1 for o in self.outcomes if o.host == host and o.status == status)
@@ -219,6 +220,10 @@ class Executor:
                 report.failure = (f"{f.host}: step '{step.id}' ({step.title}) failed: {f.action}\n"
                                   f"exit status {f.returncode}; end of stderr:\n{f.stderr_tail or '(empty)'}")
                 break
+            waiting = [o for outcomes in results for o in outcomes if o.status == "waiting"]
+            if waiting:  # the steps after it (the gateway's) would wait for the same job: they come when it starts
+                report.waiting = f"{expansion.runbook}: {waiting[0].host}: {waiting[0].action}"
+                break
 
     # --- one host ------------------------------------------------------------------------------
     def _host(self, step: ExpandedStep, host: str, index: int = 0) -> list[Outcome]:
@@ -296,11 +301,16 @@ class Executor:
         for attempt in range(cmd.retries + 1):
             result = self.transport.run(host, cmd.command, timeout=cmd.timeout)
             good = result.ok and (cmd.until is None or cmd.until in result.stdout)
-            if good or result.returncode == UNREACHABLE or (cmd.abort_when and cmd.abort_when in result.stdout):
+            if good or result.returncode == UNREACHABLE or (cmd.abort_when and cmd.abort_when in result.stdout) \
+                    or (cmd.waits_when and result.ok and cmd.waits_when in result.stdout):
                 break
             if attempt < cmd.retries:
                 self.sleep(cmd.delay)
         good = result.ok and (cmd.until is None or cmd.until in result.stdout)
+        if not good and cmd.waits_when and result.ok and cmd.waits_when in result.stdout:
+            line = next(ln for ln in reversed(result.stdout.splitlines()) if cmd.waits_when in ln)
+            return Outcome(step.id, host, f"{label}: not yet → {line.strip()}", "waiting", time.monotonic() - started,
+                           stdout=result.stdout[-20000:])
         status = "failed" if not good else ("changed" if cmd.changed_when == "always" else "ok")
         tail = result.tail() or (f"stdout: {result.stdout.strip()[-300:]}" if not good else "")
         if not good and cmd.name:  # a failure names the command itself, not only its label

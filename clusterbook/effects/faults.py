@@ -15,6 +15,7 @@ import httpx
 from clusterbook.effects.console import Failed
 from clusterbook.effects.recovery import disrupt, end_preemption, preempting_partition
 from clusterbook.model.schema import Cluster, RouterTier, RpcTier
+from clusterbook.pure import slurmjob
 from clusterbook.pure import topology as topo
 
 RESUMED = ": clusterbook: the stream resumed"  # the SSE comment the hold service writes where it continued a stream
@@ -47,13 +48,14 @@ def release(c: Cluster, transport, tier: RouterTier | RpcTier, limit_s: float) -
     url = f"http://127.0.0.1:{c.gateway.wake_port}/release/{tier.name}?idle_s=0"
     # "not serving": its keeper released it first (the clients were quiet past its idle time): the same fault
     command = (f"for i in $(seq 20); do out=$(curl -sS -m 20 '{url}'); case \"$out\" in "
-               f"*'\"released\": true'*|*'\"not serving\"'*) exec scancel -n {job};; esac; sleep 0.5; done; "
+               f"*'\"released\": true'*|*'\"not serving\"'*) exec {slurmjob.jobs(c, tier, 'cancel')};; esac; "
+               "sleep 0.5; done; "
                "echo \"the wake service did not release it: $out\" >&2; exit 1")  # llama-server's metrics lag
     result = transport.run(c.keeper_node, command)
     if not result.ok:
         raise Failed(f"{c.keeper_node}: released: `{command}` exited {result.returncode}: {result.tail()}")
     started = time.monotonic()
-    while transport.run(c.slurm_controller, f"squeue -h -n {job} -o %i").stdout.strip():
+    while transport.run(c.slurm_controller, slurmjob.jobs(c, tier, "squeue")).stdout.strip():
         if time.monotonic() - started > limit_s:
             raise Failed(f"released: job {job} still in the queue after {limit_s:.0f} s")
         time.sleep(1)

@@ -8,6 +8,7 @@ import hashlib
 from clusterbook.effects.verified import on_each, state_dir
 from clusterbook.model.schema import Cluster
 from clusterbook.pure import phases as ch
+from clusterbook.pure import slurmjob
 from clusterbook.pure.runbooks import Expansion
 
 
@@ -15,15 +16,15 @@ def live_facts(cluster: Cluster, exps: list[tuple[ch.Phase, Expansion]]) -> dict
     """What the nodes hold now: one command per node (sha256 of every file the phases put there, the engine link,
     the running jobs' script digests on the controller)."""
     paths: dict[str, dict[str, None]] = {}  # per host, each path once, in order
-    jobs: dict[str, list[str]] = {}
+    jobs: dict[str, dict[str, str]] = {}
     for phase, expansion in exps:
         for host, files in ch.puts(expansion).items():
             paths.setdefault(host, {}).update(dict.fromkeys(f.path for f in files))
         if (job := ch.slurm_job(cluster, phase)) and (host := ch.submit_host(expansion)):
-            jobs.setdefault(host, []).append(job)
+            jobs.setdefault(host, {})[job] = slurmjob.jobs(cluster, cluster.tier(phase.tier), "squeue", "-o", "%k")
     hosts = [n.name for n in cluster.nodes if n.name in paths or n.name in jobs]
     out = on_each(cluster, hosts, lambda h: ch.facts_command(list(paths.get(h, {})), cluster.engine.install_dir,
-                                                          jobs.get(h, [])))
+                                                          jobs.get(h, {})))
     return {h: ch.facts_from_output(text) for h, text in out.items()}
 
 

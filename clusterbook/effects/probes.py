@@ -12,9 +12,9 @@ import time
 from dataclasses import dataclass, field
 
 from clusterbook.model.schema import Cluster, RouterTier, RpcTier
+from clusterbook.pure import slurmjob
 from clusterbook.pure import topology as topo
 from clusterbook.pure.flags import server_argv
-from clusterbook.pure.layout import sbatch_path
 from clusterbook.pure.render.artifacts import ld_library_path
 
 MIB = 2**20
@@ -80,7 +80,7 @@ def slurm_load_report(transport, c: Cluster, tier: RpcTier, seconds: int = 300) 
 
     ctl, job = c.slurm_controller, topo.units(tier).job
     record = posixpath.join(c.storage.endpoint_dir, f"{tier.name}.json")
-    submit = transport.run(ctl, f"sbatch --parsable --export=ALL,LLAMA_ARG_LOG_VERBOSITY=4 {sbatch_path(c, tier)}")
+    submit = transport.run(ctl, slurmjob.jobs(c, tier, "submit", "--export=ALL,LLAMA_ARG_LOG_VERBOSITY=4"))
     if not submit.ok:
         raise RuntimeError(f"{ctl}: sbatch of {job} for its load report failed: {submit.tail()}")
     job_id = submit.stdout.strip().split(";")[0]
@@ -93,8 +93,7 @@ def slurm_load_report(transport, c: Cluster, tier: RpcTier, seconds: int = 300) 
             raise RuntimeError(f"job {job_id} ({job}) did not register its endpoint within {seconds} s; "
                                f"the end of {log}:\n{text[-1500:]}")
     finally:
-        transport.run(ctl, f"scancel {job_id}; for _ in $(seq 60); do squeue -h -j {job_id} 2>/dev/null | grep -q . "
-                           "|| break; sleep 1; done")
+        transport.run(ctl, slurmjob.jobs(c, tier, "cancel", "--wait", "60", job_id))
     return parse_load_report(text, c, tier)
 
 

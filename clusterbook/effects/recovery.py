@@ -13,6 +13,7 @@ import httpx
 from clusterbook.effects import probes
 from clusterbook.effects.console import Failed
 from clusterbook.model.schema import Cluster, RouterTier, RpcTier
+from clusterbook.pure import slurmjob
 from clusterbook.pure import topology as topo
 from clusterbook.pure.recoverylog import journal_phases, last_load_s
 
@@ -57,8 +58,8 @@ def disrupt(c: Cluster, transport, tier: RouterTier | RpcTier, case: str) -> flo
         command = f"{now}; pkill -KILL -f '[{binary[0]}]{binary[1:]} .*--port {tier.port}'"
         node = tier.head if isinstance(tier, RpcTier) else tier.node
         if tier.manager == "slurm" and not isinstance(tier, RpcTier):  # a router tier's job may run elsewhere
-            where = transport.run(c.slurm_controller, f"squeue -h -n {shlex.quote(topo.units(tier).job)} "
-                                  "-t RUNNING -o %N | head -n 1")
+            where = transport.run(c.slurm_controller, slurmjob.jobs(c, tier, "squeue", "-t", "RUNNING", "-o", "%N")
+                                  + " | head -n 1")
             node = where.stdout.strip() or node
     elif tier.manager == "slurm":
         if case == "worker killed":
@@ -68,7 +69,8 @@ def disrupt(c: Cluster, transport, tier: RouterTier | RpcTier, case: str) -> flo
         elif case == "preempted":  # a job of the partition that preempts the tiers takes the tier's node whole;
             job = shlex.quote(topo.units(tier).job)  # the fault is when SLURM ends the tier's job (it decides
             partition = shlex.quote(preempting_partition(c) or "")  # within seconds, or half a minute)
-            command = (f"set -- $(squeue -h -n {job} -t RUNNING -o '%i %N' | head -1); "
+            running = slurmjob.jobs(c, tier, "squeue", "-t", "RUNNING", "-o", "'%i %N'")
+            command = (f"set -- $({running} | head -1); "
                        f"test -n \"$2\" || {{ echo 'job {job} is not running' >&2; exit 1; }}; "
                        f"sbatch --parsable -p {partition} -w \"$2\" --exclusive --job-name={PREEMPTOR} "
                        "--wrap 'sleep 900' >/dev/null || exit 1; for i in $(seq 240); do "
@@ -77,9 +79,8 @@ def disrupt(c: Cluster, transport, tier: RouterTier | RpcTier, case: str) -> flo
                        "exit 1")
             node = c.slurm_controller
         else:  # the job ends and comes back as the tier says: SLURM's requeue, or the keeper's new submission
-            job = topo.units(tier).job
             ends = "scontrol requeue" if tier.slurm.requeue else "scancel"
-            command = f"{now}; {ends} $(squeue -h -n {shlex.quote(job)} -t RUNNING -o %i | head -1)"
+            command = f"{now}; {ends} $({slurmjob.jobs(c, tier, 'squeue', '-t', 'RUNNING')} | head -1)"
             node = c.slurm_controller
     elif case == "worker killed":
         unit = topo.units(tier).worker
@@ -104,9 +105,10 @@ def preempting_partition(c: Cluster) -> str | None:
 
 def end_preemption(c: Cluster, transport) -> None:
     """End the higher-priority job a preemption was done with: its node is the tiers' again."""
-    result = transport.run(c.slurm_controller, f"scancel -n {PREEMPTOR}")
+    command = f"scancel --user={c.access.user} -n {PREEMPTOR}"  # its own: a job name is anyone's
+    result = transport.run(c.slurm_controller, command)
     if not result.ok:
-        raise Failed(f"{c.slurm_controller}: `scancel -n {PREEMPTOR}` exited {result.returncode}: {result.tail()}")
+        raise Failed(f"{c.slurm_controller}: `{command}` exited {result.returncode}: {result.tail()}")
 
 
 EVICTED = "/run/clusterbook-bench-evicted"  # what the evictor left on the head node: resident pages after it ran
@@ -149,7 +151,7 @@ def client_url(c: Cluster, transport, tier: RpcTier) -> str | None:
 
 
 def _job_state(c: Cluster, transport, tier: RpcTier) -> str:
-    out = transport.run(c.slurm_controller, f"squeue -h -n {shlex.quote(topo.units(tier).job)} -o %T").stdout
+    out = transport.run(c.slurm_controller, slurmjob.jobs(c, tier, "squeue", "-o", "%T")).stdout
     return (out.split() or ["none"])[0]
 
 
@@ -216,7 +218,7 @@ def slurm_head_load_s(c: Cluster, transport, tier: RpcTier, wait_s: float = 10) 
     units = topo.units(tier)
     deadline = time.monotonic() + wait_s
     while True:
-        job = transport.run(c.slurm_controller, f"squeue -h -n {units.job} -t RUNNING -o %i").stdout.split()
+        job = transport.run(c.slurm_controller, slurmjob.jobs(c, tier, "squeue", "-t", "RUNNING")).stdout.split()
         if job:
             log = f"{c.storage.log_dir}/{units.job}-{job[0]}-head.log"
             load = last_load_s(transport.run(tier.head, f"tail -n 2000 {shlex.quote(log)}").stdout)

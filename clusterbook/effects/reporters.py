@@ -19,7 +19,7 @@ from clusterbook.effects.console import console
 from clusterbook.effects.executor import Event, Outcome, Report, RunStarted, StepFinished, StepStarted
 from clusterbook.pure.runbooks import Expansion, PutFile
 
-STYLE = {"ok": "green", "changed": "yellow", "failed": "red"}
+STYLE = {"ok": "green", "changed": "yellow", "failed": "red", "waiting": "cyan"}
 
 
 class ConsoleReporter:

@@ -38,6 +38,7 @@ SUBCOMMANDS = {
     "nft": {"list"},
     "ip": {"route", "addr", "address", "link", "neigh", "rule"},
     "invoke": {"status", "logs", "check", "plan"},
+    "clusterbook-jobs": {"squeue", "others", "waiting"},  # a tier's own jobs (node/slurm_jobs.py); submit, cancel act
 }
 IP_VERBS = {"show", "list", "ls", "get"}
 # Programs whose options all read when each is on the list: (short option letters, long options; a long option
@@ -82,6 +83,7 @@ def _words(run: str) -> list[str]:
     """The command's shell words and operators, with Jinja's expressions as plain words (their values are typed by
     the schema) and command substitutions opened as sub-commands."""
     run = re.sub(r"\{%-?\s*(raw|endraw)\s*-?%\}", "", run)
+    run = re.sub(r"\{\{\s*jobs\s*\}\}", "clusterbook-jobs", run)  # the one program a variable names (fixsteps.py)
     run = re.sub(r"\{\{.*?\}\}", "X", run, flags=re.S)
     run = re.sub(r"\b([A-Za-z_][A-Za-z0-9_]*)=\([^()]*\)", r"\1=X", run)  # a shell array's assignment
     run = run.replace("$(", " ( ").replace("`", " ; ")

@@ -37,6 +37,9 @@ class Run(ActionBase):
     until: str | None = Field(None, description="retry until stdout contains this text")
     abort_when: str | None = Field(None, description="stop retrying and fail at once when stdout contains this text "
                                                      "(a wait that sees the service exit)")
+    waits_when: str | None = Field(None, description="stop retrying and end the run waiting, not failed (exit status "
+                                                     "3), when stdout contains this text: a tier's job waits for "
+                                                     "nodes other jobs hold")
     changed_when: Literal["always", "never"] = Field("always", description="what a successful run reports")
 
 

@@ -4,7 +4,7 @@
 Alertmanager sends it every alert group (its webhook format, version 4) whatever other receivers the cluster file
 names, so an alert is seen even where it names none, and nothing invents an address: each alert becomes one line
 of this service's journal (`journalctl -u clusterbook-alert-journal`), at the syslog priority of its severity
-(critical: 2, warning: 4; resolved: 5), with its tier, summary and troubleshooting entries. It also keeps the
+(critical: 2, warning: 4, info: 6; resolved: 5), with its tier, summary and troubleshooting entries. It also keeps the
 alerts firing now, as Alertmanager last told it, for the docs site's status banner: GET /alerts (nginx passes the
 site's status.json here where the site is published on this node). `invoke status` asks Prometheus itself.
 """
@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 
-PRIORITY = {"critical": 2, "warning": 4}  # journald reads a "<N>" line prefix as the line's priority
+PRIORITY = {"critical": 2, "warning": 4, "info": 6}  # journald reads a "<N>" line prefix as the line's priority
 RESOLVED = 5
 UNSAFE = re.compile(r"[^\w .,:;=()/#+%'@-]")  # what an alert's text may show in the journal (no control characters)
 
@@ -28,7 +28,8 @@ def lines(payload):
         status = str(alert.get("status", "firing"))
         priority = RESOLVED if status == "resolved" else PRIORITY.get(labels.get("severity"), RESOLVED)
         words = ["{} {}".format(status.upper(), labels.get("alertname", "alert"))]
-        words += ["{}={}".format(k, labels[k]) for k in ("tier", "instance", "severity") if labels.get(k)]
+        words += ["{}={}".format(k, labels[k]) for k in ("tier", "instance", "severity", "held_by", "start")
+                  if labels.get(k)]
         said = " ".join(words) + ": " + str(notes.get("summary", ""))
         if notes.get("troubleshooting"):
             said += " (troubleshooting: {})".format(notes["troubleshooting"])

@@ -6,19 +6,21 @@ the mark. A wanted tier with no pending or running job (it failed, was cancelled
 node left) is submitted again: at once when its last job served, else after 5 s, then 10, 20, ... at most 300 s, so a
 job that cannot start is not resubmitted every pass. A tier on demand that had no request for its idle time and has
 none in flight is released: the gateway's wake service decides it (GET /release/<tier>, under the lock that admits
-requests), notes it as released with the reason, and the keeper cancels the job. Every mark's file, the job's lock
-and the digest rule come in the configuration (clusterbook's pure/slurmjob.py names them). Python 3.6: EL 8's.
+requests), notes it as released with the reason, and the keeper cancels the job. A tier's jobs are its own by the
+ids clusterbook recorded and its user (slurm_jobs.py): another user's job that took its name is neither waited on
+nor cancelled. Every mark's file, the job's lock and the digest rule come in the configuration (clusterbook's
+pure/slurmjob.py names them). Python 3.6: EL 8's.
 """
 import contextlib
 import fcntl
-import hashlib
 import json
 import os
-import re
-import subprocess
 import sys
 import time
 import urllib.request
+
+sys.path.insert(0, "/usr/local/lib/clusterbook")  # slurm_jobs.py, where the deploy installs it (layout.py)
+import slurm_jobs  # in clusterbook's source beside this file, where Python looks first when run from there
 
 SERVED = ": healthy; endpoint registered"  # what a job's log says once it served (the batch script writes it)
 COMPLETING_WAIT_S = 10  # a COMPLETING job will not serve again; one that stays so this long is not waited for
@@ -50,14 +52,7 @@ def decide(states, completing_age_s, tries_at, now, last_served):
     return "submit", 0
 
 
-def command(argv, timeout=30):
-    """(exit status, stdout) of a command; a command that is not there or hangs fails."""
-    try:
-        proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
-                              timeout=timeout)
-        return proc.returncode, proc.stdout
-    except (OSError, subprocess.SubprocessError) as exc:
-        return 127, str(exc)
+command = slurm_jobs.command  # (exit status, stdout, stderr); the tests put fakes of squeue, sbatch, scancel here
 
 
 def journal(message):
@@ -77,17 +72,16 @@ class Keeper:
         self.now = now
 
     def states(self, job):
-        return command(["squeue", "-h", "-n", job["job"], "-o", "%T"])[1].split()
+        """The states of the tier's own jobs; None when squeue failed (nothing is submitted on a failed look)."""
+        return slurm_jobs.own(job, "%T", run=command)
 
     def last_log(self, job):
-        """The newest log of the job's name (<job>-<id>.log), or None."""
-        pattern = re.compile(re.escape(job["job"]) + r"-[0-9]+\.log$")
-        try:
-            names = [n for n in os.listdir(self.config["log_dir"]) if pattern.match(n)]
-        except OSError:
-            return None
-        paths = [os.path.join(self.config["log_dir"], n) for n in names]
-        return max(paths, key=lambda p: mtime(p) or 0) if paths else None
+        """The log of the newest job clusterbook submitted for the tier that left one (<job>-<id>.log), or None."""
+        for job_id in reversed(slurm_jobs.recorded(job)):
+            path = os.path.join(self.config["log_dir"], "{}-{}.log".format(job["job"], job_id))
+            if os.path.isfile(path):
+                return path
+        return None
 
     def tries_at(self, job):
         try:
@@ -117,6 +111,9 @@ class Keeper:
         if not os.path.exists(marks["wanted"]):
             return True
         states, now = self.states(job), self.now()
+        if states is None:
+            print("{}: squeue failed; nothing submitted this pass".format(job["job"]), flush=True)
+            return True
         seen = mtime(marks["completing"])
         if states and all(s == "COMPLETING" for s in states) and seen is None:
             open(marks["completing"], "a").close()
@@ -138,18 +135,17 @@ class Keeper:
         return self.submit(job, detail, last)
 
     def submit(self, job, tries, last):
-        with open(job["script"], "rb") as f:
-            digest = hashlib.sha256(f.read()).hexdigest()[:self.config["digest_chars"]]
-        status, out = command(["sbatch", "--parsable", "--comment=" + digest, job["script"]])
-        if status != 0:
-            journal("{}: no pending or running job, and sbatch failed".format(job["job"]))
+        job_id, why = slurm_jobs.submit(job, self.config["digest_chars"], run=command)
+        if job_id is None:
+            journal("{}: no pending or running job, and sbatch failed ({})".format(job["job"], why))
             return False
-        job_id = out.strip().split(";")[0]
         with open(job["marks"]["tries"], "w") as f:
             f.write("{} {}\n".format(tries, int(self.now())))
         quick = " (its last {} job(s) ended without serving)".format(tries) if tries > 0 else ""
-        journal("{}: no pending or running job (last log: {}); submitted it again as job {}{}".format(
-            job["job"], last or "none", job_id, quick))
+        others = slurm_jobs.others(job, run=command)
+        foreign = "; not its own, left alone: job {}".format(", job ".join(others)) if others else ""
+        journal("{}: no pending or running job (last log: {}); submitted it again as job {}{}{}".format(
+            job["job"], last or "none", job_id, quick, foreign))
         print("{}: submitted again as job {}".format(job["job"], job_id), flush=True)
         return True
 
@@ -157,7 +153,7 @@ class Keeper:
         """Ask the wake service whether an idle tier on demand is released; cancel its job when it is."""
         if not os.path.exists(job["marks"]["wanted"]):
             return
-        if not command(["squeue", "-h", "-n", job["job"], "-t", "RUNNING", "-o", "%i"])[1].strip():
+        if not slurm_jobs.own(job, "%i", "RUNNING", run=command):
             return  # only a running job is released
         url = "http://127.0.0.1:{}/release/{}?idle_s={}".format(self.config["wake_port"], job["tier"], job["idle_s"])
         try:
@@ -167,9 +163,10 @@ class Keeper:
             return
         if answer.get("released") is not True:
             return
-        command(["scancel", "-n", job["job"]])
-        journal("{}: no request for {} s and none in flight: released (job {} cancelled)".format(
-            job["tier"], answer.get("idle_s"), answer.get("job_id")))
+        cancelled, why = slurm_jobs.cancel(job, only=answer.get("job_id"), run=command)
+        journal("{}: no request for {} s and none in flight: released (job {} {})".format(
+            job["tier"], answer.get("idle_s"), answer.get("job_id"),
+            "cancelled" if cancelled and not why else "not cancelled: " + (why or "not its own job")))
         print("{}: released".format(job["tier"]), flush=True)
 
     def released_metrics(self):

@@ -2,16 +2,17 @@
 """Probe every tier as a client does and write what it saw for the node exporter's textfile collector:
 clusterbook-tier-probe CONFIG.json. Per tier: /health answers 200; the time a one-token chat completion takes (the
 time to first token; a router-mode tier is asked only through a model it has loaded, never loading one); for a
-SLURM tier, whether the endpoint registry has its record and whether its job is pending."""
+SLURM tier, whether the endpoint registry has its record, whether its job is pending and whether it waits for nodes
+other jobs hold (VASP's, on beefcake2: an expected state, which the alerts name and do not page for)."""
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
 import urllib.parse
 import urllib.request
 
+sys.path.insert(0, "/usr/local/lib/clusterbook")  # slurm_jobs.py, where the monitoring runbook installs it (layout.py)
 TIMEOUT_S = 5
 
 
@@ -62,14 +63,24 @@ def loaded_model(url, key, tier):
     return loaded[0] if loaded else None
 
 
-def pending(job):
-    """1 when SLURM holds the tier's job pending, 0 when not, None where squeue is not available."""
-    try:
-        out = subprocess.run(["squeue", "-h", "-n", job, "-t", "PENDING", "-o", "%i"], stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, universal_newlines=True, timeout=TIMEOUT_S)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return None if out.returncode else int(bool(out.stdout.strip()))
+def slurm_state(job):
+    """(pending, waiting) of the tier's own job: pending 1/0, None where squeue is not available; waiting None, or
+    (users and partitions holding its nodes, SLURM's start estimate) while it waits for nodes other jobs hold. Its
+    own job: by the ids clusterbook recorded (where this node has them) and its user, never another user's."""
+    import slurm_jobs  # beside this file in clusterbook's source; only SLURM tiers ask, so only they need it
+    ids = slurm_jobs.own(job, "%i", "PENDING")
+    if ids is None:
+        return None, None
+    held = slurm_jobs.holders(job) if ids else None
+    if held is None:
+        return int(bool(ids)), None
+    _, _, start, found = held
+    return 1, ("; ".join(sorted({"{} ({})".format(user, part) for _, user, part, _, _, _ in found})), start or "")
+
+
+def escaped(value):
+    """A label value as the textfile format reads it: backslash, quote and newline escaped, at most 200 characters."""
+    return str(value)[:200].replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
 def probe(tier):
@@ -78,9 +89,17 @@ def probe(tier):
     lines = []
     if tier["job"]:
         lines.append(f"clusterbook_tier_registered{{{label}}} {int(os.path.isfile(tier['record']))}")
-        state = pending(tier["job"])
+        try:
+            state, waiting = slurm_state(tier["job"])  # the job's name, user, recorded ids and nodes
+        except Exception as exc:
+            print(f"tier {tier['name']}: no SLURM figures: {type(exc).__name__}: {exc}", file=sys.stderr)
+            state, waiting = None, None
         if state is not None:
             lines.append(f"clusterbook_tier_pending{{{label}}} {state}")
+            lines.append(f"clusterbook_tier_waiting_for_nodes{{{label}}} {int(waiting is not None)}")
+        if waiting is not None:
+            lines.append(f'clusterbook_tier_waiting_info{{{label}, held_by="{escaped(waiting[0])}", '
+                         f'start="{escaped(waiting[1])}"}} 1')
     url = base_url(tier)
     healthy = 0
     try:
@@ -115,7 +134,11 @@ def main(config_path):
              "# HELP clusterbook_tier_registered a SLURM tier's endpoint record is in the registry",
              "# TYPE clusterbook_tier_registered gauge",
              "# HELP clusterbook_tier_pending SLURM holds a SLURM tier's job pending",
-             "# TYPE clusterbook_tier_pending gauge"]
+             "# TYPE clusterbook_tier_pending gauge",
+             "# HELP clusterbook_tier_waiting_for_nodes a SLURM tier's job is pending while other jobs hold its nodes",
+             "# TYPE clusterbook_tier_waiting_for_nodes gauge",
+             "# HELP clusterbook_tier_waiting_info who holds a waiting tier's nodes, and SLURM's start estimate",
+             "# TYPE clusterbook_tier_waiting_info gauge"]
     for tier in config["tiers"]:
         lines += probe(tier)
     out = config["textfile"]

@@ -39,10 +39,11 @@ class Rollback:
 class PhaseRecord:
     phase: str
     changes: list[dict]  # {host, what, before, after}
-    outcome: str = "pending"  # landed | rolled back | failed | not started (unhealthy before it) | skipped
+    outcome: str = "pending"  # landed | waiting | rolled back | failed | not started (unhealthy before it) | skipped
     error: str | None = None
     scenarios: list[ScenarioRun] = field(default_factory=list)
     rollback: Rollback | None = None
+    waiting: str | None = None  # deployed, its job waiting for nodes other jobs hold: kept, verified when it starts
 
 
 @dataclass
@@ -52,7 +53,7 @@ class ChangeRecord:
     cluster_sha: str
     started: str  # UTC, ISO 8601
     seconds: float = 0.0
-    outcome: str = "pending"  # landed | rolled back | failed
+    outcome: str = "pending"  # landed | waiting | rolled back | failed
     phases: list[PhaseRecord] = field(default_factory=list)
 
     def to_json(self) -> str:
@@ -94,6 +95,9 @@ def changes_page(cluster: str, records: list[ChangeRecord]) -> str:
                                  [[c["host"], f"`{c['what']}`", c["before"], c["after"]] for c in p.changes]) + "\n")
             if p.error:
                 out.append("The deploy failed:\n\n```text\n" + p.error.strip() + "\n```\n")
+            if p.waiting:  # a normal day on a cluster that runs VASP first: kept, verified once the job starts
+                out.append("Deployed; its job waited for nodes other jobs held (kept, not rolled back):\n\n```text\n"
+                           + p.waiting.strip() + "\n```\n")
             if p.scenarios:
                 out.append(_runs(p.scenarios) + "\n")
             if p.rollback:

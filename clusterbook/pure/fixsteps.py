@@ -5,6 +5,7 @@ from __future__ import annotations
 from clusterbook.model.hosts import resolve_hosts
 from clusterbook.model.schema import Cluster, RpcTier
 from clusterbook.model.templating import render_command
+from clusterbook.pure import layout
 from clusterbook.pure import topology as topo
 
 
@@ -17,6 +18,7 @@ def fix_step_commands(c: Cluster, trouble, step) -> list[str]:
     for host in hosts or [None]:
         ctx = {"cluster": c, "tier": tier, "node": c.node(host) if host else None, "engine": c.engine,
                "units": topo.units(tier) if tier else None,
+               "jobs": layout.path(c, "jobs"),  # clusterbook-jobs: a tier's own jobs, never another user's
                "rpc_addresses": [e.split(":")[0] for e in topo.rpc_endpoints(c, tier)]
                if isinstance(tier, RpcTier) else []}
         command = render_command(step.run, **ctx)

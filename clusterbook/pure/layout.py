@@ -10,6 +10,7 @@ from clusterbook.pure.engine_build import plan_build
 
 SYSTEMD_DIR = "/etc/systemd/system"
 SBIN = "/usr/local/sbin"
+LIB = "/usr/local/lib/clusterbook"  # node programs others import (hold.py, slurm_jobs.py)
 PROMETHEUS_DIR = "/etc/prometheus"
 RULES = "rules/clusterbook.rules.yml"  # relative to the configuration: promtool resolves it the same way
 RULE_TESTS = "rules/clusterbook.rules.test.yml"
@@ -66,11 +67,13 @@ def cluster_paths(c: Cluster) -> dict[str, str]:
         **_timer("scrape_targets", "clusterbook-scrape-targets"),
         **_timer("keeper", "clusterbook-keeper"),
         "keeper_config": "/etc/clusterbook/keeper.json",
+        "slurm_jobs": f"{LIB}/slurm_jobs.py",  # the SLURM tiers' own jobs: the keeper, wake and probe import it
+        "jobs": f"{SBIN}/clusterbook-jobs",  # ... and the runbooks run it through this command (its configuration)
         **_timer("updater", "clusterbook-upstreams"),
         "alert_journal": f"{SBIN}/clusterbook-alert-journal",
         "alert_journal_unit": unit_file("clusterbook-alert-journal"),
         "wake": f"{SBIN}/clusterbook-wake",
-        "hold": "/usr/local/lib/clusterbook/hold.py",  # the wake service imports it from there (node/wake.py)
+        "hold": f"{LIB}/hold.py",  # the wake service imports it from there (node/wake.py)
         "wake_config": "/etc/clusterbook/wake.json",
         "wake_unit": unit_file("clusterbook-wake"),
         "node_exporter_unit": unit_file("clusterbook-node-exporter"),  # EL: its package's unit name varies

@@ -120,11 +120,12 @@ def submit_host(expansion: Expansion) -> str | None:
     return next((h for step in expansion.steps if "job-submit" in step.parts for h in step.hosts), None)
 
 
-def facts_command(paths: list[str], install_dir: str, jobs: list[str]) -> str:
-    """One command that prints a node's facts for facts_from_output (missing files print nothing)."""
+def facts_command(paths: list[str], install_dir: str, jobs: dict[str, str]) -> str:
+    """One command that prints a node's facts for facts_from_output (missing files print nothing); jobs: each SLURM
+    job's name and the command that prints its own jobs' comments (slurmjob.jobs)."""
     parts = [f"sha256sum {' '.join(shlex.quote(p) for p in paths)} 2>/dev/null" if paths else "true",
              f"echo \"engine $(readlink {shlex.quote(install_dir.rstrip('/'))} || echo {NOT_THERE})\""]
-    parts += [f"echo \"job {j} $(squeue -h -n {shlex.quote(j)} -o %k 2>/dev/null | head -n 1)\"" for j in jobs]
+    parts += [f"echo \"job {shlex.quote(j)} $({own} 2>/dev/null | head -n 1)\"" for j, own in jobs.items()]
     return "; ".join(parts) + "; true"
 
 

@@ -179,6 +179,7 @@ class Command:
     notify: tuple[str, ...] = ()
     name: str | None = None
     abort_when: str | None = None
+    waits_when: str | None = None  # a wait that ends here without failing: the tier waits for SLURM (see executor)
     probe: bool = False  # read-only (a wait): while a run has changed nothing, its look-ahead answer stands
 
     @property
@@ -194,6 +195,8 @@ class Command:
             text += f"   # until stdout has {self.until!r}, {self.retries + 1} tries"
         if self.abort_when:
             text += f"; fails at once on {self.abort_when!r}"
+        if self.waits_when:
+            text += f"; ends waiting (exit status 3, no failure) on {self.waits_when!r}"
         return text
 
 
@@ -273,7 +276,7 @@ def template_context(c: Cluster, tier: RouterTier | RpcTier | None, host: str | 
     if c.monitoring:  # what deploy.monitoring checks: the scrape jobs that must be up, the key files it reads
         routers = [mon.job(t) for t in c.tiers if isinstance(t, RouterTier)]
         ctx.update(textfile_dir=layout.TEXTFILE_DIR, node_exporter_el=layout.NODE_EXPORTER_EL,
-                   releases_dir=layout.RELEASES_DIR)
+                   releases_dir=layout.RELEASES_DIR, probe_textfile=mon.PROBE_TEXTFILE)
         ctx["monitoring"] = {"router_jobs": "|".join(routers), "jobs": 1 + len(c.tiers) - len(routers),
                              "key_files": [t.api_key.file for t in c.tiers if t.api_key and t.api_key.file
                                       and c.monitoring.node in t.nodes]}
@@ -404,7 +407,7 @@ def _concrete(action, path, files, host, owner, tpl, problems, doc, c) -> list[C
                         tpl(action.unless, path + ("unless",)).strip() if action.unless else None,
                         tpl(action.until, path + ("until",)) if action.until else None, action.changed_when, **common,
                         name=tpl(action.name, path + ("name",)) if action.name else None,
-                        abort_when=action.abort_when)]
+                        abort_when=action.abort_when, waits_when=action.waits_when)]
     if isinstance(action, Service):
         units = tpl(action.service, path + ("service",)).split()
         check = tpl(action.check, path + ("check",)).strip() if action.check else None
@@ -473,7 +476,8 @@ def _job_action(action, path, tpl, problems, doc, c, common) -> Concrete | None:
     waiting = {**common, "timeout": 30, "retries": tries, "changed_when": "never"}
     if isinstance(action, WaitJob):
         command, label = slurmjob.serving(c, tier)
-        return Command(command, None, "serving:", **waiting, name=label, abort_when=waits.EXITED)
+        return Command(command, None, "serving:", **waiting, name=label, abort_when=waits.EXITED,
+                       waits_when=slurmjob.WAITING)
     if not c.gateway or not any(r.tier == name for r in c.gateway.routes):
         problems.append(doc.problem(path + (field,), f"the gateway has no route to tier {name}"))
         return None

@@ -11,6 +11,8 @@ from clusterbook.pure import topology as topo
 
 DIGEST_CHARS = 16  # the job's --comment: the first 16 hex digits of its script's sha256
 NICE_PER_NODE = 10  # the job's --nice for each node it asks beyond one
+WAITING = "waiting:"  # what the serving wait prints while other jobs (VASP's) hold the tier's nodes: no failure
+CANCEL_WAIT_S = 120  # how long a deploy or restart waits for the tier's cancelled job to leave the queue
 
 
 def job_nice(tier: RouterTier | RpcTier) -> int:
@@ -39,8 +41,9 @@ def sbatch_shell(script: str) -> str:
 # the marks of a SLURM tier's job, files <job>.<mark> in the keeper's folder, the node programs' too: wanted (the keeper
 # keeps a job), released (the keeper released an idle tier on demand), request (the wake service's last request),
 # lock (one submission at a time), tries (the keeper's count of jobs in a row that ended without serving, and when),
-# completing (since when the keeper has seen the job only COMPLETING)
-MARKS = ("wanted", "released", "request", "lock", "tries", "completing")
+# completing (since when the keeper has seen the job only COMPLETING), ids (the ids of the jobs clusterbook submitted:
+# node/slurm_jobs.py finds the tier's own jobs by them and by user, never by the name alone)
+MARKS = ("wanted", "released", "request", "lock", "tries", "completing", "ids")
 
 
 def marker(c: Cluster, tier: RouterTier | RpcTier, mark: str) -> str:
@@ -68,40 +71,49 @@ def _unless_released(c: Cluster, tier: RouterTier | RpcTier) -> str:
     return f"test -e {marker(c, tier, 'released')}" if tier.on_demand else "false"
 
 
+def jobs(c: Cluster, tier: RouterTier | RpcTier, command: str, *args: str) -> str:
+    """A shell command over the tier's own jobs (node/slurm_jobs.py on the controller): `submit`, `squeue`, `cancel`
+    or `others`; args are shell words (a format with spaces comes quoted)."""
+    return " ".join([layout.path(c, "jobs"), command, tier.name, *args])
+
+
 def submit(c: Cluster, tier: RouterTier | RpcTier, replace: str) -> tuple[str, str | None, str]:
     """(command, unless, label) that submits the tier's job. The old job is cancelled and the new one submitted
     under the keeper's lock of the job (the keeper takes the same lock, so it cannot submit a second job in
     between); the tier stays marked wanted throughout, so the gateway holds its requests for the new job, and is
-    unmarked only when sbatch refuses the new one. replace `older`: skipped when a job already runs this very
-    script, `always`: the running job is cancelled and submitted again (a restart)."""
-    job, script = topo.units(tier).job, layout.sbatch_path(c, tier)
-    wanted = marker(c, tier, "wanted")
-    command = (f"mkdir -p {layout.keeper_marker_dir(c)} && (flock -w 120 9; "
-               f"scancel -n {job} 2>/dev/null; while squeue -h -n {job} | grep -q .; do sleep 1; done; "
-               f"if {sbatch_shell(script)}; then touch {wanted}; else rm -f {wanted}; exit 1; fi) "
+    unmarked only when sbatch refuses the new one. Only the tier's own jobs are cancelled or looked at (by recorded
+    id and user); a job of another user that took its name is named and left alone. replace `older`: skipped when a
+    job already runs this very script, `always`: the running job is cancelled and submitted again (a restart)."""
+    script, wanted = layout.sbatch_path(c, tier), marker(c, tier, "wanted")
+    others = jobs(c, tier, "others")
+    command = (f"mkdir -p {layout.keeper_marker_dir(c)} && (flock -w 120 9; {others} | sed 's/^/not its own, "
+               f"left alone: job /'; {jobs(c, tier, 'cancel', '--wait', str(CANCEL_WAIT_S))} >/dev/null || exit 1; "
+               f"if {jobs(c, tier, 'submit')}; then touch {wanted}; else rm -f {wanted}; exit 1; fi) "
                f"9>{marker(c, tier, 'lock')}")
     if replace == "always":  # a restart starts a released tier too
         command = (f"rm -f {marker(c, tier, 'released')}; " if tier.on_demand else "") + command
-        return command, None, f"sbatch {script} (cancelling the running job first)"
-    unless = f'test "$(squeue -h -n {job} -o %k)" = "{digest_shell(script)}"'
+        return command, None, f"sbatch {script} (cancelling its running job first)"
+    unless = f'test "$({jobs(c, tier, "squeue", "-o", "%k")})" = "{digest_shell(script)}"'
     if tier.on_demand:
         unless = f"{_unless_released(c, tier)} || {unless}"
     released = ", or the tier is released on demand" if tier.on_demand else ""
-    return (command, unless, f"sbatch {script} (unless a job runs this very script{released}; a job on an older one "
-            "is cancelled first)")
+    return (command, unless, f"sbatch {script} (unless its job runs this very script{released}; its job on an older "
+            "one is cancelled first)")
 
 
 def serving(c: Cluster, tier: RouterTier | RpcTier) -> tuple[str, str]:
-    """(command, label): prints `serving: …` once the job runs and its registered endpoint answers /health, and
-    `exited: …` when the job left the queue before that."""
-    job = topo.units(tier).job
+    """(command, label): prints `serving: …` once the job runs and its registered endpoint answers /health,
+    `waiting: …` while its job is pending because other jobs hold its nodes (beefcake2's VASP: a normal day, not a
+    failure; the line names them and SLURM's estimate), and `exited: …` when the job left the queue before that."""
+    job, where = topo.units(tier).job, jobs(c, tier, "squeue", "-o", "'%i on %N'")
     released = (f"if {_unless_released(c, tier)}; then echo \"serving: released on demand (its next request "
                 f"starts it)\"; exit 0; fi; ") if tier.on_demand else ""
     command = (f"{released}rec={c.storage.endpoint_dir}/{tier.name}.json; host=$(jq -r .host \"$rec\" 2>/dev/null); "
                f"port=$(jq -r .port \"$rec\" 2>/dev/null); "
                f"if [ -n \"$host\" ] && curl -sf -o /dev/null -m 5 \"http://$host:$port/health\"; then "
-               f"echo \"serving: job $(squeue -h -n {job} -o '%i on %N') at http://$host:$port\"; "
-               f"elif ! squeue -h -n {job} | grep -q .; then echo \"exited: job {job} left the queue before its "
+               f"echo \"serving: job $({where}) at http://$host:$port\"; "
+               f"elif why=$({jobs(c, tier, 'waiting')}); then echo \"{WAITING} $why\"; "
+               f"elif ! {jobs(c, tier, 'squeue')} | grep -q .; then echo \"exited: job {job} left the queue before its "
                f"endpoint answered (invoke logs --tier {tier.name} shows why)\"; fi")
     return command, f"job {job} running and registered in {c.storage.endpoint_dir}"
 

@@ -4,8 +4,14 @@ from __future__ import annotations
 
 from clusterbook.pure.mdtext import text
 
-OUTCOME_MARK = {"failed": "❌ ", "passed": "✅ ", "skipped": "⏭️ "}  # told apart by icon and colour, not only word
-ORDER = ["failed", "not run", "skipped", "passed"]
+OUTCOME_MARK = {"failed": "❌ ", "passed": "✅ ", "skipped": "⏭️ ", "waiting": "⏳ "}  # icon and word, not colour only
+ORDER = ["failed", "not run", "waiting", "skipped", "passed"]  # waiting: its tier's job waits for nodes other jobs hold
+
+
+def only_waiting(results: list[dict]) -> bool:
+    """Whether every scenario that did not pass failed only because its tier waits for nodes (VASP's)."""
+    left = [e for e in results if "scenario" in e and e.get("outcome") not in ("passed", "skipped")]
+    return bool(left) and all(e.get("outcome") == "waiting" for e in left)
 
 
 def _rank(outcome: str) -> int:

@@ -73,7 +73,7 @@ def test_site_in_a_real_browser(served, browser):
     link = browser.find_element(By.PARTIAL_LINK_TEXT, "Deploy the reasoning tier")
     link.click()
     WebDriverWait(browser, 10).until(ec.url_contains("/runbooks/deploy-slurm-reasoning/"))  # beefcake2: SLURM
-    assert "sbatch --parsable" in browser.find_element(By.TAG_NAME, "article").text
+    assert "clusterbook-jobs submit reasoning" in browser.find_element(By.TAG_NAME, "article").text
 
     # the built-in search finds llama-rpc
     browser.find_element(By.CSS_SELECTOR, "label.md-search__icon, .md-search__input").click()

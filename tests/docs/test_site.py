@@ -251,7 +251,8 @@ def test_troubleshooting_follows_the_manager(beefcake2_site):
     monitoring = (beefcake2_site[0] / "monitoring/index.html").read_text()
     assert 'href="../troubleshooting/#job-not-starting"' in monitoring
     assert "systemctl" not in page  # beefcake2's tiers are SLURM jobs: no unit to restart
-    assert "squeue -n llama-reasoning" in page and "scancel -n llama-reasoning" in page
+    assert "clusterbook-jobs squeue reasoning" in page and "clusterbook-jobs cancel reasoning" in page
+    assert "scancel -n" not in page and "squeue -n" not in page  # a job name is anyone's (issue 64)
     assert "scontrol requeue" not in page  # D21: the tiers' jobs are not requeued; the keeper submits them again
 
 
@@ -300,7 +301,7 @@ def test_the_monitoring_page_lists_every_alert_from_the_targets(beefcake2_site):
     text = html.unescape(re.sub(r"<[^>]+>", "", (site / "monitoring/index.html").read_text()))
     rules = alerts(load_cluster(ROOT / "cluster.yaml"))
     assert {r["alert"] for r in rules} == {"NodeExporterDown", "TierDown", "EndpointMissing", "TierPending",
-                                         "DecodeSlow", "FirstTokenSlow", "GpuMemoryHigh", "GpuXidError"}
+                                         "DecodeSlow", "FirstTokenSlow", "GpuMemoryHigh", "GpuXidError", "TierWaitingForNodes"}
     for rule in rules:
         assert rule["annotations"]["summary"] in text and rule["expr"] in text
     assert "tier reasoning decodes below 8 tok/s (target 15)" in text  # beefcake2's critical and target levels
@@ -314,7 +315,7 @@ def test_pages_follow_the_managers_the_cluster_uses(beefcake2_site, ridge_site):
     guide = (site / "guide/index.html").read_text()
     assert "tabbed-set" not in guide.split('id="how-the-tiers-run"')[1].split('id="access"')[0]
     shown = html.unescape(re.sub(r"<[^>]+>", "", guide))
-    assert "systemctl status llama-" not in shown and "squeue -n llama-reasoning" in shown
+    assert "systemctl status llama-" not in shown and "/usr/local/sbin/clusterbook-jobs squeue reasoning" in shown
     assert "<code>.clusterbook/known_hosts</code>" in guide
     files = (site / "files/index.html").read_text()
     assert "llama-rpc-reasoning.service" not in files and "llama-reasoning.sbatch" in files

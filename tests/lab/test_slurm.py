@@ -150,6 +150,41 @@ def test_status_shows_jobs_nodes_and_endpoints(slurm_lab):
         assert "RUNNING" in row and "http://10.214.0." in row, row
 
 
+def test_another_users_job_named_like_a_tier_changes_nothing(slurm_lab, ssh):
+    """Issue 64: a job name is anyone's. Another user's held job named llama-fast used to answer the keeper's
+    `squeue -n`, and the fast tier, cancelled, stayed down until that job went (91 s here). Now the tier's jobs are
+    its own by recorded id and user: the keeper submits it again at once, stop and deploy leave that job alone, and
+    status names it."""
+    tier = load_cluster(SLURM_LAB).tier("fast")
+    assert ssh.run("slab1", "id mallory >/dev/null 2>&1 || useradd -M -s /bin/bash mallory").ok
+    held = ssh.run("slab1", "su mallory -c 'cd /tmp && sbatch --parsable -J llama-fast -p ai --hold --wrap true'")
+    assert held.ok and held.stdout.strip().isdigit(), held.tail()
+    theirs = held.stdout.strip()
+    try:
+        own = ssh.run("slab1", "/usr/local/sbin/clusterbook-jobs squeue fast").stdout.split()
+        assert own and theirs not in own, own
+        started = time.monotonic()
+        assert ssh.run("slab1", "/usr/local/sbin/clusterbook-jobs cancel fast --wait 30").ok  # as a crash would
+        limit = 2 * tier.slurm.keeper_interval_s + 15  # two keeper passes and the job's start
+        while True:
+            state = ssh.run("slab1", "/usr/local/sbin/clusterbook-jobs squeue fast -o %T").stdout.split()
+            if state and state[0] in ("PENDING", "RUNNING", "CONFIGURING"):
+                break
+            assert time.monotonic() - started < limit, f"fast not submitted again within {limit} s of its cancel"
+            time.sleep(1)
+        journal = ssh.run("slab1", "journalctl -t clusterbook-keeper -n 5 --no-pager").stdout
+        assert f"not its own, left alone: job {theirs} mallory PENDING" in journal, journal
+        status = invoke("status", cluster=SLURM_LAB)
+        assert status.returncode == 0 and f"job {theirs} mallory" in status.stdout, status.stdout[-2000:]
+        assert invoke("stop.fast", cluster=SLURM_LAB).returncode == 0
+        assert ssh.run("slab1", f"squeue -h -j {theirs} -o '%u %T'").stdout.split() == ["mallory", "PENDING"]
+        assert not ssh.run("slab1", "/usr/local/sbin/clusterbook-jobs squeue fast").stdout.strip()
+    finally:
+        assert invoke("deploy.fast", cluster=SLURM_LAB).returncode == 0
+        assert ssh.run("slab1", f"squeue -h -j {theirs} -o %u").stdout.strip() == "mallory"  # still untouched
+        ssh.run("slab1", f"scancel {theirs}")
+
+
 def test_bench_recovery_under_slurm(slurm_lab, tmp_path):
     """A killed worker step is started again inside the job (which never leaves RUNNING); a cancelled job is
     submitted again by the keeper: both come back through the gateway, timed (the new job from the old one leaving

@@ -40,10 +40,14 @@ def test_dry_run_of_production_contacts_nothing(tmp_path):
     assert "dry run: nothing is contacted" in out
     # production's tiers run under SLURM (seed 004): deploy submits the rendered batch scripts on slurm-ctl
     for expected in ("Deploy the reasoning tier as SLURM job llama-reasoning", "vasp-03 put /etc/llama/reasoning.env",
-                     "slurm-ctl put /etc/llama/slurm/llama-reasoning.sbatch", "sbatch --parsable --comment=",
-                     "Deploy the fast tier as SLURM job llama-fast", "scancel -n llama-reasoning",
+                     "slurm-ctl put /etc/llama/slurm/llama-reasoning.sbatch",
+                     "/usr/local/sbin/clusterbook-jobs submit reasoning",
+                     "Deploy the fast tier as SLURM job llama-fast", "clusterbook-jobs cancel reasoning --wait",
                      "curl -fsSL --proto-redir =https --retry 3 -C - -o OR1-Behemoth.Q4_K_M.gguf.part1"):
         assert expected in out, expected
+    # issue 64: a job name is anyone's; the tiers' jobs are found and cancelled by recorded id and user only
+    for by_name in ("scancel -n", "squeue -h -n", "squeue -n"):
+        assert by_name not in out, by_name
 
 
 def test_dry_run_shows_a_diff_when_the_last_upload_is_known(tmp_path):

@@ -16,6 +16,7 @@ from clusterbook.effects.console import Failed
 from clusterbook.effects.faults import CONTROL, FaultRun, Request, faults_for, run_fault
 from clusterbook.model.loader import load_cluster
 
+from .fakeslurm import local_jobs_command
 from .test_path_roles import ROOT
 
 
@@ -222,11 +223,11 @@ def test_a_router_tiers_head_is_killed_where_its_slurm_job_runs_now():
     class Nodes:
         def run(self, host, command, timeout=120, stdin=None):
             ran.append((host, command))
-            out = "slab3\n" if command.startswith("squeue") else "1764400000.5\n"
+            out = "slab3\n" if "clusterbook-jobs squeue" in command else "1764400000.5\n"
             return Result(host, command, 0, out, "")
 
     assert disrupt(slurm, Nodes(), fast, "head killed") == 1764400000.5
-    assert ran[0][0] == slurm.slurm_controller and "-n llama-fast" in ran[0][1]
+    assert ran[0][0] == slurm.slurm_controller and "clusterbook-jobs squeue fast -t RUNNING" in ran[0][1]
     assert ran[1][0] == "slab3" and f"--port {fast.port}'" in ran[1][1] and fast.node != "slab3"
 
 
@@ -240,17 +241,18 @@ def test_a_preemption_is_timed_from_when_slurm_ends_the_tiers_job(tmp_path):
     from clusterbook.effects.transport import Result
 
     slurm = load_cluster(ROOT / "lab/cluster-slurm.yaml")
+    local = local_jobs_command(tmp_path, slurm, {"fast": ["123"]})
     polls = tmp_path / "polls"
     (tmp_path / "squeue").write_text(  # the job runs on slab2 for three polls after the preemptor's submission
-        "#!/bin/bash\ncase \"$*\" in *-n*) echo '123 slab2';; *'-j 123'*) n=$(cat %s 2>/dev/null || echo 0); "
-        "echo $((n + 1)) > %s; [ $n -lt 3 ] && echo 123;; esac\n" % (polls, polls))
+        "#!/bin/bash\ncase \"$*\" in *-n*) printf '123\\037root\\037123 slab2\\n';; *'-j 123'*) "
+        "n=$(cat %s 2>/dev/null || echo 0); echo $((n + 1)) > %s; [ $n -lt 3 ] && echo 123;; esac\n" % (polls, polls))
     (tmp_path / "sbatch").write_text(f"#!/bin/bash\necho \"$*\" > {tmp_path}/sbatch.args\necho 999\n")
     for name in ("squeue", "sbatch"):
         (tmp_path / name).chmod(0o755)
 
     class Controller:
         def run(self, host, command, timeout=120, stdin=None):
-            done = subprocess.run(["bash", "-c", command], capture_output=True, text=True,
+            done = subprocess.run(["bash", "-c", local(command)], capture_output=True, text=True,
                                   env={**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}"})
             return Result(host, command, done.returncode, done.stdout, done.stderr)
 
@@ -270,17 +272,23 @@ def test_the_release_fault_takes_a_tier_its_keeper_released_first_as_released(tm
     command runs for real with bash, with fakes of curl, scancel and squeue on PATH (no sleeps: `sleep` is faked)."""
     from clusterbook.effects.transport import LocalTransport
 
-    for name, body in (("curl", f"echo '{answer}'"), ("scancel", f"printf '%s\\n' \"$*\" >> {tmp_path}/cancelled"),
-                       ("squeue", "true"), ("sleep", "true")):
+    gone = tmp_path / "cancelled"  # the fake queue holds the tier's job 123 until it is cancelled
+    for name, body in (("curl", f"echo '{answer}'"), ("scancel", f"printf '%s\\n' \"$*\" >> {gone}"),
+                       ("squeue", f"test -e {gone} || printf '123\\037root\\037123\\n'"), ("sleep", "true")):
         (tmp_path / name).write_text(f"#!/bin/bash\n{body}\n")
         (tmp_path / name).chmod(0o755)
     monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
     c = load_cluster(ROOT / "lab/cluster-slurm.yaml")
     tier = c.tier("reasoning")
+    local = local_jobs_command(tmp_path, c, {"reasoning": ["123"]})
+
+    class Local(LocalTransport):
+        def run(self, host, command, **kwargs):
+            return super().run(host, local(command), **kwargs)
     if released:
-        faults.release(c, LocalTransport(), tier, limit_s=5)
-        assert (tmp_path / "cancelled").read_text() == "-n llama-reasoning\n"
+        faults.release(c, Local(), tier, limit_s=5)
+        assert gone.read_text() == "--user=root 123\n"  # its own job, by id and user
     else:
         with pytest.raises(Failed, match="did not release it"):
-            faults.release(c, LocalTransport(), tier, limit_s=5)
+            faults.release(c, Local(), tier, limit_s=5)
         assert not (tmp_path / "cancelled").exists()

@@ -17,8 +17,13 @@ from typing import ClassVar
 import pytest
 
 import clusterbook.node
+from clusterbook.pure.slurmjob import MARKS
+
+from .fakeslurm import Slurm
 
 PROGRAM = Path(clusterbook.node.__file__).parent / "keeper.py"
+sys.path.insert(0, str(PROGRAM.parent))  # keeper.py imports slurm_jobs.py from beside it, as on the node
+import slurm_jobs  # noqa: E402
 
 
 def load():
@@ -49,46 +54,48 @@ def test_what_the_keeper_does_for_a_wanted_job(states, age, tries_at, last_serve
     assert keeper.decide(states, age, tries_at, 1003, last_served) == expected
 
 
-class Node:
-    """The controller as the keeper sees it: squeue's answer, what sbatch and scancel were asked, the journal."""
+class Node(Slurm):
+    """The controller as the keeper sees it: SLURM's queue (fakeslurm.py) and the journal; `states` are the states of
+    the tier's own jobs (recorded by id, the tiers' user), another user's jobs of the same name are added apart."""
 
-    def __init__(self):
-        self.states, self.submitted, self.cancelled, self.journal = [], [], [], []
-        self.sbatch_fails = False
+    def __init__(self, job):
+        super().__init__()
+        self.job = job
 
-    def command(self, argv, timeout=30):
-        name = argv[0]
-        if name == "squeue":
-            running = "-t" in argv
-            return 0, "\n".join("1" if running else s for s in self.states if not running or s == "RUNNING")
-        if name == "sbatch":
-            if self.sbatch_fails:
-                return 1, ""
-            self.submitted.append(argv[1:])
-            self.states = ["PENDING"]
-            return 0, f"{len(self.submitted)}\n"
-        if name == "scancel":
-            self.cancelled.append(argv[-1])
-            self.states = []
-            return 0, ""
-        if name == "logger":
-            self.journal.append(argv[-1])
-            return 0, ""
-        raise AssertionError(argv)
+    def own(self):
+        return [j for j in self.jobs if j.user == self.user and j.id in slurm_jobs.recorded(self.job)]
+
+    @property
+    def states(self):
+        return [j.state for j in self.own()]
+
+    @states.setter
+    def states(self, states):
+        for j in self.own():
+            self.jobs.remove(j)
+        for state in states:
+            slurm_jobs.record(self.job, self.add(self.job["job"], self.user, state))
+
+    @property
+    def sbatch_fails(self):
+        return "sbatch" in self.fails
+
+    @sbatch_fails.setter
+    def sbatch_fails(self, fails):
+        self.fails = {"sbatch"} if fails else set()
 
 
 @pytest.fixture
 def world(tmp_path, monkeypatch):
-    node = Node()
-    monkeypatch.setattr(keeper, "command", node.command)
     marks, logs = tmp_path / "marks", tmp_path / "logs"
     marks.mkdir()
     logs.mkdir()
     script = tmp_path / "llama-reasoning.sbatch"
     script.write_text("#!/bin/bash\necho serve\n")
     job = {"job": "llama-reasoning", "tier": "reasoning", "script": str(script), "idle_s": None, "gpus": 2,
-           "marks": {m: str(marks / f"llama-reasoning.{m}") for m in
-                     ("wanted", "released", "request", "lock", "tries", "completing")}}
+           "user": "root", "marks": {m: str(marks / f"llama-reasoning.{m}") for m in MARKS}}
+    node = Node(job)
+    monkeypatch.setattr(keeper, "command", node.command)
     config = {"log_dir": str(logs), "wake_port": None, "textfile_dir": str(tmp_path / "textfile"),
               "digest_chars": 16, "jobs": [job]}
     clock = [1000.0]
@@ -100,7 +107,7 @@ def world(tmp_path, monkeypatch):
         clock[0] = at
         if node.submitted and served is not None:
             node.states = []
-            (logs / f"llama-reasoning-{len(node.submitted)}.log").write_text(
+            (logs / f"llama-reasoning-{slurm_jobs.recorded(job)[-1]}.log").write_text(
                 "reasoning: waiting for /health\n" + ("reasoning: healthy; endpoint registered in x.json\n" if served
                                                       else "reasoning: head ended (exit status 1)\n"))
         assert k.one_pass() is not node.sbatch_fails
@@ -154,7 +161,8 @@ def test_a_failed_sbatch_fails_the_pass_and_says_so(world):
     _, node, _, one_pass, _ = world
     node.sbatch_fails = True
     one_pass(1000)
-    assert node.journal == ["llama-reasoning: no pending or running job, and sbatch failed"]
+    assert node.journal == ["llama-reasoning: no pending or running job, and sbatch failed (sbatch exited 1: sbatch: "
+                            "error: Unable to contact slurm controller (connect failure))"]
 
 
 def test_a_submission_that_holds_the_lock_is_not_doubled(world, monkeypatch):
@@ -165,6 +173,36 @@ def test_a_submission_that_holds_the_lock_is_not_doubled(world, monkeypatch):
         fcntl.flock(held, fcntl.LOCK_EX)  # a deploy's submission
         assert k.keep(job) is True and node.submitted == []
     assert k.keep(job) is True and len(node.submitted) == 1
+
+
+def test_another_users_job_of_the_tiers_name_keeps_nothing_down_and_is_left_alone(world):
+    """Issue 64: `sbatch -J llama-reasoning --hold --wrap true` by any user answered the keeper's `squeue -n` with
+    PENDING, and the tier stayed down until that job went (91 s on the SLURM lab). Its jobs are its own by id
+    and user."""
+    _, node, _, one_pass, _ = world
+    other = node.add("llama-reasoning", "mallory", "PENDING", "JobHeldUser")
+    unrecorded = node.add("llama-reasoning", "root", "RUNNING")  # root's, but not one clusterbook submitted
+    assert one_pass(1000) == 1  # submitted at once
+    assert f"not its own, left alone: job {other} mallory PENDING (JobHeldUser), job {unrecorded} root RUNNING " \
+           "(None)" in node.journal[-1]
+    assert {j.id for j in node.jobs} >= {other, unrecorded} and node.cancelled == []
+    assert one_pass(1001) == 1  # and its own job, pending, is the one it keeps
+
+
+def test_a_failed_look_submits_nothing(world):
+    _, node, _, one_pass, _ = world
+    node.fails = {"squeue"}  # slurmctld does not answer: nothing says the tier has no job
+    assert one_pass(1000) == 0 and node.journal == []
+
+
+def test_a_release_cancels_only_the_job_it_released_and_only_its_own(world, wake):
+    k, node, job, _, _ = world
+    k.config["wake_port"], job["idle_s"] = wake, 10
+    other = node.add("llama-reasoning", "mallory", "RUNNING")
+    node.states = ["RUNNING"]
+    Wake.answer = {"released": True, "idle_s": 10, "job_id": other}  # a record naming another's job
+    assert k.one_pass() and node.cancelled == [] and other in {j.id for j in node.jobs}
+    assert node.journal[0].endswith(f"released (job {other} not cancelled: not its own job)")
 
 
 class Wake(http.server.BaseHTTPRequestHandler):
@@ -202,11 +240,12 @@ def test_an_idle_tier_on_demand_is_released_and_its_gpus_reported(world, wake):
     k.config["wake_port"], job["idle_s"] = wake, 10
     (tmp_path / "textfile").mkdir()
     node.states = ["RUNNING"]
-    Wake.answer = {"released": True, "idle_s": 10, "job_id": "7"}
+    (running,) = slurm_jobs.recorded(job)
+    Wake.answer = {"released": True, "idle_s": 10, "job_id": running}
     Wake.effect = [Path(job["marks"]["wanted"]).unlink, lambda: Path(job["marks"]["released"]).write_text("idle\n")]
     assert k.one_pass()  # the wake service takes the mark and notes the release; the keeper cancels the job
-    assert Wake.asked == ["/release/reasoning?idle_s=10"] and node.cancelled == ["llama-reasoning"]
-    assert node.journal == ["reasoning: no request for 10 s and none in flight: released (job 7 cancelled)"]
+    assert Wake.asked == ["/release/reasoning?idle_s=10"] and node.cancelled == [running]
+    assert node.journal == [f"reasoning: no request for 10 s and none in flight: released (job {running} cancelled)"]
     assert node.submitted == []
     metrics = (tmp_path / "textfile/clusterbook-on-demand.prom").read_text()
     assert 'clusterbook_tier_released{tier="reasoning"} 1\n' in metrics
@@ -254,7 +293,7 @@ def test_no_log_folder_reads_as_no_log_and_an_unmarked_tier_on_demand_is_not_ask
 
 
 def test_a_command_that_fails_or_is_missing_reads_as_failed():
-    assert keeper.command(["sh", "-c", "echo out; echo err >&2; exit 3"]) == (3, "out\n")
+    assert keeper.command(["sh", "-c", "echo out; echo err >&2; exit 3"]) == (3, "out\n", "err\n")
     assert keeper.command(["/nonexistent/squeue"])[0] == 127
     assert keeper.command(["sleep", "5"], timeout=0.1)[0] == 127
 

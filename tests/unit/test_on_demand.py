@@ -52,7 +52,8 @@ def test_the_wake_service_and_the_keeper_share_the_tiers_figures(on_demand):
     rendered = files(on_demand)
     config = json.loads(rendered["/etc/clusterbook/wake.json"])
     assert config["tiers"] == {"reasoning": {
-        "job": "llama-reasoning", "kind": "rpc", "record": "/cluster/shared/ai/endpoints/reasoning.json",
+        "job": "llama-reasoning", "kind": "rpc", "user": "root",
+        "record": "/cluster/shared/ai/endpoints/reasoning.json",
         "cap_s": wait_cap_s(on_demand, tier, plan_tier(on_demand, tier)), "keeper_unit": "clusterbook-keeper.service",
         "key_file": None, "marks": {m: f"/etc/llama/slurm/llama-reasoning.{m}" for m in MARKS}}}
     keeper = json.loads(rendered["/etc/clusterbook/keeper.json"])

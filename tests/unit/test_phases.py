@@ -3,7 +3,10 @@ Changes page from the change log."""
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
+
+import pytest
 
 from clusterbook.model.loader import load_cluster
 from clusterbook.pure import generations as gen
@@ -99,6 +102,39 @@ def test_apply_deploys_what_changed_and_restarts_what_the_engine_moved_under(tmp
         rec = engine._change(str(ROOT / "lab/cluster.yaml"), c, ch.PhasePlan(phase, changes, moved),
                              PhaseRecord("reasoning", []), None, tmp_path / "change")
         assert (ran, rec.outcome) == (expected, "landed")
+
+
+def test_a_change_whose_job_waits_for_vasps_nodes_is_kept_and_the_next_phase_applied(tmp_path, monkeypatch):
+    """Issue 64: a tier pending behind VASP is waiting, not failed: apply keeps the change (no scenarios after, no
+    rollback, not the verified file yet) and goes on with the next phase; the whole change ends `waiting`."""
+    from clusterbook.effects import apply_engine
+    from clusterbook.effects.apply_engine import ApplyEngine
+    from clusterbook.effects.executor import Report
+
+    monkeypatch.setattr(apply_engine, "mark_verified", lambda *a: 0)
+    monkeypatch.setattr(apply_engine, "remember_verified", lambda *a: pytest.fail("a waiting change is not verified"))
+    monkeypatch.setattr(apply_engine, "changing", lambda *a: contextlib.nullcontext())
+    c = load_cluster(ROOT / "lab/cluster-slurm.yaml")
+    plans = [ch.PhasePlan(p, [ch.Change("slab1", f"/etc/llama/{p.name}.env", "a", "b")])
+             for p in ch.phases(c) if p.name in ("fast", "reasoning")]
+    ran, checked = [], []
+
+    def deploy(runbook, cluster_file, tier=None, **kwargs):
+        ran.append(tier)
+        return Report(runbook, waiting="job 7 pending (Resources) while other jobs hold its nodes" if tier == "fast"
+                      else None)
+
+    def check(cluster_file, phase, when, out):
+        checked.append((phase.name, when))
+        return ScenarioRun(when, passed=["ok"])
+    engine = ApplyEngine(deploy, check, tmp_path)
+    monkeypatch.setattr(ApplyEngine, "rollback", lambda *a: pytest.fail("a waiting tier is never rolled back"))
+    record = engine.apply(ChangeRecord("lab", str(ROOT / "lab/cluster-slurm.yaml"), "x", "now"), c, plans,
+                          tmp_path / "change")
+    assert ran == ["fast", "reasoning"] and record.outcome == "waiting"
+    assert [(p.phase, p.outcome) for p in record.phases] == [("fast", "waiting"), ("reasoning", "landed")]
+    assert ("fast", "after") not in checked and ("reasoning", "after") in checked
+    assert record.phases[0].waiting.startswith("job 7 pending")
 
 
 def test_a_slurm_job_on_an_older_script_is_a_change():

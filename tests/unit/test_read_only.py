@@ -30,6 +30,7 @@ READS = [
     "hostname -f",
     "ps aux | sort -k 3 -r | uniq | head -n 5",
     "env | grep -i cuda",
+    "{{ jobs }} squeue {{ tier.name }} -o '%i %T %R'; {{ jobs }} others {{ tier.name }}",
 ]
 ACTS = [  # (command, the part named)
     ("pkill llama-server", "pkill"),
@@ -62,6 +63,8 @@ ACTS = [  # (command, the part named)
     ("sort -o /etc/passwd x", "sort -o /etc/passwd x"),
     ("uniq x /etc/passwd", "uniq x /etc/passwd"),
     ("ldd /bin/ls", "ldd"),
+    ("{{ jobs }} cancel {{ tier.name }}", "clusterbook-jobs cancel"),  # a tier's own jobs: cancel and submit act
+    ("{{ jobs }} submit {{ tier.name }} --export=ALL,X=1", "clusterbook-jobs submit"),
 ]
 
 

@@ -15,6 +15,7 @@ from clusterbook.effects import probes
 from clusterbook.effects.lab.machines import Machine
 from clusterbook.model.loader import load_cluster
 from clusterbook.model.schema import RpcTier
+from clusterbook.pure import slurmjob
 from clusterbook.pure import topology as topo
 
 
@@ -99,8 +100,18 @@ def gateway_base(cluster):
     return cluster.gateway.listen[0]
 
 
+def waiting_tiers(cluster, transport) -> dict[str, str]:
+    """Per SLURM tier whose own job waits for nodes other jobs hold (VASP's), why (clusterbook-jobs waiting)."""
+    out = {}
+    for tier in (t for t in cluster.tiers if t.manager == "slurm"):
+        said = transport.run(controller(cluster), slurmjob.jobs(cluster, tier, "waiting"), timeout=30)
+        if said.ok and said.stdout.strip():
+            out[tier.name] = said.stdout.strip()
+    return out
+
+
 def job_state(cluster, transport, tier) -> str:
-    out = transport.run(controller(cluster), f"squeue -h -n {topo.units(tier).job} -o '%T %N'").stdout.strip()
+    out = transport.run(controller(cluster), slurmjob.jobs(cluster, tier, "squeue", "-o", "'%T %N'")).stdout.strip()
     return out or "none"
 
 
@@ -130,7 +141,7 @@ def answers_through_gateway(cluster, transport, tier, since: float, after: str, 
 
 def job_restarts(cluster, transport, tier) -> tuple[str, int]:
     """The tier's running job and how often SLURM has requeued it (scontrol's Restarts=)."""
-    job = transport.run(controller(cluster), f"squeue -h -n {topo.units(tier).job} -t RUNNING -o %i").stdout.split()
+    job = transport.run(controller(cluster), slurmjob.jobs(cluster, tier, "squeue", "-t", "RUNNING")).stdout.split()
     assert job, f"tier {tier.name}: no running job ({job_state(cluster, transport, tier)})"
     shown = transport.run(controller(cluster), f"scontrol show job {job[0]}").stdout
     found = re.search(r"\bRestarts=(\d+)", shown)
@@ -173,7 +184,7 @@ def wake_state(cluster, transport, tier) -> dict:
 
 
 def job_ids(cluster, transport, tier) -> set[str]:
-    out = transport.run(controller(cluster) or cluster.keeper_node, f"squeue -h -n {topo.units(tier).job} -o %i")
+    out = transport.run(controller(cluster) or cluster.keeper_node, slurmjob.jobs(cluster, tier, "squeue"))
     return set(out.stdout.split())
 
 

@@ -23,6 +23,7 @@ from clusterbook.acceptance.steps.helpers import (
 from clusterbook.effects import probes
 from clusterbook.effects.recovery import disrupt, end_preemption
 from clusterbook.model.schema import RouterTier
+from clusterbook.pure import slurmjob
 from clusterbook.pure import topology as topo
 from clusterbook.pure.planner.capacity import plan_cluster, plan_tier
 from clusterbook.pure.planner.loadtime import hold_s, new_job_hold_s, predict_load, whole_s
@@ -160,7 +161,7 @@ def _all_back(cluster, transport, context, measured):
 @when("the job of every SLURM tier is cancelled with scancel")
 def _scancel(cluster, transport, context):
     for tier in slurm_tiers(cluster):
-        result = transport.run(controller(cluster), f"scancel -n {topo.units(tier).job}")
+        result = transport.run(controller(cluster), slurmjob.jobs(cluster, tier, "cancel"))
         assert result.ok, result.tail()
     context.update(started=time.monotonic())
 

@@ -120,7 +120,9 @@ def keeper_load(c: Cluster, tiers: list) -> str:
     interval = min(t.slurm.keeper_interval_s for t in tiers)
     return (f"\nThe keeper on {text(c.keeper_node)} also asks slurmctld once every "
             f"{interval} s: one `squeue -n <job>` per SLURM tier ({len(tiers)} in all), to submit a tier's job "
-            "again when it has none pending or running (`slurm.keeper_interval_s`).\n")
+            "again when it has none pending or running (`slurm.keeper_interval_s`). A tier's jobs are those whose id "
+            "clusterbook recorded when it submitted them, by its user: another user's job of the same name is never "
+            "waited on or cancelled.\n")
 
 
 def deploy_order(c: Cluster) -> list[tuple[str, str]]:

@@ -322,7 +322,15 @@ def _keeper(c: Cluster) -> list[Artifact]:
     interval = min(t.slurm.keeper_interval_s for t in tiers)
     config = Artifact(node, at(c, "keeper_config"), keeper_config(c), "json", about="SLURM: keeper configuration",
                       id="keeper_config")
-    return [config, *_periodic(c, node, "keeper", node_program("keeper.py", header(c)),
+    wrapper = template("clusterbook-jobs.sh.j2", header=header(c), program=at(c, "slurm_jobs"),
+                       config=at(c, "keeper_config"))
+    jobs = Artifact(node, at(c, "jobs"), wrapper, "script", 0o755, id="jobs",
+                    about="SLURM: the tiers' own jobs, by recorded id and user (submit, squeue, cancel, others)")
+    users = {node, *([c.gateway.node] if c.gateway else []), *([c.monitoring.node] if c.monitoring else [])}
+    library = [Artifact(n, at(c, "slurm_jobs"), node_program("slurm_jobs.py", header(c)), "python", 0o644,
+                        id="slurm_jobs", about="SLURM: the tiers' own jobs (the keeper, wake service and probe import "
+                                               "it)") for n in sorted(users)]
+    return [config, jobs, *library, *_periodic(c, node, "keeper", node_program("keeper.py", header(c)),
                                Quoted(f"{at(c, 'keeper')} {at(c, 'keeper_config')}"),
                                "resubmit the SLURM tiers that should run and have no job", interval,
                                f"look for the jobs of the SLURM tiers every {interval} s",

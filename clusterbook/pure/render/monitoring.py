@@ -12,7 +12,9 @@ from urllib.parse import urlsplit
 
 import yaml
 
+from clusterbook.model.hosts import candidate_nodes
 from clusterbook.model.schema import Cluster, RouterTier, RpcTier
+from clusterbook.pure import slurmjob
 from clusterbook.pure import topology as topo
 from clusterbook.pure.layout import RULES, SD_DIR, TEXTFILE_DIR
 from clusterbook.pure.planner.capacity import plan_cluster
@@ -65,7 +67,10 @@ def probe_config(c: Cluster) -> str:
         tiers.append({"name": tier.name, "router": isinstance(tier, RouterTier), "models": tier.served_models,
                       "url": None if slurm else topo.endpoint_url(c, tier),
                       "record": posixpath.join(c.storage.endpoint_dir, f"{tier.name}.json") if slurm else None,
-                      "job": topo.units(tier).job if slurm else None,
+                      "job": {"job": topo.units(tier).job, "user": c.access.user, "nodes": candidate_nodes(c, tier),
+                              "marks": {"ids": (slurmjob.marker(c, tier, "ids")
+                                                if c.keeper_node == c.monitoring.node else None)}}
+                      if slurm else None,
                       "key_file": tier.api_key.file if tier.api_key and tier.api_key.file else None,
                       "timeout_s": max(5, min(2 * ttft, c.monitoring.probe_interval_s - 5))})
     return json.dumps({"textfile": posixpath.join(TEXTFILE_DIR, PROBE_TEXTFILE), "tiers": tiers},
@@ -230,12 +235,14 @@ def _tier_alerts(c: Cluster, tier: RouterTier | RpcTier, targets, n: int, partne
     # released, and a tier that waits while a tier it cannot run beside serves
     released = f'clusterbook_tier_released{{tier="{name}"}}'
     serving = [f'clusterbook_tier_healthy{{tier="{p}"}}' for p in partners]
-    waiting = "".join(f" unless on() {fresh(c, s, '== 1')}" for s in serving)
+    # and a SLURM tier whose job waits for nodes other jobs hold (VASP's on beefcake2: a normal day, issue 64)
+    held = [f'clusterbook_tier_waiting_for_nodes{{tier="{name}"}}'] if tier.manager == "slurm" else []
+    waiting = "".join(f" unless on() {fresh(c, s, '== 1')}" for s in serving + held)
     unless = (f" unless on() {fresh(c, released, '== 1')}" if tier.on_demand else "") + waiting
-    alone = [_series(s, f"0x{n}") for s in serving]  # it fires when the tiers it waits for do not serve either
+    alone = [_series(s, f"0x{n}") for s in serving + held]  # it fires when nothing it waits for holds it
 
-    def while_waiting(bad: list[dict]) -> tuple:  # down while a tier it cannot run beside serves
-        return tuple((*bad, _series(s, f"1x{n}")) for s in serving)
+    def while_waiting(bad: list[dict]) -> tuple:  # down while a tier it cannot run beside serves, or VASP's jobs
+        return tuple((*bad, _series(s, f"1x{n}")) for s in serving + held)
 
     def quiet(bad: list[dict]) -> tuple:  # down while released on demand, or while waiting
         return (((*bad, _series(released, f"1x{n}")),) if tier.on_demand else ()) + while_waiting(bad)
@@ -272,6 +279,15 @@ def _tier_alerts(c: Cluster, tier: RouterTier | RpcTier, targets, n: int, partne
                   [_series(pending, f"1x{n}"), *alone], [_series(pending, f"0x{n}"), left(pending, 1)],
                   quiet=while_waiting([_series(pending, f"1x{n}")])),
         ]
+        info = f'clusterbook_tier_waiting_info{{tier="{name}"}}'
+        shown = {"held_by": "alice (vasp)", "start": "2026-12-05T18:00:05"}  # the probe's labels, for the test
+        series = info.replace("}", ", " + ", ".join(f'{k}="{v}"' for k, v in shown.items()) + "}")
+        cases.append(Alert(_rule("TierWaitingForNodes", fresh(c, info, "== 1"), "0m", "info", label,
+                                 f"tier {name} waits for its nodes while other jobs hold them (its held_by label "
+                                 "names their users and partitions, its start label SLURM's estimate): expected "
+                                 "where those jobs come first; clients are held or told when to retry",
+                                 _entry(c, "job-not-starting")),
+                           [_series(series, f"1x{n}")], [_series(series, f"0x{n}")], shown))
     if targets and targets.decode_tps:
         critical = targets.decode_tps.critical
         counters = [f'llamacpp:tokens_predicted_total{{job="{job(tier)}"}}',
@@ -352,11 +368,14 @@ def alertmanager_config(c: Cluster, header: str) -> str:
     if mail:
         receiver["email_configs"] = [{"to": ", ".join(mail.to), "from": mail.sender, "smarthost": mail.smarthost,
                                       "require_tls": mail.require_tls, "send_resolved": True}]
+    # an informational alert (a tier waiting for VASP's nodes) goes to the journal and the status banner only
+    journal = {"name": "journal", "webhook_configs": [{"url": local, "send_resolved": True}]}
     return _dump(header, {"route": {"receiver": "cluster", "group_by": ["alertname", "tier"],
                                     "group_wait": f"{c.monitoring.alert_group_wait_s}s",
                                     "group_interval": f"{c.monitoring.alert_group_interval_s}s",
-                                    "repeat_interval": "4h"},
-                          "receivers": [receiver]})
+                                    "repeat_interval": "4h",
+                                    "routes": [{"matchers": ['severity="info"'], "receiver": "journal"}]},
+                          "receivers": [receiver, journal]})
 
 
 def alert_destinations(c: Cluster) -> list[str]:

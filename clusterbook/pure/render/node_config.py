@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import posixpath
 
+from clusterbook.model.hosts import candidate_nodes
 from clusterbook.model.schema import Cluster
 from clusterbook.pure import layout, slurmjob
 from clusterbook.pure import topology as topo
@@ -15,7 +16,8 @@ from clusterbook.pure.planner.loadtime import hold_s, new_job_hold_s, predict_lo
 
 def keeper_config(c: Cluster) -> str:
     """The keeper's configuration: per SLURM tier its job, script, marks and, on demand, its idle time."""
-    jobs = [{"job": topo.units(t).job, "tier": t.name, "script": layout.sbatch_path(c, t),
+    jobs = [{"job": topo.units(t).job, "tier": t.name, "script": layout.sbatch_path(c, t), "user": c.access.user,
+             "nodes": candidate_nodes(c, t),
              "idle_s": t.on_demand.idle_s if t.on_demand else None,
              "gpus": sum(1 for d in plan_tier(c, t).devices if d.gpu),
              "marks": {m: slurmjob.marker(c, t, m) for m in slurmjob.MARKS}} for t in c.slurm_tiers]
@@ -30,7 +32,7 @@ def wake_config(c: Cluster) -> str:
     tiers = {}
     for tier in (t for t in c.tiers if t.on_demand):
         plan = plan_tier(c, tier)
-        tiers[tier.name] = {"job": topo.units(tier).job, "kind": tier.kind,
+        tiers[tier.name] = {"job": topo.units(tier).job, "kind": tier.kind, "user": c.access.user,
                             "record": posixpath.join(c.storage.endpoint_dir, f"{tier.name}.json"),
                             "cap_s": wait_cap_s(c, tier, plan), "keeper_unit": "clusterbook-keeper.service",
                             "key_file": tier.api_key.file if tier.api_key and tier.api_key.file else None,

@@ -1,0 +1,243 @@
+#!/usr/bin/python3
+"""clusterbook-jobs CONFIG.json COMMAND TIER ...: a SLURM tier's own jobs, by the ids clusterbook recorded and its user.
+
+A job name is anyone's: `sbatch -J llama-fast` works for every user of the cluster. A tier's own jobs are those whose
+id clusterbook recorded when it submitted them (the tier's `ids` mark, beside the keeper's other marks) and whose user
+is the tiers' SLURM user; a job that only shares the name is another's, reported and never waited on or cancelled.
+The keeper, the wake service and the probe import this file; the runbooks run it as a command:
+
+  submit TIER [SBATCH_OPTION ...]      sbatch the tier's script (its digest as the comment), record the id, print it
+  squeue TIER [-t STATES] [-o FORMAT]  squeue's lines (FORMAT, default %i) of the tier's own jobs
+  cancel TIER [--wait S] [JOB_ID]      scancel the tier's own jobs (or that one of them), then wait until they left
+  others TIER                          the jobs that share the tier's name and are not its own: `ID USER STATE REASON`
+  waiting TIER                         exit 0 and one line when the tier's own job is pending while other jobs hold
+                                       the nodes it may run on (VASP's, on beefcake2): which, and SLURM's estimate
+
+CONFIG is the keeper's configuration (clusterbook's pure/render/node_config.py writes it). Python 3.6: EL 8's.
+"""
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+KEEP_IDS = 50  # ids kept per tier: more than one tier ever has in the queue at once
+SEP = "\x1f"  # between the id and the caller's format in squeue's output: no field holds it
+
+
+def command(argv, timeout=30):
+    """(exit status, stdout, stderr) of a command; a command that is not there or hangs fails."""
+    try:
+        proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
+                              timeout=timeout)
+        return proc.returncode, proc.stdout, proc.stderr
+    except (OSError, subprocess.SubprocessError) as exc:
+        return 127, "", str(exc)
+
+
+def recorded(job):
+    """The ids clusterbook submitted for this job, oldest first (none where its mark is not on this node)."""
+    path = job["marks"].get("ids")
+    try:
+        with open(path) as f:
+            return [line.strip() for line in f if line.strip().isdigit()]
+    except (OSError, TypeError):
+        return []
+
+
+def record(job, job_id):
+    """Add a submitted job's id to the tier's ids (the newest KEEP_IDS), replacing the file at once."""
+    ids = [i for i in recorded(job) if i != job_id][-(KEEP_IDS - 1):] + [job_id]
+    path = job["marks"]["ids"]
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".ids.")
+    with os.fdopen(fd, "w") as f:
+        f.write("\n".join(ids) + "\n")
+    os.replace(tmp, path)
+
+
+def queue(job, fmt="%i", states=None, run=None):
+    """[(id, user, the FORMAT part)] of every job in the queue with the tier's job name; None when squeue failed."""
+    run = run or command  # looked up when called: the tests put a fake SLURM there
+    argv = ["squeue", "-h", "-n", job["job"], "-o", "%i" + SEP + "%u" + SEP + fmt]
+    if states:
+        argv += ["-t", states]
+    status, out, _ = run(argv)
+    if status != 0:
+        return None
+    rows = []
+    for line in out.splitlines():
+        parts = line.split(SEP, 2)
+        if len(parts) == 3:
+            rows.append((parts[0].strip(), parts[1].strip(), parts[2]))
+    return rows
+
+
+def mine(job, job_id, user):
+    """Whether a queued job is the tier's own: its user is the tiers' and its id was recorded (on a node without the
+    ids, such as a probe's apart from the controller, its configuration names none: the user alone)."""
+    if user != job["user"]:
+        return False
+    return job["marks"].get("ids") is None or job_id in recorded(job)
+
+
+def own(job, fmt="%i", states=None, run=None):
+    """The FORMAT lines of the tier's own jobs; None when squeue failed."""
+    rows = queue(job, fmt, states, run)
+    if rows is None:
+        return None
+    return [rest for job_id, user, rest in rows if mine(job, job_id, user)]
+
+
+def others(job, run=None):
+    """`ID USER STATE (REASON)` of each job that shares the tier's name and is not its own (None: squeue failed)."""
+    rows = queue(job, "%T (%r)", None, run)
+    if rows is None:
+        return None
+    return ["{} {} {}".format(i, u, rest) for i, u, rest in rows if not mine(job, i, u)]
+
+
+WAITS_FOR_NODES = ("Resources", "Priority")  # pending because running jobs hold the nodes or come first
+
+
+def holders(job, run=None):
+    """(the tier's own pending job id, SLURM's reason, its start estimate, [(id, user, partition, name, nodes, end)]
+    of the other jobs that run on the nodes it may use) while it waits for them; None when it does not (it runs, or
+    it is pending for another reason: a limit, a drained node, its own previous job still ending)."""
+    run = run or command  # looked up when called: the tests put a fake SLURM there
+    pending = own(job, "%i|%r|%S", "PENDING", run)
+    if not pending:
+        return None
+    job_id, reason, start = (pending[0].split("|") + ["", ""])[:3]
+    if reason not in WAITS_FOR_NODES:
+        return None
+    status, out, _ = run(["squeue", "-h", "-t", "RUNNING,COMPLETING", "-w", ",".join(job["nodes"]),
+                          "-o", "%i|%u|%P|%j|%N|%e"])
+    mine = set(own(job, run=run) or [])
+    found = [tuple(line.split("|")) for line in out.splitlines() if line.count("|") == 5] if status == 0 else []
+    found = [h for h in found if h[0] not in mine]
+    return (job_id, reason, start if start not in ("", "N/A", "NONE") else None, found) if found else None
+
+
+def waiting(job, run=None):
+    """Why the tier's own job waits for nodes other jobs hold, as one line; None when it does not."""
+    held = holders(job, run)
+    if held is None:
+        return None
+    job_id, reason, start, found = held
+    named = "; ".join("job {} ({}, user {}, partition {}) on {} until {}".format(
+        i, name, user, part, nodes, end if end not in ("", "N/A", "NONE") else "no end time")
+        for i, user, part, name, nodes, end in found[:4])
+    more = " and {} more".format(len(found) - 4) if len(found) > 4 else ""
+    when = "SLURM expects it to start at {}".format(start) if start else "SLURM gives no start estimate yet"
+    return "job {} pending ({}) while other jobs hold its nodes: {}{}; {}".format(job_id, reason, named, more, when)
+
+
+def digest(job, chars):
+    with open(job["script"], "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()[:chars]
+
+
+def submit(job, chars, options=(), run=None):
+    """sbatch the tier's script with its digest as the comment and record the job's id: (id, None) or (None, why)."""
+    run = run or command  # looked up when called: the tests put a fake SLURM there
+    status, out, err = run(["sbatch", "--parsable", "--comment=" + digest(job, chars)] + list(options)
+                           + [job["script"]])
+    job_id = out.strip().split(";")[0]
+    if status != 0 or not job_id.isdigit():
+        return None, "sbatch exited {}: {}".format(status, (err or out).strip()[-300:])
+    record(job, job_id)
+    return job_id, None
+
+
+def cancel(job, only=None, wait_s=0, run=None, sleep=time.sleep, clock=time.monotonic):
+    """scancel the tier's own jobs (or `only`, when it is one of them) as its user, then wait up to wait_s until
+    they left the queue. (ids cancelled, None) or (ids, why not)."""
+    run = run or command  # looked up when called: the tests put a fake SLURM there
+    ids = own(job, run=run)
+    if ids is None:
+        return [], "squeue failed"
+    ids = [i.strip() for i in ids if only is None or i.strip() == str(only)]
+    if not ids:
+        return [], None
+    status, _, err = run(["scancel", "--user=" + job["user"]] + ids)
+    if status != 0:
+        return ids, "scancel exited {}: {}".format(status, err.strip()[-300:])
+    deadline = clock() + wait_s
+    while True:
+        left = set(ids) & {i.strip() for i in (own(job, run=run) or [])}
+        if not left:
+            return ids, None
+        if clock() >= deadline:
+            return ids, "still in the queue after {} s: job(s) {}".format(wait_s, " ".join(sorted(left)))
+        sleep(1)
+
+
+def options(argv, known):
+    """Split `-x VALUE` options out of argv: ({option: value}, the rest); None where an option has no value."""
+    found, rest, i = {}, [], 0
+    while i < len(argv):
+        if argv[i] in known:
+            if i + 1 == len(argv):
+                return None
+            found[argv[i]] = argv[i + 1]
+            i += 2
+        else:
+            rest.append(argv[i])
+            i += 1
+    return found, rest
+
+
+def usage(message):
+    print("clusterbook-jobs: {}\n{}".format(message, __doc__.split("\n\n")[2]), file=sys.stderr)
+    return 2
+
+
+def failed(job, why):
+    print("clusterbook-jobs: {}: {}".format(job["job"], why), file=sys.stderr)
+    return 1
+
+
+def main(argv, out=sys.stdout, run=None):
+    """The command line; returns the exit status: 0 done, 1 SLURM failed or refused, 2 a usage error."""
+    if len(argv) < 3:
+        return usage("CONFIG, COMMAND and TIER are needed")
+    with open(argv[0]) as f:
+        config = json.load(f)
+    what, tier, rest = argv[1], argv[2], argv[3:]
+    job = next((j for j in config["jobs"] if j["tier"] == tier), None)
+    if job is None:
+        return usage("no SLURM tier {!r} in {}".format(tier, argv[0]))
+    if what == "submit":
+        job_id, why = submit(job, config["digest_chars"], rest, run)
+        print(job_id or "", file=out)
+        return failed(job, why) if why else 0
+    parsed = options(rest, {"squeue": ("-t", "-o"), "cancel": ("--wait",)}.get(what, ()))
+    if what not in ("squeue", "others", "cancel", "waiting") or parsed is None:
+        return usage("{} {}: not a command or its options".format(what, " ".join(rest)))
+    opts, extra = parsed
+    if what == "cancel":
+        if len(extra) > 1 or not all(x.isdigit() for x in extra + [opts.get("--wait", "0")]):
+            return usage("cancel takes at most one job id and --wait SECONDS")
+        ids, why = cancel(job, extra[0] if extra else None, int(opts.get("--wait", "0")), run)
+        for job_id in ids:
+            print("cancelled job {}".format(job_id), file=out)
+        return failed(job, why) if why else 0
+    if extra:
+        return usage("{} takes no {}".format(what, " ".join(extra)))
+    if what == "waiting":
+        why = waiting(job, run)
+        if why:
+            print(why, file=out)
+        return 0 if why else 1
+    lines = own(job, opts.get("-o", "%i"), opts.get("-t"), run) if what == "squeue" else others(job, run)
+    if lines is None:
+        return failed(job, "squeue failed")
+    for line in lines:
+        print(line, file=out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
