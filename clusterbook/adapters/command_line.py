@@ -22,7 +22,9 @@ class CommandLine(Executor):
     run refuses --dry (invoke's own --dry does not stop a task from connecting), unless it contacts nothing."""
 
     def execute(self, *tasks):
-        """Run the line's tasks; in invoke's own process, end it when they are done (console.end_process)."""
+        """Run the line's tasks; in invoke's own process, end it when they are done (console.end_process). A line
+        whose tasks left a tier waiting for its nodes (console.waits) ends with WAITING_EXIT: not done, not failed."""
+        WAITED.clear()
         try:
             results = self.checked(*tasks)
         except SystemExit as exc:  # exits_cleanly's status for bad input (2) or a failure (1)
@@ -30,7 +32,9 @@ class CommandLine(Executor):
                 end_process(exc.code)
             raise
         if invoked_from_command_line():
-            end_process(WAITING_EXIT if WAITED else 0)  # a tier waiting for VASP's nodes: neither 0 nor a failure
+            end_process(WAITING_EXIT if WAITED else 0)
+        if WAITED:  # invoke's Program run inside another process (the tests): the same status
+            raise SystemExit(WAITING_EXIT)
         return results
 
     @exits_cleanly

@@ -37,6 +37,10 @@ class SlurmJob(Strict):
     qos: SlurmName | None = Field(None, description="quality of service, e.g. ai_opportunistic (needs accounting)")
     mem: str = Field(pattern=r"^[1-9][0-9]{0,8}[KMGT]$",
                      description="memory per node (--mem); must fit model + KV + buffers")
+    mem_failed: str | None = Field(None, pattern=r"^[1-9][0-9]{0,8}[KMGT]$",
+                                   description="a --mem measured to fail (the job killed at its limit; seed 004: "
+                                               "64G, SIGKILL at 25-40K tokens): mem must be above it, and plan "
+                                               "--solve never proposes less than it")
     time_limit: SlurmTime | None = Field(None, description="--time, e.g. 7-00:00:00 (none: partition default)")
     grace_seconds: int = Field(30, ge=10, le=3600, description="preemption grace time: SIGTERM to SIGKILL (the batch "
                                                                         "script stops its steps 5 s before it ends)")

@@ -143,7 +143,9 @@ def test_the_owner_and_escalation_are_on_the_home_and_troubleshooting_pages(beef
 
 def test_the_maintenance_page_follows_each_nodes_manager(beefcake2_site, tmp_path):
     """Issue 32: taking a node out, adding a model, rotating a key and upgrading llama.cpp, with this cluster's own
-    nodes and tiers: SLURM drains and resubmits on beefcake2, systemd stops and deploys again on the lab."""
+    nodes and tiers: SLURM drains for hardware work on beefcake2 and stops the tiers pinned there (a restart would
+    leave their jobs pending on a drained node), systemd stops and deploys again on the lab. Issue 64: giving a node
+    to VASP is not DRAIN (which keeps VASP off too): nothing, or the tier stopped ahead of VASP's job."""
     def shown(site):
         html = (site / "maintenance/index.html").read_text()
         return re.sub(r"<[^>]+>", "", html).replace("&#39;", "'").replace("&amp;", "&")
@@ -151,7 +153,10 @@ def test_the_maintenance_page_follows_each_nodes_manager(beefcake2_site, tmp_pat
     page = shown(beefcake2_site[0])
     for node in ("vasp-01", "vasp-02", "vasp-03"):
         assert f"scontrol update NodeName={node} State=DRAIN" in page and f"NodeName={node} State=RESUME" in page
-    assert "invoke restart.reasoning" in page and "invoke stop.reasoning" not in page
+    assert "invoke stop.reasoning" in page and "invoke deploy.reasoning" in page
+    assert "invoke restart.reasoning" not in page and "invoke restart.fast" not in page  # both pinned to their nodes
+    vasp = page[page.index("Nothing to do: a VASP job preempts"):].split("Take a node out for hardware work")[0]
+    assert "DRAIN" in vasp and "scontrol" not in vasp and "invoke stop.fast" in vasp  # DRAIN named only as a don't
     assert "invoke rollback --tier fast" in page and "invoke rollback --tier reasoning" in page
     assert "managed elsewhere" in page
     site = tmp_path / "lab"
@@ -301,7 +306,8 @@ def test_the_monitoring_page_lists_every_alert_from_the_targets(beefcake2_site):
     text = html.unescape(re.sub(r"<[^>]+>", "", (site / "monitoring/index.html").read_text()))
     rules = alerts(load_cluster(ROOT / "cluster.yaml"))
     assert {r["alert"] for r in rules} == {"NodeExporterDown", "TierDown", "EndpointMissing", "TierPending",
-                                         "DecodeSlow", "FirstTokenSlow", "GpuMemoryHigh", "GpuXidError", "TierWaitingForNodes"}
+                                         "DecodeSlow", "FirstTokenSlow", "GpuMemoryHigh", "GpuXidError",
+                                         "TierWaitingForNodes"}
     for rule in rules:
         assert rule["annotations"]["summary"] in text and rule["expr"] in text
     assert "tier reasoning decodes below 8 tok/s (target 15)" in text  # beefcake2's critical and target levels

@@ -185,6 +185,44 @@ def test_another_users_job_named_like_a_tier_changes_nothing(slurm_lab, ssh):
         ssh.run("slab1", f"scancel {theirs}")
 
 
+def test_while_a_vasp_like_job_holds_every_node_deploy_waits_and_nothing_pages(slurm_lab, ssh):
+    """Issue 64: a job of the higher-priority partition on all three nodes (VASP's, on beefcake2) preempts both tiers,
+    as it should. Deploy then ends waiting (exit status 3, naming the holder) at once: it failed after 309 s before.
+    Only the informational TierWaitingForNodes fires, never a critical alert; both tiers serve again soon after the
+    job ends."""
+    assert ssh.run("slab1", "id mallory >/dev/null 2>&1 || useradd -M -s /bin/bash mallory").ok
+    held = ssh.run("slab1", "su mallory -c 'cd /tmp && sbatch --parsable -J vasp-relax -p vasp -N3 --exclusive "
+                            "--time=10 --wrap \"sleep 600\"'")
+    assert held.ok and held.stdout.strip().isdigit(), held.tail()
+    vasp = held.stdout.strip()
+    jobs = "/usr/local/sbin/clusterbook-jobs"
+    try:
+        deadline = time.monotonic() + 60
+        while ssh.run("slab1", f"{jobs} squeue fast -o %T; {jobs} squeue reasoning -o %T").stdout.split() \
+                != ["PENDING", "PENDING"]:
+            assert time.monotonic() < deadline, "the tiers were not preempted within 60 s"
+            time.sleep(1)
+        started = time.monotonic()
+        deployed = invoke("deploy.fast", "deploy.reasoning", cluster=SLURM_LAB)
+        assert deployed.returncode == 3, deployed.stdout[-3000:] + deployed.stderr
+        assert time.monotonic() - started < 60 and "waiting" in deployed.stdout, deployed.stdout[-2000:]
+        assert f"job {vasp} (vasp-relax, user mallory, partition vasp)" in deployed.stdout.replace("\n", " ")
+        c = load_cluster(SLURM_LAB)  # past the longest `for:` of the down alerts, and the probe's and scrapes' lag
+        time.sleep(max(c.recovery_level(t.name).critical for t in c.tiers) + c.monitoring.probe_interval_s
+                   + 4 * c.monitoring.scrape_interval_s)
+        out = ssh.run("slab1", "curl -sfG localhost:9090/api/v1/query --data-urlencode 'query=ALERTS{alertstate="
+                               "\"firing\"}' | jq -r '.data.result[].metric | \"\\(.alertname) \\(.severity)\"'")
+        firing = set(out.stdout.split("\n")) - {""}
+        assert firing == {"TierWaitingForNodes info"}, firing
+    finally:
+        ssh.run("slab1", f"scancel {vasp}")
+    deadline = time.monotonic() + 60
+    while not ssh.run("slab1", "test -e /cluster/shared/ai/endpoints/fast.json && "
+                               "test -e /cluster/shared/ai/endpoints/reasoning.json").ok:
+        assert time.monotonic() < deadline, "the tiers were not back within 60 s of the VASP-like job's end"
+        time.sleep(1)
+
+
 def test_bench_recovery_under_slurm(slurm_lab, tmp_path):
     """A killed worker step is started again inside the job (which never leaves RUNNING); a cancelled job is
     submitted again by the keeper: both come back through the gateway, timed (the new job from the old one leaving

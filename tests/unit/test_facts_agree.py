@@ -9,9 +9,8 @@ from .test_path_roles import ROOT, edit, line_of, problems_of
 FAST_JOB = "slurm: {partition: gpu_ai, qos: ai_opportunistic, mem: 64G"
 SOURCE = "source: {repo: mradermacher/OR1-Behemoth-GGUF, files: [OR1-Behemoth.Q4_K_M.gguf]}"
 CASES = [  # (old text of cluster.yaml, new text, field named, what the message says)
-    ("    ctx_size: 32768\n    parallel: 1\n    threads: 40\n    systemd: {restart: always, restart_sec: 10, "
-     "limit_nofile: 65535}\n", "    parallel: 64\n    ctx_size: 256\n    threads: 40\n    systemd: {restart: "
-     "always, restart_sec: 10, limit_nofile: 65535}\n", "tiers[fast].parallel", "4 each, fewer than 1,024"),
+    ("    ctx_size: 32768\n    parallel: 1\n    threads: 4", "    parallel: 64\n    ctx_size: 256\n    threads: 4",
+     "tiers[fast].parallel", "4 each, fewer than 1,024"),
     (SOURCE, SOURCE.replace("{repo:", '{base_url: "http://huggingface.co", repo:'),
      "models[OR1-Behemoth].source.base_url", "download over https"),
     (SOURCE, SOURCE.replace("{repo:", '{base_url: "https://me:secret@huggingface.co", repo:'),

@@ -6,6 +6,7 @@ from __future__ import annotations
 import posixpath
 import re
 
+from clusterbook.model.hosts import candidate_nodes
 from clusterbook.model.recordschema import Decision
 from clusterbook.model.schema import HIGHER_IS_BETTER, Cluster
 from clusterbook.pure import topology as topo
@@ -44,6 +45,27 @@ def ssh_aliases(c: Cluster) -> str:
             "of `~/.ssh/config`. Each node's full ssh line is on [Hardware](hardware.md#nodes).\n")
 
 
+def give_to_other_jobs(c: Cluster, ssh, task) -> list[str]:
+    """Giving a node to VASP (a site's other jobs): nothing under SLURM, where its jobs preempt the tiers; to free it
+    ahead of them, stop the tiers on it. Never DRAIN: that keeps VASP off the node too."""
+    tiers = c.tiers
+    slurm = [t for t in tiers if t.manager == "slurm"]
+    out = ["## Give a node to VASP { #give-to-vasp }\n"]
+    if slurm:
+        out.append("Nothing to do: a VASP job preempts the tiers' jobs on the nodes it asks for, and each tier "
+                   "waits (`invoke status` says for whom; the alert TierWaitingForNodes is informational) and "
+                   "starts again by itself when the VASP job ends. Do not drain the node: DRAIN keeps VASP off it "
+                   "too. To give it ahead of the VASP job, stop the tiers that run there, and deploy them after:\n")
+    else:
+        out.append("The tiers run under systemd here: stop the tiers on the node, and deploy them after:\n")
+    for node in (n for n in c.nodes if any(n.name in t.nodes for t in tiers)):
+        on = [t for t in tiers if node.name in t.nodes]
+        out.append(f"**{text(node.name)}**: " + ", ".join(text(t.name) for t in on) + "\n\n"
+                   + code("\n".join(task("stop", t.name) for t in on)) + "When VASP is done with it:\n\n"
+                   + code("\n".join(task("deploy", t.name) for t in on)))
+    return out
+
+
 def maintenance(c: Cluster) -> str:
     """The four routine procedures, with this cluster's hosts, tiers and files: a node out for other work, a model
     added, an API key rotated, llama.cpp upgraded."""
@@ -53,22 +75,26 @@ def maintenance(c: Cluster) -> str:
     def task(action: str, tier: str) -> str:
         return tier_command(c, action, tier).strip("`")
 
-    out = ["## Take a node out for other work (VASP, hardware) { #drain }\n"]
+    out = give_to_other_jobs(c, ssh, task)
+    out.append("## Take a node out for hardware work { #drain }\n")
     ctl = c.slurm_controller
     for node in (n for n in c.nodes if any(n.name in t.nodes for t in c.tiers)):
         tiers = [t for t in c.tiers if node.name in t.nodes]
         slurm = ctl is not None and any(t.manager == "slurm" for t in tiers)
+        # a tier that may run elsewhere moves (restart); one pinned here stops: its job would wait for the node
+        moves = [t for t in tiers if t.manager == "slurm" and len(candidate_nodes(c, t)) > len(t.nodes)]
         drain = [ssh(ctl, f"scontrol update NodeName={node.name} State=DRAIN Reason=maintenance")] if slurm else []
-        drain += [task("restart" if t.manager == "slurm" else "stop", t.name) for t in tiers]
+        drain += [task("restart" if t in moves else "stop", t.name) for t in tiers]
         back = [ssh(ctl, f"scontrol update NodeName={node.name} State=RESUME")] if slurm else []
-        back += [task("deploy", t.name) for t in tiers if t.manager != "slurm"]
+        back += [task("deploy", t.name) for t in tiers if t not in moves]
         how = []
         if slurm:
-            how.append("SLURM stops placing jobs on it" + ("" if c.slurm else " (as a SLURM administrator: this "
-                       "cluster's SLURM is managed elsewhere)") + ", and a SLURM tier's job is submitted again and "
-                       "starts where the queue allows (a tier pinned to this node waits until it is back)")
-        if any(t.manager != "slurm" for t in tiers):
-            how.append("a systemd tier stops, and starts again with its deploy")
+            how.append("SLURM places no job on it, VASP's neither, as hardware work needs" + (
+                "" if c.slurm else " (drain it as a SLURM administrator: this cluster's SLURM is managed elsewhere)"))
+        if moves:
+            how.append(", ".join(text(t.name) for t in moves) + " starts again on another node of its partition")
+        if any(t not in moves for t in tiers):
+            how.append(", ".join(text(t.name) for t in tiers if t not in moves) + " stops until the node is back")
         out.append(f"**{text(node.name)}** holds {', '.join(text(t.name) for t in tiers)}: " + "; ".join(how)
                    + ".\n\n" + code("\n".join(drain)) + "When the work is done:\n\n" + code("\n".join(back)))
     out.append("## Add a model { #add-a-model }\n\nAdd it to `models:` in the cluster file (id, file, url, size), "

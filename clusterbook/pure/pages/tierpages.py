@@ -8,8 +8,9 @@ from clusterbook.pure import topology as topo
 from clusterbook.pure.mdtext import mermaid_text, prose_inline, text, title
 from clusterbook.pure.pages.apipage import on_demand_note
 from clusterbook.pure.pages.markdown import gb, gib, picture, slot_context, table
-from clusterbook.pure.planner.capacity import TierPlan, plan_cluster
+from clusterbook.pure.planner.capacity import TierPlan, plan_cluster, plan_tier
 from clusterbook.pure.planner.findings import evaluate_claim
+from clusterbook.pure.planner.jobask import job_ask
 from clusterbook.pure.planner.loadtime import (
     new_job_hold_s,
     predict_load,
@@ -166,7 +167,23 @@ def preemption(c: Cluster) -> str:
                    + ", ".join(f"{name}: `--nice={n}`" for name, n in nice) + "): SLURM's main pass stops at the "
                    "first job of a partition that cannot start, so after a preemption a tier waiting for a taken node "
                    "would hold back one that could start elsewhere until the backfill pass.")
+    out.append(job_asks(c))
     return "\n".join(out) + "\n"
+
+
+def job_asks(c: Cluster) -> str:
+    """What each SLURM tier's job asks of each node, why, and the cores it leaves to the site's other jobs."""
+    rows = []
+    for t in c.slurm_tiers:
+        ask = job_ask(c, t, plan_tier(c, t))
+        left = ", ".join(f"{text(n)}: {k}" for n, k in ask.cores_left.items())
+        rows.append([text(t.name), f"`--cpus-per-task={ask.cpus}`", text(ask.cpus_basis(t)),
+                     f"`--mem={t.slurm.mem}`", text(ask.mem_basis()), left or "–"])
+    if not rows:
+        return ""
+    return ("\n### What the jobs ask of each node\n\nA tier's job asks only what it uses, so the site's other jobs "
+            "keep the rest of the node (every layer is on the GPUs: D37 has the measurement).\n\n"
+            + table(["tier", "CPUs", "because", "memory", "because", "cores left to other jobs"], rows))
 
 
 def tier_notes(c: Cluster, t: RouterTier | RpcTier, plan: TierPlan) -> list[str]:

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from clusterbook.model.problems import Path
 from clusterbook.model.quantization import weights_bytes
 from clusterbook.model.schema import Claim, Cluster, RpcTier
 from clusterbook.pure.planner.capacity import GIB, TierPlan, plan_tier
+from clusterbook.pure.planner.jobask import job_ask, mem_text, slurm_need
 from clusterbook.pure.planner.loadtime import (
     cold_start_s,
     default_wait_cap_s,
@@ -17,7 +17,7 @@ from clusterbook.pure.planner.loadtime import (
     predict_load,
     whole_s,
 )
-from clusterbook.pure.planner.residency import parse_mem, plan_residency, ram_findings, residency_findings
+from clusterbook.pure.planner.residency import plan_residency, ram_findings, residency_findings
 from clusterbook.pure.planner.shape import from_declared
 
 
@@ -95,15 +95,16 @@ def plan_findings(c: Cluster, plans: dict[str, TierPlan], cplan=None) -> list[tu
                             f"tier {tier.name} does not fit {where}: needs {d.total / GIB:.1f} GiB of "
                             f"{d.capacity / GIB:.1f} GiB usable, short by {-d.headroom / GIB:.1f} GiB{hint}"))
         if tier.slurm:
-            need = slurm_need(plan)
-            mem = parse_mem(tier.slurm.mem)
-            margin = c.planner.slurm_mem_margin_pct / 100
-            if mem < need * (1 + margin):
+            ask = job_ask(c, tier, plan)
+            if ask.failed is not None and ask.mem <= ask.failed:
                 out.append((("tiers", i, "slurm", "mem"),
-                            f"--mem={tier.slurm.mem} leaves less than {margin:.0%} over weights + KV cache + "
-                            f"buffers ({need / GIB:.1f} GiB; give at least {mem_text(need * (1 + margin))}; "
-                            "seed 004's "
-                            "workers were SIGKILLed at 64G)"))
+                            f"--mem={tier.slurm.mem} is not above {tier.slurm.mem_failed}, which was measured to fail "
+                            "(slurm.mem_failed: the job killed at its limit): ask more"))
+            elif ask.mem < ask.planned:
+                out.append((("tiers", i, "slurm", "mem"),
+                            f"--mem={tier.slurm.mem} leaves less than {c.planner.slurm_mem_margin_pct:g} % over what "
+                            f"the plan charges the job ({slurm_need(plan) / GIB:.1f} GiB: the model file in page "
+                            f"cache, KV cache, buffers); give at least {mem_text(ask.planned)}"))
     for i, targets in enumerate(c.targets):
         tier = next((t for t in c.tiers if t.name == targets.tier), None)
         if tier is None or not targets.recovery_s or tier.name not in plans or tier.kind != "rpc":
@@ -153,16 +154,6 @@ def co_reside_findings(c: Cluster, cplan) -> list[tuple[Path, str]]:
                         f"tiers {', '.join(group)} must serve at the same time, but the plan says "
                         + "; ".join(f"{e.first} and {e.second} cannot: {e.reason}" for e in apart)))
     return out
-
-
-def slurm_need(plan: TierPlan) -> int:
-    """Host memory a job needs per node in the worst case: the model file in page cache plus buffers."""
-    return sum(d.weights for d in plan.devices) + sum(d.kv + d.compute for d in plan.devices)
-
-
-def mem_text(size: float) -> str:
-    """A --mem value at or above size: whole GiB, or whole MiB below 1 GiB."""
-    return f"{math.ceil(size / GIB)}G" if size >= GIB else f"{math.ceil(size / 2**20)}M"
 
 
 def hold_findings(c: Cluster, plans: dict[str, TierPlan]) -> list[tuple[Path, str]]:

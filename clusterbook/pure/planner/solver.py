@@ -16,9 +16,10 @@ import yaml
 
 from clusterbook.model.schema import FLASH_ATTN_MIN_CC, QUANTIZED_CACHE_TYPES, Cluster, RouterTier, RpcTier
 from clusterbook.pure.planner.capacity import GIB, plan_tier
-from clusterbook.pure.planner.findings import mem_text, plan_findings, slurm_need
+from clusterbook.pure.planner.findings import plan_findings
+from clusterbook.pure.planner.jobask import job_ask, mem_text, proposed_mem
 from clusterbook.pure.planner.loadtime import predict_load
-from clusterbook.pure.planner.residency import parse_mem, plan_residency, ram_findings, residency_findings
+from clusterbook.pure.planner.residency import plan_residency, ram_findings, residency_findings
 
 MAX_PLACEMENTS = 2_000  # combinations judged at most; past that the search keeps each tier's own best few
 
@@ -188,7 +189,7 @@ def job_requests(c: Cluster, tier, plan) -> dict:
     the process itself (the binary, CUDA's host allocations) is not in the plan."""
     if tier.slurm is None:
         return {}
-    need = max(GIB, slurm_need(plan) * (1 + c.planner.slurm_mem_margin_pct / 100))
+    need = proposed_mem(c, tier, plan)  # the plan's charge, never at or below a measured failure
     per_node: dict[str, int] = {}
     for d in plan.devices:
         if d.gpu is not None and d.total:
@@ -234,8 +235,8 @@ def judge(c: Cluster, changes: dict[str, dict], known: dict[str, object] | None 
     used = [load for load in cplan.loads if load.slot.model is not None]  # the GPUs
     headroom = min((load.headroom for load in used), default=0) / GIB
     margin = min((error_margin(placed, load) for load in used), default=0) / GIB
-    over = 1 + placed.planner.slurm_mem_margin_pct / 100  # as `invoke check` asks: a job is killed at its --mem
-    short = [t.name for t in placed.tiers if t.slurm and parse_mem(t.slurm.mem) < slurm_need(plans[t.name]) * over]
+    # as `invoke check` asks: a job is killed at its --mem, and never asks at or below a measured failure
+    short = [t.name for t in placed.tiers if t.slurm and not job_ask(placed, t, plans[t.name]).mem_ok]
     fits = all(p.fits for p in plans.values()) and margin >= 0 and not short
     apart = {frozenset((e.first, e.second)) for e in cplan.exclusions}
     together = all(frozenset((a, b)) not in apart for group in placed.planner.co_reside

@@ -241,7 +241,9 @@ def _monitoring(c: Cluster) -> list[Artifact]:
     for node in (n.name for n in c.nodes if n.gpus):
         files += _periodic(c, node, "gpu_metrics",
                            template("gpu-metrics.sh.j2", header=h, textfile_dir=layout.TEXTFILE_DIR,
-                                    prefix=mon.GPU_METRICS), at(c, "gpu_metrics"),
+                                    prefix=mon.GPU_METRICS,
+                                    binaries=[c.engine.server_binary, c.engine.rpc_worker_binary]),
+                           at(c, "gpu_metrics"),
                            "GPU figures for the node exporter", m.scrape_interval_s,
                            f"GPU figures every {m.scrape_interval_s} s",
                            "monitoring: nvidia-smi -> node exporter textfile", "monitoring: GPU collector")

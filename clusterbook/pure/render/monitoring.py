@@ -314,10 +314,11 @@ def _tier_alerts(c: Cluster, tier: RouterTier | RpcTier, targets, n: int, partne
     if targets and targets.gpu_mem_gib:
         gib = targets.gpu_mem_gib
         first = tier.nodes[0]
-        series = f'{GPU_METRICS}_memory_used_bytes{{node="{first}", gpu="0"}}'
-        cases.append(Alert(_rule("GpuMemoryHigh", f'{GPU_METRICS}_memory_used_bytes{{node=~"{"|".join(tier.nodes)}"}}'
-                                 f" / 2^30 > {gib.critical:g}", "5m", "warning", label,
-                                 f"a GPU of tier {name} holds more than {gib.critical:g} GiB",
+        # the tiers' own processes: VASP's on the same GPU (a job that preempted the tier) is not the tier's
+        series = f'{GPU_METRICS}_tiers_memory_used_bytes{{node="{first}", gpu="0"}}'
+        used = f'{GPU_METRICS}_tiers_memory_used_bytes{{node=~"{"|".join(tier.nodes)}"}}'
+        cases.append(Alert(_rule("GpuMemoryHigh", f"{used} / 2^30 > {gib.critical:g}", "5m", "warning", label,
+                                 f"the tiers' processes on a GPU of tier {name} hold more than {gib.critical:g} GiB",
                                  _entry(c, "gpu-memory-or-xid")),
                            [_series(series, f"{int((gib.critical + 1) * 2**30)}x{n}")],
                            [_series(series, f"{int(gib.target * 2**30)}x{n}")], {"node": first, "gpu": "0"}))
