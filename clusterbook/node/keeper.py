@@ -55,6 +55,14 @@ def decide(states, completing_age_s, tries_at, now, last_served):
 command = slurm_jobs.command  # (exit status, stdout, stderr); the tests put fakes of squeue, sbatch, scancel here
 
 
+def epoch(slurm_time):
+    """Seconds since the epoch of a SLURM time (2026-12-05T18:00:05, the controller's local time); None if not one."""
+    try:
+        return int(time.mktime(time.strptime(slurm_time, "%Y-%m-%dT%H:%M:%S")))
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
 def journal(message):
     command(["logger", "-t", TAG, message])
 
@@ -128,11 +136,29 @@ class Keeper:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(marks["completing"])
         if action == "has":
+            self.note_waiting(job, states)
             return True
         if action == "wait":
             print("{}: {}".format(job["job"], detail), flush=True)
             return True
         return self.submit(job, detail, last)
+
+    def note_waiting(self, job, states):
+        """The waiting mark, while the tier's own job is pending because other jobs hold its nodes (VASP's): who,
+        and when SLURM expects it to start (else when they end), for the gateway's Retry-After; removed otherwise."""
+        held = slurm_jobs.holders(job, run=command) if states and all(s == "PENDING" for s in states) else None
+        path = job["marks"]["waiting"]
+        if held is None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+            return
+        _, _, start, found = held
+        ends = [epoch(h[5]) for h in found]
+        until = epoch(start) if start else (max(ends) if ends and None not in ends else None)
+        users = sorted({"{} ({})".format(h[1], h[2]) for h in found})
+        with open(path + ".tmp", "w") as f:
+            json.dump({"until": until, "held_by": "; ".join(users), "since": int(self.now())}, f)
+        os.replace(path + ".tmp", path)
 
     def submit(self, job, tries, last):
         job_id, why = slurm_jobs.submit(job, self.config["digest_chars"], run=command)

@@ -42,8 +42,9 @@ def sbatch_shell(script: str) -> str:
 # keeps a job), released (the keeper released an idle tier on demand), request (the wake service's last request),
 # lock (one submission at a time), tries (the keeper's count of jobs in a row that ended without serving, and when),
 # completing (since when the keeper has seen the job only COMPLETING), ids (the ids of the jobs clusterbook submitted:
-# node/slurm_jobs.py finds the tier's own jobs by them and by user, never by the name alone)
-MARKS = ("wanted", "released", "request", "lock", "tries", "completing", "ids")
+# node/slurm_jobs.py finds the tier's own jobs by them and by user, never by the name alone), waiting (while the job
+# waits for nodes other jobs hold: who, and until when SLURM expects; the hold answers with it)
+MARKS = ("wanted", "released", "request", "lock", "tries", "completing", "ids", "waiting")
 
 
 def marker(c: Cluster, tier: RouterTier | RpcTier, mark: str) -> str:

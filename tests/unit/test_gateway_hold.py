@@ -217,6 +217,29 @@ def test_while_a_slurm_job_is_away_its_new_job_is_waited_for_and_a_stopped_tier_
 
 
 @pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("until, retry", [(3600, "3600"), (None, "5")])  # SLURM's estimate, else the new job's
+def test_while_vasps_jobs_hold_a_tiers_nodes_its_requests_get_503_at_once_with_the_estimate(
+        hold, tmp_path, stream, until, retry):
+    """Issue 64: a tier whose job waits for nodes VASP holds may wait hours: its requests are not held for the new
+    job's bound, they are told at once when to come back (the keeper's waiting mark: who, and until when)."""
+    hold_port, _, _ = hold
+    route = module_of(hold).HoldHandler.routes["reasoning"]
+    Path(route.spec["record"]).unlink()  # preempted
+    wanted, waiting = tmp_path / "llama-reasoning.wanted", tmp_path / "llama-reasoning.waiting"
+    wanted.touch()
+    waiting.write_text(json.dumps({"until": time.time() + until + 0.5 if until else None,
+                                   "held_by": "alice (vasp)<script>", "since": 0}))
+    route.spec.update(new_job_hold_s=1.5, new_job_retry_after=5, wanted=str(wanted), waiting=str(waiting))
+    response, body, waited = ask(hold_port, {"prompt": "hi", **({"stream": True} if stream else {})})
+    assert response.status == 503 and waited < 1 and response.getheader("Retry-After") == retry
+    message = json.loads(body)["error"]["message"]
+    assert "waits for its nodes, which other jobs hold (alice (vasp)script)" in message, message
+    waiting.unlink()  # the job started: the new job's bound again
+    response, _, waited = ask(hold_port, {"prompt": "hi"})
+    assert response.status == 503 and waited >= 1.4 and response.getheader("Retry-After") == "5"
+
+
+@pytest.mark.parametrize("stream", [False, True])
 def test_while_apply_changes_a_tier_its_requests_wait_past_the_crash_bound_until_the_change_is_over(
         hold, tmp_path, stream):
     """apply and rollback mark the tier as changing on the gateway node (effects/change_hold.py): a bad change

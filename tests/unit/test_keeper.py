@@ -93,7 +93,8 @@ def world(tmp_path, monkeypatch):
     script = tmp_path / "llama-reasoning.sbatch"
     script.write_text("#!/bin/bash\necho serve\n")
     job = {"job": "llama-reasoning", "tier": "reasoning", "script": str(script), "idle_s": None, "gpus": 2,
-           "user": "root", "marks": {m: str(marks / f"llama-reasoning.{m}") for m in MARKS}}
+           "user": "root", "nodes": ["vasp-01", "vasp-03"],
+           "marks": {m: str(marks / f"llama-reasoning.{m}") for m in MARKS}}
     node = Node(job)
     monkeypatch.setattr(keeper, "command", node.command)
     config = {"log_dir": str(logs), "wake_port": None, "textfile_dir": str(tmp_path / "textfile"),
@@ -187,6 +188,28 @@ def test_another_users_job_of_the_tiers_name_keeps_nothing_down_and_is_left_alon
            "(None)" in node.journal[-1]
     assert {j.id for j in node.jobs} >= {other, unrecorded} and node.cancelled == []
     assert one_pass(1001) == 1  # and its own job, pending, is the one it keeps
+
+
+def test_a_job_waiting_for_vasps_nodes_is_marked_with_who_and_until_when_for_the_gateway(world):
+    """Issue 64: the gateway answers a tier whose job waits for other jobs' nodes with SLURM's estimate: the keeper
+    notes who holds them and until when (the estimate, else the holders' end); the mark goes when the job runs."""
+    _, node, job, one_pass, _ = world
+    node.states = ["PENDING"]
+    mine = next(j for j in node.jobs if j.user == "root")
+    mine.reason = "Resources"
+    vasp_id = node.add("vasp-relax", "alice", "RUNNING")
+    vasp = next(j for j in node.jobs if j.id == vasp_id)
+    vasp.nodes, vasp.partition, vasp.start = "vasp-01", "vasp", "2026-12-05T18:00:00"
+    one_pass(1000)
+    mark = json.loads(Path(job["marks"]["waiting"]).read_text())
+    assert mark["held_by"] == "alice (vasp)" and mark["until"] == keeper.epoch("2026-12-05T18:00:00")
+    mine.start = "2026-12-05T18:00:05"  # SLURM's own estimate comes first
+    one_pass(1001)
+    assert json.loads(Path(job["marks"]["waiting"]).read_text())["until"] == keeper.epoch("2026-12-05T18:00:05")
+    mine.state = "RUNNING"
+    one_pass(1002)
+    assert not Path(job["marks"]["waiting"]).exists()
+    assert keeper.epoch("N/A") is None and keeper.epoch(None) is None
 
 
 def test_a_failed_look_submits_nothing(world):

@@ -57,7 +57,9 @@ def hold_routes(c: Cluster) -> dict:
             load = predict_load(c, tier, plan)
             routes[tier.name].update(new_job_hold_s=new_job_hold_s(c, tier, plan),
                                      new_job_retry_after=whole_s(load.new_job_recovery_s))
-            if c.keeper_node == c.gateway.node:  # the keeper's marks are here: a stopped tier is not waited for
+            if c.keeper_node == c.gateway.node:  # the keeper's marks are here: a stopped tier is not waited for,
+                # one whose job waits for other jobs' nodes is answered with SLURM's estimate at once
                 routes[tier.name].update(wanted=slurmjob.marker(c, tier, "wanted"),
-                                         released=slurmjob.marker(c, tier, "released"))
+                                         released=slurmjob.marker(c, tier, "released"),
+                                         waiting=slurmjob.marker(c, tier, "waiting"))
     return routes

@@ -102,6 +102,10 @@ def last_event(event):
 
 
 def unavailable(route, limit, retry_after):
+    waiting = route.waiting()
+    if waiting:
+        return (f"tier {route.name} waits for its nodes, which other jobs hold ({waiting[1]}); SLURM expects it "
+                f"back in about {retry_after} s")
     return (f"tier {route.name} is starting or recovering; predicted back within {retry_after} s" if limit else
             f"tier {route.name} is stopped by its operator")
 
@@ -110,6 +114,7 @@ PACE_S = 0.02  # between held requests sent again (not first tries): each reache
 LOOK_S = (0.1, 0.5)  # between looks at a tier that is down: the request first in line, and the others (which the
 # first wakes when it finds the tier back)
 MAX_RESUMES = 3  # a stream cut more often than this ends with an error event: its tier keeps failing it
+WAITING_RETRY_MAX_S = 7 * 86400  # the longest Retry-After a tier waiting for other jobs' nodes gives
 HOP = {"connection", "keep-alive", "proxy-connection", "te", "trailer", "transfer-encoding", "upgrade",
        "content-length", "x-clusterbook-tier"}  # not passed on: each hop sets its own
 
@@ -176,6 +181,25 @@ class Route:
             return 0, self.spec["retry_after"]
         return self.spec["new_job_hold_s"], self.spec["new_job_retry_after"]
 
+    def waiting(self):
+        """(Retry-After, who holds its nodes) while the tier's SLURM job waits for nodes other jobs hold (VASP's):
+        the keeper's waiting mark, on the keeper's node only; None otherwise. SLURM's estimate of the start, else
+        the holders' end, gives the Retry-After; neither known: the new job's."""
+        path = self.spec.get("waiting")
+        if not path or self.backend():
+            return None
+        try:
+            with open(path) as f:
+                data = json.loads(f.read(4096))
+            until, held_by = data.get("until"), str(data.get("held_by", ""))
+        except (OSError, ValueError, AttributeError):
+            return None
+        if isinstance(until, (int, float)) and not isinstance(until, bool):
+            retry = int(max(1, min(until - time.time(), WAITING_RETRY_MAX_S)))
+        else:
+            retry = self.spec.get("new_job_retry_after") or self.spec["retry_after"]
+        return retry, UNSAFE.sub("", held_by)[:200]
+
     def changing_s(self):
         """Seconds left of an apply's or a rollback's change of the tier (its mark holds the node-clock second it
         ends by, at most the tier's timeout from now); 0 when none is in progress. While one is, a request is held
@@ -188,8 +212,18 @@ class Route:
         return max(0.0, min(deadline - time.time(), float(self.spec["timeout_s"])))
 
     def bound(self):
-        """(how long a request may be held, the Retry-After past it), for the tier's state now."""
+        """(how long a request may be held, the Retry-After past it), for the tier's state now: none while its job
+        waits for other jobs' nodes (for hours, maybe), only the estimate."""
+        waiting = self.waiting()
+        if waiting:
+            return 0, waiting[0]
         return self.away() or (self.spec["hold_s"], self.spec["retry_after"])
+
+    def later(self, limit, retry_after):
+        """The bound after a pause: a job that left meanwhile gives its new one's, never less; a job that now waits
+        for other jobs' nodes gives none (the request is answered with the estimate at once)."""
+        bound = self.bound()
+        return bound if bound[0] == 0 and self.waiting() else max((limit, retry_after), bound)
 
     def path(self, path):
         """The path as the tier takes it: without the route's prefix, where the path port's server added one."""
@@ -247,7 +281,7 @@ class HoldHandler(http.server.BaseHTTPRequestHandler):
                 route.sent(key)
                 return self.unavailable(route, limit, retry_after)
             route.pause(key)
-            limit, retry_after = max((limit, retry_after), route.bound())  # a job that left meanwhile: its new one
+            limit, retry_after = route.later(limit, retry_after)
 
     def unavailable(self, route, limit, retry_after):
         print(f"{route.name}: not back within its hold of {limit} s: 503", flush=True)
@@ -338,7 +372,7 @@ class HoldHandler(http.server.BaseHTTPRequestHandler):
                     return self.unavailable(route, limit, retry_after)
                 return self.end_stream(unavailable(route, limit, retry_after))
             route.pause(key)
-            limit, retry_after = max((limit, retry_after), route.bound())
+            limit, retry_after = route.later(limit, retry_after)
 
     def open_stream(self, route, backend, path, request, turn):
         """The tier's answer to a stream request (its headers read); None when it gave none or is loading."""
