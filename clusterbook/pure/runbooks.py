@@ -32,9 +32,9 @@ from clusterbook.model.runbook_schema import (
 from clusterbook.model.schema import Cluster, RouterTier, RpcTier
 from clusterbook.model.templating import render_string
 from clusterbook.model.yamlsource import YamlDocument, load_yaml
+from clusterbook.pure import allocation, layout, services, slurmjob, waits
 from clusterbook.pure import engine_build as eb
 from clusterbook.pure import flags as fl
-from clusterbook.pure import layout, services, slurmjob, waits
 from clusterbook.pure import topology as topo
 from clusterbook.pure.mdtext import prose_value
 from clusterbook.pure.packages import PACKAGES, install_command, installed_check, pip_python, toolset_bin
@@ -242,7 +242,10 @@ def _build_context(c: Cluster) -> dict:
     """What the install runbook needs of the build: node, folders, options (quoted for the shell) and release."""
     plan = eb.plan_build(c)
     root = eb.cuda_root(c)
+    inside = allocation.heavy(c, plan.node, allocation.build_cpus(c, plan.node), "build")
     return {"node": plan.node, "root": plan.root, "src": plan.src, "tree": plan.tree, "targets": plan.targets,
+            "heavy": inside,  # in a SLURM allocation where tiers run on the build node (allocation.py)
+            "jobs": str(allocation.build_cpus(c, plan.node)) if inside.startswith("srun") else '"$(nproc)"',
             "locked": f"mkdir -p {plan.tree} && exec 9>>{plan.lock} && flock -w 7200 9",  # held until the step ends
             "options": plan.options, "options_q": " ".join(shlex.quote(o) for o in plan.options),
             "cuda": plan.cuda, "cuda_archs": eb.cuda_architectures(c), "cuda_root": root,
@@ -260,6 +263,7 @@ def template_context(c: Cluster, tier: RouterTier | RpcTier | None, host: str | 
                  "tier": tier, "host": host,
                  "node": c.node(host) if host else None, "q": shlex.quote,
                  "install": (lambda need: install_command(c.node(host).os, need)) if host else None,
+                 "heavy": (lambda cpus, label: allocation.heavy(c, host, cpus, label)) if host else None,
                  "toolset": toolset_bin(c.node(host).os) if host else None,
                  "pip_python": pip_python(c.node(host).os) if host else None,
                  "bin": {"server": fl.binary(c, c.engine.server_binary),
