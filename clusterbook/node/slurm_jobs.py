@@ -152,8 +152,8 @@ def submit(job, chars, options=(), run=None):
 
 
 def cancel(job, only=None, wait_s=0, run=None, sleep=time.sleep, clock=time.monotonic):
-    """scancel the tier's own jobs (or `only`, when it is one of them) as its user, then wait up to wait_s until
-    they left the queue. (ids cancelled, None) or (ids, why not)."""
+    """scancel the tier's own jobs (or `only`, when it is one of them) as its user, then wait up to wait_s (0: not at
+    all) until they left the queue. (ids cancelled, None) or (ids, why not)."""
     run = run or command  # looked up when called: the tests put a fake SLURM there
     ids = own(job, run=run)
     if ids is None:
@@ -164,6 +164,8 @@ def cancel(job, only=None, wait_s=0, run=None, sleep=time.sleep, clock=time.mono
     status, _, err = run(["scancel", "--user=" + job["user"]] + ids)
     if status != 0:
         return ids, "scancel exited {}: {}".format(status, err.strip()[-300:])
+    if wait_s <= 0:  # asked not to wait: SLURM ends them (a job may stay COMPLETING for its grace time)
+        return ids, None
     deadline = clock() + wait_s
     while True:
         left = set(ids) & {i.strip() for i in (own(job, run=run) or [])}

@@ -98,7 +98,8 @@ def test_an_el_monitoring_node_runs_prometheus_from_the_pinned_release_tarballs(
     unit = files["prometheus_unit"].text
     assert f"ExecStart=/opt/clusterbook/monitoring/prometheus-{releases.prometheus.sha256[:12]}/prometheus " in unit
     assert "User=prometheus" in unit and "EnvironmentFile=/etc/default/prometheus\n" in unit and "$ARGS" in unit
-    assert "--web.listen-address=:9090" in files["prometheus_defaults"].text
+    assert "--web.listen-address=127.0.0.1:9090" in files["prometheus_defaults"].text  # loopback (issue 65)
+    assert "--web.listen-address=127.0.0.1:9093 --cluster.listen-address=\"" in files["alertmanager_defaults"].text
     assert files["alertmanager_unit"].path == "/etc/systemd/system/prometheus-alertmanager.service"
     steps = {s.id: s for s in expand(available()["monitoring"], slurm_ctl_on_rocky).steps}
     assert list(steps["releases"].hosts) == ["slurm-ctl"]

@@ -76,6 +76,8 @@ def test_a_job_that_stays_in_the_queue_past_the_wait_is_named(tier):
         return (0, "", "") if argv[0] == "scancel" else slurm.command(argv)
     ids, why = slurm_jobs.cancel(job, wait_s=3, run=stuck, sleep=lambda s: None, clock=lambda: next(clock))
     assert ids == [job_id] and why == f"still in the queue after 3 s: job(s) {job_id}"
+    # not asked to wait: cancelled is done, whether SLURM has let it go yet or not (the keeper's release, an Act step)
+    assert slurm_jobs.cancel(job, run=stuck) == ([job_id], None)
 
 
 def test_a_job_pending_while_another_job_holds_its_nodes_is_waiting_and_says_until_when(tier):

@@ -219,11 +219,17 @@ def _monitoring(c: Cluster) -> list[Artifact]:
                  about="monitoring: promtool tests of every alert", id="rule_tests"),
         Artifact(m.node, at(c, "alertmanager"), mon.alertmanager_config(c, h), "alertmanager",
                  about="monitoring: where alerts go", id="alertmanager"),
+        # both listen on loopback only (issue 65): clusterbook reads them over SSH on this node, an operator through
+        # the ssh forward the Monitoring page gives; nothing from another host posts an alert or a silence, and
+        # Alertmanager's cluster gossip (9094) is off
         Artifact(m.node, at(c, "prometheus_defaults"),
-                 f'# {h}\nARGS="--storage.tsdb.retention.time={m.retention_days}d --web.listen-address=:{m.port}"\n',
-                 "env", about="monitoring: Prometheus's retention and port", id="prometheus_defaults"),
-        Artifact(m.node, at(c, "alertmanager_defaults"), f'# {h}\nARGS="--web.listen-address=:{m.alertmanager_port}"\n',
-                 "env", about="monitoring: Alertmanager's port", id="alertmanager_defaults"),
+                 f'# {h}\nARGS="--storage.tsdb.retention.time={m.retention_days}d '
+                 f'--web.listen-address=127.0.0.1:{m.port}"\n',
+                 "env", about="monitoring: Prometheus's retention and port (loopback)", id="prometheus_defaults"),
+        Artifact(m.node, at(c, "alertmanager_defaults"),
+                 f'# {h}\nARGS="--web.listen-address=127.0.0.1:{m.alertmanager_port} --cluster.listen-address="\n',
+                 "env", about="monitoring: Alertmanager's port (loopback, no cluster gossip)",
+                 id="alertmanager_defaults"),
         Artifact(m.node, at(c, "probe_config"), mon.probe_config(c), "json",
                  about="monitoring: which tiers the probe asks, and where", id="probe_config"),
         Artifact(m.node, at(c, "alert_journal"), node_program("alert_journal.py", h), "python",
