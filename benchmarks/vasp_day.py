@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import subprocess
 import sys
 import threading
 import time
@@ -29,7 +30,6 @@ from clusterbook.effects.ssh import SshTransport  # noqa: E402
 from clusterbook.model.loader import load_cluster  # noqa: E402
 from clusterbook.pure.planner.capacity import plan_tier  # noqa: E402
 from clusterbook.pure.planner.loadtime import predict_load  # noqa: E402
-from tests.inprocess import run_invoke  # noqa: E402
 
 SLURM_LAB = ROOT / "lab/cluster-slurm.yaml"
 CTL = "slab1"
@@ -81,11 +81,14 @@ class Day:
             job = self.submit(f"-J vasp-relax -N{len(taken)} --exclusive --nodelist={','.join(taken)} "
                               f"--wrap 'sleep {hold:.0f}'")
             self.vasp_jobs.append({"job": job, "nodes": taken, "seconds": round(hold)})
-            if self.rng.random() < 0.5:
-                time.sleep(10)  # the tiers preempted and pending: deploy them as an operator might
+            if self.rng.random() < 0.5:  # once a tier it took is pending behind it, deploy both as an operator might
+                deadline = time.monotonic() + 60
+                while time.monotonic() < deadline and not any(
+                        self.sh(f"{JOBS} squeue {t.name} -t PENDING").stdout.strip() for t in self.c.tiers):
+                    time.sleep(1)
                 started = time.monotonic()
-                run = run_invoke("deploy.fast", "deploy.reasoning",
-                                 env={"INVOKE_CLUSTERBOOK_CLUSTER": str(SLURM_LAB)}, timeout=600)
+                run = subprocess.run([sys.executable, "-m", "invoke", "deploy.fast", "deploy.reasoning", "--cluster",
+                                      str(SLURM_LAB)], cwd=ROOT, capture_output=True, text=True, timeout=600)
                 self.deploys.append({"exit": run.returncode, "seconds": round(time.monotonic() - started, 1),
                                      "while": job})
             while self.sh(f"squeue -h -j {job} -o %i").stdout.strip():
