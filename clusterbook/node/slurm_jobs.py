@@ -103,7 +103,7 @@ WAITS_FOR_NODES = ("Resources", "Priority")  # pending because running jobs hold
 
 def holders(job, run=None):
     """(the tier's own pending job id, SLURM's reason, its start estimate, [(id, user, partition, name, nodes, end)]
-    of the other jobs that run on the nodes it may use) while it waits for them; None when it does not (it runs, or
+    of other users' jobs that run on the nodes it may use) while it waits for them; None when it does not (it runs, or
     it is pending for another reason: a limit, a drained node, its own previous job still ending)."""
     run = run or command  # looked up when called: the tests put a fake SLURM there
     pending = own(job, "%i|%r|%S", "PENDING", run)
@@ -116,7 +116,9 @@ def holders(job, run=None):
                           "-o", "%i|%u|%P|%j|%N|%e"])
     mine = set(own(job, run=run) or [])
     found = [tuple(line.split("|")) for line in out.splitlines() if line.count("|") == 5] if status == 0 else []
-    found = [h for h in found if h[0] not in mine]
+    # other users' jobs only: the tiers' own (another tier's job, a build, the tier's previous job still ending) are
+    # a moment's wait, for which the gateway holds requests; a VASP job is another user's
+    found = [h for h in found if h[0] not in mine and h[1] != job["user"]]
     return (job_id, reason, start if start not in ("", "N/A", "NONE") else None, found) if found else None
 
 

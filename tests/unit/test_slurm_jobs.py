@@ -88,6 +88,10 @@ def test_a_job_pending_while_another_job_holds_its_nodes_is_waiting_and_says_unt
     mine = next(j for j in slurm.jobs if j.id == out.strip())
     mine.reason, mine.start = "Resources", "2026-12-05T18:00:05"
     assert cli(config, slurm, "waiting", "fast") == (1, "")  # nothing else on vasp-02: not waiting on anyone
+    sibling_id = slurm.add("llama-reasoning", "root", "RUNNING")
+    sibling = next(j for j in slurm.jobs if j.id == sibling_id)
+    sibling.nodes = "vasp-02"  # the tiers' own user's job (another tier, a build): a moment's wait, not VASP's
+    assert cli(config, slurm, "waiting", "fast") == (1, "")
     vasp = slurm.add("vasp-relax", "alice", "RUNNING")
     holder = next(j for j in slurm.jobs if j.id == vasp)
     holder.nodes, holder.partition, holder.start = "vasp-01,vasp-02", "vasp", "2026-12-05T18:00:00"
