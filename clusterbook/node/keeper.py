@@ -55,14 +55,6 @@ def decide(states, completing_age_s, tries_at, now, last_served):
 command = slurm_jobs.command  # (exit status, stdout, stderr); the tests put fakes of squeue, sbatch, scancel here
 
 
-def epoch(slurm_time):
-    """Seconds since the epoch of a SLURM time (2026-12-05T18:00:05, the controller's local time); None if not one."""
-    try:
-        return int(time.mktime(time.strptime(slurm_time, "%Y-%m-%dT%H:%M:%S")))
-    except (TypeError, ValueError, OverflowError):
-        return None
-
-
 def journal(message):
     command(["logger", "-t", TAG, message])
 
@@ -153,8 +145,8 @@ class Keeper:
                 os.unlink(path)
             return
         _, _, start, found = held
-        ends = [epoch(h[5]) for h in found]
-        until = epoch(start) if start else (max(ends) if ends and None not in ends else None)
+        ends = [slurm_jobs.epoch(h[5]) for h in found]
+        until = slurm_jobs.epoch(start) if start else (max(ends) if ends and None not in ends else None)
         users = sorted({"{} ({})".format(h[1], h[2]) for h in found})
         with open(path + ".tmp", "w") as f:
             json.dump({"until": until, "held_by": "; ".join(users), "since": int(self.now())}, f)

@@ -11,7 +11,8 @@ The keeper, the wake service and the probe import this file; the runbooks run it
   cancel TIER [--wait S] [JOB_ID]      scancel the tier's own jobs (or that one of them), then wait until they left
   others TIER                          the jobs that share the tier's name and are not its own: `ID USER STATE REASON`
   waiting TIER                         exit 0 and one line when the tier's own job is pending while other jobs hold
-                                       the nodes it may run on (VASP's, on beefcake2): which, and SLURM's estimate
+                                       the nodes it may run on (VASP's, on beefcake2): which, and SLURM's estimate;
+                                       or when those jobs just preempted it and the keeper submits it again
 
 CONFIG is the keeper's configuration (clusterbook's pure/render/node_config.py writes it). Python 3.6: EL 8's.
 """
@@ -23,6 +24,7 @@ import sys
 import tempfile
 import time
 
+PREEMPTED_RECENT_S = 120  # a preempted job the keeper has not submitted again for longer: something else is wrong
 KEEP_IDS = 50  # ids kept per tier: more than one tier ever has in the queue at once
 SEP = "\x1f"  # between the id and the caller's format in squeue's output: no field holds it
 
@@ -35,6 +37,14 @@ def command(argv, timeout=30):
         return proc.returncode, proc.stdout, proc.stderr
     except (OSError, subprocess.SubprocessError) as exc:
         return 127, "", str(exc)
+
+
+def epoch(slurm_time):
+    """Seconds since the epoch of a SLURM time (2026-12-05T18:00:05, the controller's local time); None if not one."""
+    try:
+        return int(time.mktime(time.strptime(slurm_time, "%Y-%m-%dT%H:%M:%S")))
+    except (TypeError, ValueError, OverflowError):
+        return None
 
 
 def recorded(job):
@@ -101,6 +111,17 @@ def others(job, run=None):
 WAITS_FOR_NODES = ("Resources", "Priority")  # pending because running jobs hold the nodes or come first
 
 
+def held_by_others(job, run):
+    """[(id, user, partition, name, nodes, end)] of other users' jobs running on the nodes the tier may use. The tiers'
+    own (another tier's job, a build, the tier's previous job still ending) are a moment's wait, for which the gateway
+    holds requests; a VASP job is another user's."""
+    status, out, _ = run(["squeue", "-h", "-t", "RUNNING,COMPLETING", "-w", ",".join(job["nodes"]),
+                          "-o", "%i|%u|%P|%j|%N|%e"])
+    mine = set(own(job, run=run) or [])
+    found = [tuple(line.split("|")) for line in out.splitlines() if line.count("|") == 5] if status == 0 else []
+    return [h for h in found if h[0] not in mine and h[1] != job["user"]]
+
+
 def holders(job, run=None):
     """(the tier's own pending job id, SLURM's reason, its start estimate, [(id, user, partition, name, nodes, end)]
     of other users' jobs that run on the nodes it may use) while it waits for them; None when it does not (it runs, or
@@ -112,28 +133,51 @@ def holders(job, run=None):
     job_id, reason, start = (pending[0].split("|") + ["", ""])[:3]
     if reason not in WAITS_FOR_NODES:
         return None
-    status, out, _ = run(["squeue", "-h", "-t", "RUNNING,COMPLETING", "-w", ",".join(job["nodes"]),
-                          "-o", "%i|%u|%P|%j|%N|%e"])
-    mine = set(own(job, run=run) or [])
-    found = [tuple(line.split("|")) for line in out.splitlines() if line.count("|") == 5] if status == 0 else []
-    # other users' jobs only: the tiers' own (another tier's job, a build, the tier's previous job still ending) are
-    # a moment's wait, for which the gateway holds requests; a VASP job is another user's
-    found = [h for h in found if h[0] not in mine and h[1] != job["user"]]
+    found = held_by_others(job, run)
     return (job_id, reason, start if start not in ("", "N/A", "NONE") else None, found) if found else None
 
 
-def waiting(job, run=None):
-    """Why the tier's own job waits for nodes other jobs hold, as one line; None when it does not."""
-    held = holders(job, run)
-    if held is None:
+def preempted(job, run=None, now=time.time):
+    """(the newest recorded id, when it was preempted, [holders as above]) when the tier has no job in the queue and
+    SLURM preempted that job in the last PREEMPTED_RECENT_S: the keeper submits it again within its interval, and the
+    new job waits for the preemptor (running on its nodes, or about to start there: the holders may be none yet).
+    SLURM's PreemptTime tells, not its state (FAILED or CANCELLED after the grace time). None otherwise: it ended
+    another way, long ago, or SLURM forgot it."""
+    run = run or command  # looked up when called: the tests put a fake SLURM there
+    ids = recorded(job)
+    if not ids or own(job, run=run) != []:
         return None
-    job_id, reason, start, found = held
-    named = "; ".join("job {} ({}, user {}, partition {}) on {} until {}".format(
+    status, out, _ = run(["scontrol", "-o", "show", "job", ids[-1]])
+    fields = dict(f.split("=", 1) for f in out.split() if "=" in f) if status == 0 else {}
+    at = epoch(fields.get("PreemptTime"))
+    if at is None or not 0 <= now() - at <= PREEMPTED_RECENT_S:
+        return None
+    return ids[-1], fields["PreemptTime"], held_by_others(job, run)
+
+
+def named(found):
+    """The holding jobs as one phrase (the first four, and how many more)."""
+    text = "; ".join("job {} ({}, user {}, partition {}) on {} until {}".format(
         i, name, user, part, nodes, end if end not in ("", "N/A", "NONE") else "no end time")
         for i, user, part, name, nodes, end in found[:4])
-    more = " and {} more".format(len(found) - 4) if len(found) > 4 else ""
+    return text + (" and {} more".format(len(found) - 4) if len(found) > 4 else "")
+
+
+def waiting(job, run=None):
+    """Why the tier's own job waits for nodes other jobs hold, as one line; None when it does not. A job those jobs
+    just preempted, not yet submitted again by the keeper, waits too."""
+    held = holders(job, run)
+    if held is None:
+        gone = preempted(job, run)
+        if gone is None:
+            return None
+        job_id, at, found = gone
+        by = named(found) if found else "the job that preempted it starts there now"
+        return "job {} was preempted at {} by other jobs on its nodes: {}; the keeper submits it again to wait for " \
+            "them".format(job_id, at, by)
+    job_id, reason, start, found = held
     when = "SLURM expects it to start at {}".format(start) if start else "SLURM gives no start estimate yet"
-    return "job {} pending ({}) while other jobs hold its nodes: {}{}; {}".format(job_id, reason, named, more, when)
+    return "job {} pending ({}) while other jobs hold its nodes: {}; {}".format(job_id, reason, named(found), when)
 
 
 def digest(job, chars):

@@ -1,7 +1,8 @@
 """A fake of SLURM's squeue, sbatch and scancel (and logger) for the node programs' tests: a queue of jobs, each with
 an id, a user, a name, a state, a reason and a comment. `command` has the node programs' signature: (exit status,
 stdout, stderr). Only what the programs ask is modelled: squeue's -h -n -t -o (%i %u %T %r %k %N), sbatch's
---parsable --comment and the script (named by its file), scancel's --user and ids."""
+--parsable --comment and the script (named by its file), scancel's --user and ids, `scontrol -o show job ID` of
+jobs that left the queue (`ended`: id to when it was preempted or None, as slurmctld remembers them for MinJobAge)."""
 
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ class Slurm:
     submitted: list[list[str]] = field(default_factory=list)
     cancelled: list[str] = field(default_factory=list)
     fails: set[str] = field(default_factory=set)  # commands that exit 1 (e.g. {"sbatch"} while slurmctld is down)
+    ended: dict[str, str] = field(default_factory=dict)  # jobs out of the queue: id -> PreemptTime ("None": not)
 
     def add(self, name: str, user: str, state: str = "PENDING", reason: str = "None", comment: str = "") -> str:
         """Another submission (another user's, or one the test makes); its id."""
@@ -48,6 +50,8 @@ class Slurm:
             return self.sbatch(argv[1:])
         if name == "scancel":
             return self.scancel(argv[1:])
+        if name == "scontrol":
+            return self.scontrol(argv[1:])
         if name == "logger":
             self.journal.append(argv[-1])
             return 0, "", ""
@@ -64,6 +68,17 @@ class Slurm:
                  for j in self.jobs if j.name == opts.get("-n", j.name) and (not states or j.state in states)
                  and (not nodes or nodes & set(j.nodes.split(",")))]
         return 0, "".join(line + "\n" for line in lines), ""
+
+    def scontrol(self, args: list[str]) -> tuple[int, str, str]:
+        assert args[:3] == ["-o", "show", "job"] and len(args) == 4, args
+        if args[3] in self.ended:  # a preempted job ends FAILED or CANCELLED after its grace time: only the time tells
+            state, preempted = ("FAILED", self.ended[args[3]])
+        else:
+            state, preempted = next(((j.state, "None") for j in self.jobs if j.id == args[3]), (None, None))
+        if state is None:
+            return 1, "", "slurm_load_jobs error: Invalid job id specified\n"
+        return 0, (f"JobId={args[3]} JobName=x UserId=root(0) JobState={state} Reason=None PreemptTime={preempted} "
+                   "SuspendTime=None\n"), ""
 
     def sbatch(self, args: list[str]) -> tuple[int, str, str]:
         self.submitted.append(args)

@@ -202,14 +202,15 @@ def test_a_job_waiting_for_vasps_nodes_is_marked_with_who_and_until_when_for_the
     vasp.nodes, vasp.partition, vasp.start = "vasp-01", "vasp", "2026-12-05T18:00:00"
     one_pass(1000)
     mark = json.loads(Path(job["marks"]["waiting"]).read_text())
-    assert mark["held_by"] == "alice (vasp)" and mark["until"] == keeper.epoch("2026-12-05T18:00:00")
+    assert mark["held_by"] == "alice (vasp)" and mark["until"] == keeper.slurm_jobs.epoch("2026-12-05T18:00:00")
     mine.start = "2026-12-05T18:00:05"  # SLURM's own estimate comes first
     one_pass(1001)
-    assert json.loads(Path(job["marks"]["waiting"]).read_text())["until"] == keeper.epoch("2026-12-05T18:00:05")
+    until = json.loads(Path(job["marks"]["waiting"]).read_text())["until"]
+    assert until == keeper.slurm_jobs.epoch("2026-12-05T18:00:05")
     mine.state = "RUNNING"
     one_pass(1002)
     assert not Path(job["marks"]["waiting"]).exists()
-    assert keeper.epoch("N/A") is None and keeper.epoch(None) is None
+    assert keeper.slurm_jobs.epoch("N/A") is None and keeper.slurm_jobs.epoch(None) is None
 
 
 def test_a_failed_look_submits_nothing(world):

@@ -8,6 +8,7 @@ import io
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -105,6 +106,37 @@ def test_a_job_pending_while_another_job_holds_its_nodes_is_waiting_and_says_unt
     mine.reason = "QOSMaxGRESPerUser"  # a limit of the cluster's: not a higher-priority job's nodes
     assert cli(config, slurm, "waiting", "fast") == (1, "")
     mine.reason, mine.state = "None", "RUNNING"
+    assert cli(config, slurm, "waiting", "fast") == (1, "")
+
+
+def test_a_job_just_preempted_by_another_users_job_is_waiting_until_the_keeper_submits_it_again(tier):
+    """Issue 64: between a preemption and the keeper's next pass the tier has no job in the queue; deploy's serving
+    wait read that as a job that exited (exit 1 in a 12-minute VASP-like day). Preempted in the last two minutes:
+    waiting, naming the preemptor once it runs on the tier's nodes. Ended another way, preempted long ago (the keeper
+    should have submitted it again), or forgotten by SLURM: not."""
+    _, config, slurm = tier
+    _, out = cli(config, slurm, "submit", "fast")
+    mine = next(j for j in slurm.jobs if j.id == out.strip())
+    slurm.jobs.remove(mine)
+    assert cli(config, slurm, "waiting", "fast") == (1, "")  # SLURM no longer knows how it ended
+    slurm.ended[mine.id] = "None"
+    assert cli(config, slurm, "waiting", "fast") == (1, "")  # cancelled, crashed: not VASP's doing
+    just = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() - 5))
+    slurm.ended[mine.id] = just  # its state reads FAILED: the preemption's time tells
+    assert cli(config, slurm, "waiting", "fast") == (0, (
+        f"job {mine.id} was preempted at {just} by other jobs on its nodes: the job that preempted it starts there "
+        "now; the keeper submits it again to wait for them\n"))
+    vasp = slurm.add("vasp-relax", "alice", "RUNNING")
+    holder = next(j for j in slurm.jobs if j.id == vasp)
+    holder.nodes, holder.partition, holder.start = "vasp-02", "vasp", "2026-12-05T18:00:00"
+    assert cli(config, slurm, "waiting", "fast") == (0, (
+        f"job {mine.id} was preempted at {just} by other jobs on its nodes: job {vasp} (vasp-relax, user alice, "
+        "partition vasp) on vasp-02 until 2026-12-05T18:00:00; the keeper submits it again to wait for them\n"))
+    slurm.ended[mine.id] = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() - 600))
+    assert cli(config, slurm, "waiting", "fast") == (1, "")  # ten minutes and no new job: not a moment's wait
+    slurm.ended[mine.id] = just
+    cli(config, slurm, "submit", "fast")  # the keeper's new job, running: its own serving wait decides
+    next(j for j in slurm.jobs if j.name == "llama-fast").state = "RUNNING"
     assert cli(config, slurm, "waiting", "fast") == (1, "")
 
 
