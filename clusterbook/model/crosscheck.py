@@ -23,6 +23,7 @@ from clusterbook.model.schema import (
     RouterTier,
     RpcTier,
 )
+from clusterbook.model.servicecheck import service_findings
 from clusterbook.model.slurmcheck import slurm_findings
 from clusterbook.model.templating import template_error
 
@@ -35,7 +36,7 @@ def check_cluster(c: Cluster) -> list[Finding]:
     for rule in (_networks, _nodes, _hostnames, _jumps, _engine, _models, _tiers, _contexts, port_findings, _router,
                  _gateway, _on_demand, _co_reside, _targets, _unique_ids, slurm_findings, path_role_findings,
                  folder_findings, apart_findings, legacy_findings, _memory_max, _compilers, _owner, _superseded,
-                 _alert_receivers, _monitoring_releases, _fetched_over_https):
+                 _alert_receivers, _monitoring_releases, _fetched_over_https, service_findings):
         findings.extend(rule(c))
     return findings
 

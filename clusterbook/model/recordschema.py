@@ -252,7 +252,7 @@ class Trouble(Strict):
     """A troubleshooting entry: symptom -> cause -> fix."""
 
     id: Name = Field(description="short id")
-    symptom: Line = Field(description="what the operator sees")
+    symptom: Line = Field(min_length=1, description="what the operator sees")
     cause: Prose = Field(description="why it happens")
     tier: Name | None = Field(None, description="tier it concerns (template variable `tier`)")
     fix: list[FixStep] = Field(min_length=1, description="commands, in order")

@@ -98,6 +98,10 @@ class MonitoringReleases(Strict):
     alertmanager: Release = Field(description="alertmanager-<version>.linux-amd64.tar.gz (alertmanager and amtool)")
 
 
+ALERT_REPEAT_S = 4 * 3600  # Alertmanager tells again of an alert still firing after this long (its repeat_interval);
+# a group interval longer than it would hold back what the repeat promises
+
+
 class Monitoring(Strict):
     """Prometheus, Alertmanager and the node exporters (Debian's packages; EPEL's node exporter on EL nodes, and
     Prometheus and Alertmanager from their release tarballs on an EL monitoring node), rendered from the cluster."""
@@ -108,7 +112,7 @@ class Monitoring(Strict):
     node_exporter_port: Port = Field(9100, description="the node exporter's port on every node")
     alert_group_wait_s: int = Field(30, ge=0, le=600, description="how long Alertmanager gathers a new group of "
                                                                   "alerts before its first notification")
-    alert_group_interval_s: int = Field(300, ge=1, le=86_400, description="how long Alertmanager waits after a "
+    alert_group_interval_s: int = Field(300, ge=1, le=ALERT_REPEAT_S, description="how long Alertmanager waits after a "
                                                                           "group's last notification before it "
                                                                           "tells of a change in it (an alert "
                                                                           "firing again, or resolved)")

@@ -231,6 +231,16 @@ class Router(Strict):
 
     script: AbsPath = Field("/usr/local/bin/llama-model-selector", description="install path of the script")
     node: Name | None = Field(None, description="node to install it on (default: every tier node)")
+
+    @field_validator("script")
+    @classmethod
+    def _a_program_name(cls, value: str) -> str:
+        """An executable's name: letters, digits, - and _, and .sh at most (an allow-list: not a page, not a file
+        another tool reads by its suffix)."""
+        if not re.fullmatch(r"[A-Za-z0-9_-]+(\.sh)?", value.rsplit("/", 1)[-1]):
+            raise ValueError(f"{value.rsplit('/', 1)[-1]!r} is not a program's name: letters, digits, - and _, "
+                             "ending in .sh at most")
+        return value
     default_model: Name | None = Field(None, description="model for unknown tasks (none: exit status 2)")
     rules: list[RouterRule] = Field(min_length=1, description="task rules")
 
@@ -268,6 +278,14 @@ class Gateway(Strict):
                                description="how much longer than a tier's predicted recovery the gateway holds a "
                                            "request that the tier cannot answer now, s; past it, 503 with "
                                            "Retry-After (the hold must end within the tier's timeout_s)")
+    body_max_mib: int = Field(8, ge=1, le=64,
+                              description="the largest request body the gateway takes, MiB: nginx's "
+                                          "client_max_body_size and the hold's own limit (a 128K-token prompt is "
+                                          "under 1 MiB); a larger one gets 413")
+    hold_in_flight_max: int = Field(64, ge=1, le=1024,
+                                    description="requests the hold service holds at once; one more gets 503 with "
+                                                "Retry-After at once (its memory is bounded by this times "
+                                                "body_max_mib)")
     queue_per_slot: int = Field(16, ge=1, le=256,
                                 description="requests that may wait in a tier's queue per server slot; a request "
                                             "beyond its slots and this queue gets 429 with Retry-After at once")

@@ -4,7 +4,7 @@
 nginx asks it before each request to an on-demand tier (auth_request): GET /wake/TIER.
 - The tier serves (marked wanted, its endpoint record names a job other than the one it released last, and that
   endpoint answers /health): 204 at once, with X-Backend host:port (nginx proxies the request there).
-- The keeper released it (idle): it is marked wanted again and the keeper started now; the request waits here
+- The keeper released it (idle): it is marked wanted again, which runs the keeper now; the request waits here
   until the new job serves (204), or until the tier's cap has passed (403 with X-Why: nginx answers 503 with
   Retry-After). Concurrent first requests wake it once: one mark, one keeper run, one job.
 - Its operator stopped it (the tier's stop task: neither wanted nor released): 403 at once; a request never starts
@@ -21,7 +21,6 @@ import contextlib
 import json
 import os
 import socket
-import subprocess
 import sys
 import threading
 import time
@@ -42,8 +41,15 @@ def read_key(path):
 
 
 def touch(path):
-    with open(path, "a"):
-        os.utime(path, None)
+    """Create a mark or make it new. One another user left (root's, from a deploy) is replaced: the demand folder is
+    the hold user's group's to write, the file not."""
+    try:
+        with open(path, "a"):
+            os.utime(path, None)
+    except PermissionError:
+        os.unlink(path)
+        with open(path, "a"):
+            pass
 
 
 class Tier:
@@ -73,11 +79,14 @@ class Tier:
         data, _ = self.record()
         if not data or str(data.get("job_id")) == str(self.gone):
             return None
+        hosts = self.spec.get("hosts")
+        if hosts is not None and str(data.get("host")) not in hosts:
+            return None  # a record naming a host the tier does not run on is not followed (hold.py: Route.backend)
         try:
             address = socket.gethostbyname(str(data["host"]))  # nginx needs an address: no resolver there
             backend = f"{address}:{int(data['port'])}"
             status, _ = get(f"http://{backend}/health", timeout=1.0)
-        except (OSError, KeyError, ValueError):
+        except (OSError, KeyError, ValueError, TypeError):
             return None
         if status != 200 or not BACKEND.match(backend):
             return None
@@ -93,13 +102,9 @@ class Tier:
             if not os.path.exists(self.released):
                 return False
             self.gone = self.released_job()
-            touch(self.wanted)
+            touch(self.wanted)  # the keeper's path unit runs it now (this service may not start units itself)
             os.unlink(self.released)
-            with contextlib.suppress(OSError, subprocess.SubprocessError):  # the keeper's timer runs it soon
-                # anyway: starting it now saves up to its interval
-                subprocess.run(["systemctl", "start", "--no-block", self.spec["keeper_unit"]], check=False,
-                               timeout=10)
-            print(f"{self.name}: woken by a request; keeper started", flush=True)
+            print(f"{self.name}: woken by a request; the keeper runs now", flush=True)
             return True
 
     def in_flight(self, backend):
@@ -213,6 +218,9 @@ def main(path):
         config = json.load(f)
     Handler.tiers = {name: Tier(name, spec) for name, spec in config["tiers"].items()}
     Handler.routes = {name: hold.Route(name, spec) for name, spec in config.get("routes", {}).items()}
+    Handler.body_max = config.get("body_max", Handler.body_max)
+    Handler.max_lost = config.get("max_lost", Handler.max_lost)
+    Handler.slots = threading.BoundedSemaphore(config.get("in_flight_max", 64))
     server = hold.ThreadingServer(("127.0.0.1", config["port"]), Handler)
     server.serve_forever()
 

@@ -24,6 +24,9 @@ RELEASES_DIR = "/opt/clusterbook/monitoring"  # EL monitoring node: Prometheus a
 RELEASES_CACHE = "/var/cache/clusterbook/monitoring"  # their downloaded tarballs
 PROMETHEUS_DATA = "/var/lib/prometheus/metrics2"  # Debian's storage paths, kept on EL so both read alike
 ALERTMANAGER_DATA = "/var/lib/prometheus/alertmanager"
+DEMAND_DIR = "/var/lib/clusterbook/demand"  # on the controller: the marks the hold service writes (wanted, released,
+# request), group-writable by HOLD_USER; the keeper's other marks and the batch scripts stay root's (keeper_marker_dir)
+HOLD_USER = "clusterbook-hold"  # the hold and wake service's own unprivileged user (and group)
 
 
 def unit_file(name: str, suffix: str = "service") -> str:
@@ -62,10 +65,12 @@ def cluster_paths(c: Cluster) -> dict[str, str]:
         "nginx_selinux": f"{SBIN}/clusterbook-nginx-selinux",  # EL gateway: SELinux lets nginx listen and proxy
         "tailscale_serve": f"{SBIN}/clusterbook-tailscale-serve",
         "keeper_dir": keeper_marker_dir(c),
+        "demand_dir": DEMAND_DIR,
         **_timer("probe", "clusterbook-tier-probe"),
         **_timer("gpu_metrics", "clusterbook-gpu-metrics"),
         **_timer("scrape_targets", "clusterbook-scrape-targets"),
         **_timer("keeper", "clusterbook-keeper"),
+        "keeper_path": unit_file("clusterbook-keeper", "path"),  # runs it at once when a tier on demand is woken
         "keeper_config": "/etc/clusterbook/keeper.json",
         "slurm_jobs": f"{LIB}/slurm_jobs.py",  # the SLURM tiers' own jobs: the keeper, wake and probe import it
         "jobs": f"{SBIN}/clusterbook-jobs",  # ... and the runbooks run it through this command (its configuration)

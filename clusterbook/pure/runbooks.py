@@ -276,6 +276,9 @@ def template_context(c: Cluster, tier: RouterTier | RpcTier | None, host: str | 
                  "units_of": topo.units,
                  "marker": lambda t, mark: slurmjob.marker(c, t, mark),  # the keeper's marks (slurmjob.py)
                  "files": layout.cluster_paths(c),  # every generated file's node path by artifact id (layout.py)
+                 "hold_user": layout.HOLD_USER,
+                 "demand_key_files": [t.api_key.file for t in c.tiers  # the hold service reads them (wake.py)
+                                      if t.on_demand and t.api_key and t.api_key.file],
                  "endpoint_of": lambda t: topo.endpoint_url(c, t)}
     if c.monitoring:  # what deploy.monitoring checks: the scrape jobs that must be up, the key files it reads
         routers = [mon.job(t) for t in c.tiers if isinstance(t, RouterTier)]

@@ -45,13 +45,15 @@ def sbatch_shell(script: str) -> str:
 # node/slurm_jobs.py finds the tier's own jobs by them and by user, never by the name alone), waiting (while the job
 # waits for nodes other jobs hold: who, and until when SLURM expects; the hold answers with it)
 MARKS = ("wanted", "released", "request", "lock", "tries", "completing", "ids", "waiting")
+DEMAND_MARKS = ("wanted", "released", "request")  # the unprivileged hold service writes these (layout.DEMAND_DIR)
 
 
 def marker(c: Cluster, tier: RouterTier | RpcTier, mark: str) -> str:
-    """A mark's file (MARKS)."""
+    """A mark's file (MARKS): the hold service's in the demand folder, the others beside the batch scripts."""
     if mark not in MARKS:
         raise ValueError(mark)
-    return f"{layout.keeper_marker_dir(c)}/{topo.units(tier).job}.{mark}"
+    folder = layout.DEMAND_DIR if mark in DEMAND_MARKS else layout.keeper_marker_dir(c)
+    return f"{folder}/{topo.units(tier).job}.{mark}"
 
 
 def keeper_mark(c: Cluster, tier: RouterTier | RpcTier, state: str) -> tuple[str, str, str]:
@@ -62,7 +64,7 @@ def keeper_mark(c: Cluster, tier: RouterTier | RpcTier, state: str) -> tuple[str
         return (f"rm -f {wanted} {released}", f"! test -e {wanted} && ! test -e {released}",
                 f"unmark {job} (the keeper leaves it stopped, and a request does not start it)")
     on_demand = " (unless released on demand: its next request starts it)" if tier.on_demand else ""
-    return (f"mkdir -p {layout.keeper_marker_dir(c)} && rm -f {released} && touch {wanted}",
+    return (f"mkdir -p {layout.keeper_marker_dir(c)} {layout.DEMAND_DIR} && rm -f {released} && touch {wanted}",
             f"test -e {wanted}" + (f" || test -e {released}" if tier.on_demand else ""),
             f"mark {job} wanted{on_demand}")
 

@@ -45,7 +45,6 @@ def hostile_cluster(tmp_path: Path) -> Path:
     data["slurm_site"]["qos"][0]["used_by"] = '"><svg onload=alert(9)>'
     data["slurm_site"]["partitions"] = {name: LINE for name in data["slurm_site"]["partitions"]}
     data["legacy"]["source"] = TITLE  # in runbook titles: the page's <title> and the navigation of every page
-    data["router"]["script"] = "/usr/local/bin/llama-selector.md"  # a download, never a page the macros render
     path = tmp_path / "hostile.yaml"
     path.write_text(yaml.safe_dump(data, allow_unicode=True, sort_keys=False))
     return path
@@ -74,8 +73,6 @@ def test_payloads_show_as_text_and_nothing_is_active(tmp_path):
         whole = page.read_text()
         assert "<script>alert" not in whole and "onerror=alert(11)>" not in whole.replace("&gt;", ""), page
         assert 'href="https://elsewhere.example"' not in whole, page
-    scripts = list((tmp_path / "site/files").rglob("llama-selector.md*"))
-    assert scripts and all(p.name == "llama-selector.md.txt" for p in scripts), scripts
     assert [p.name for p in (tmp_path / "site/files").rglob("*.html")] == ["index.html"]  # the files page only
     retire = (tmp_path / "site/runbooks/retire-legacy/index.html").read_text()
     assert "<title>Retire what ran before clusterbook (x ‹/title›‹script›alert(10)" in retire

@@ -68,7 +68,8 @@ def firing(port: int) -> dict:
 
 def test_the_alerts_firing_now_are_kept_for_the_sites_banner_until_resolved(journal):
     port, _ = journal
-    assert firing(port) == {"as_of": None, "firing": []}  # told nothing yet: the banner says so, not "all well"
+    told_nothing = {"as_of": None, "firing": [], "not_kept": 0}  # the banner says so, not "all well"
+    assert firing(port) == told_nothing
     assert post(port, json.dumps(PAYLOAD).encode()) == 200
     now = firing(port)
     assert now["as_of"] and now["firing"] == [{
@@ -80,3 +81,50 @@ def test_the_alerts_firing_now_are_kept_for_the_sites_banner_until_resolved(jour
     hostile = {"alerts": [{"status": "firing", "labels": {"alertname": "<script>x</script>\x1b"}, "annotations": {}}]}
     assert post(port, json.dumps(hostile).encode()) == 200
     assert firing(port)["firing"][0]["alert"] == "?script?x?/script??"  # shown as text by the banner as well
+
+
+@pytest.mark.parametrize("body, status", [
+    (b'{"alerts": null}', 400),
+    (b'{"alerts": [{"labels": ["alertname", "TierDown"]}]}', 400),
+    (b'{"alerts": [{"labels": {"alertname": {"nested": 1}}}]}', 400),
+    (b'{"alerts": "' + b"x" * 10 + b'"}', 400),
+    (b"[" * 100000, 400),  # nested past the parser's depth: a traceback before
+])
+def test_a_webhook_that_is_not_alertmanagers_is_refused_whole_and_the_journal_goes_on(journal, body, status):
+    """Issue 65: malformed webhooks ended in tracebacks; now 400, nothing written, the next webhook served."""
+    port, process = journal
+    assert post(port, body) == status
+    assert post(port, json.dumps(PAYLOAD).encode()) == 200
+    process.kill()
+    assert [line.split()[0] for line in process.stdout.read().splitlines()] == ["<2>FIRING", "<5>RESOLVED"]
+
+
+def test_a_client_that_sends_half_a_body_or_a_bad_length_holds_no_webhook_up(journal):
+    """Issue 65: a single-threaded server without time limits: half a body blocked Alertmanager's webhooks and the
+    banner."""
+    port, _ = journal
+    stuck = socket.create_connection(("127.0.0.1", port))
+    stuck.sendall(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{\"alerts\": [")
+    for length in (b"-1", b"abc"):
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as bad:
+            bad.sendall(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: " + length + b"\r\n\r\n")
+            assert bad.recv(100).startswith(b"HTTP/1.0 411")
+    started = time.monotonic()
+    assert post(port, json.dumps(PAYLOAD).encode()) == 200 and time.monotonic() - started < 2
+    assert firing(port)["firing"][0]["alert"] == "TierDown"
+    stuck.close()
+
+
+def test_past_its_limit_a_critical_alert_takes_another_ones_place_and_what_is_not_kept_is_counted(journal):
+    """Issue 65: once 500 alerts were kept a real critical alert was dropped silently; each kept its labels whole
+    (300 alerts of 1 MB: +299 MB); now a digest and clipped values."""
+    port, process = journal
+    noise = {"alerts": [{"status": "firing", "labels": {"alertname": "Noise", "n": str(i), "pad": "x" * 1000},
+                         "annotations": {}} for i in range(501)]}
+    assert post(port, json.dumps(noise).encode()) == 200
+    assert post(port, json.dumps(PAYLOAD).encode()) == 200
+    now = firing(port)
+    assert len(now["firing"]) == 500 and now["not_kept"] == 2, now["not_kept"]  # one noise, and the one it replaced
+    assert now["firing"][0]["alert"] == "TierDown" and now["firing"][0]["severity"] == "critical"
+    process.kill()
+    assert any("not kept for the status banner" in line for line in process.stdout.read().splitlines())

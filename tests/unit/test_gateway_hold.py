@@ -481,10 +481,10 @@ def test_a_stream_cut_before_its_first_word_is_the_request_sent_again():
     hold = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(hold)
     chat = {"messages": [{"role": "user", "content": "Say hi"}], "max_tokens": 400, "stream": True}
-    assert hold.continuation(chat, ("", ""), 0) == chat  # nothing reached the client: the same request
-    assert hold.continuation(chat, ("Hi", ""), 1)["messages"][-1] == {"role": "assistant", "content": "Hi"}
-    assert hold.continuation(chat, ("Hi", ""), 1)["max_tokens"] == 399
-    assert hold.continuation({"prompt": "x", "n_predict": 8}, ("", ""), 0) == {"prompt": "x", "n_predict": 8}
+    assert hold.continuation(chat, ("", ""), 0) == (chat, None)  # nothing reached the client: the same request
+    assert hold.continuation(chat, ("Hi", ""), 1)[0]["messages"][-1] == {"role": "assistant", "content": "Hi"}
+    assert hold.continuation(chat, ("Hi", ""), 1)[0]["max_tokens"] == 399
+    assert hold.continuation({"prompt": "x", "n_predict": 8}, ("", ""), 0) == ({"prompt": "x", "n_predict": 8}, None)
 
 
 class Recording(Tier):

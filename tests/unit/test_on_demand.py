@@ -14,7 +14,7 @@ from clusterbook.model.loader import load_cluster
 from clusterbook.pure.planner.capacity import plan_tier
 from clusterbook.pure.planner.loadtime import cold_start_at_most_s, cold_start_s, wait_cap_s, whole_s
 from clusterbook.pure.render.artifacts import render_artifacts
-from clusterbook.pure.slurmjob import MARKS
+from clusterbook.pure.slurmjob import DEMAND_MARKS, MARKS
 
 ROOT = Path(__file__).resolve().parents[2]
 SLURM_LAB = ROOT / "lab/cluster-slurm.yaml"
@@ -54,8 +54,10 @@ def test_the_wake_service_and_the_keeper_share_the_tiers_figures(on_demand):
     assert config["tiers"] == {"reasoning": {
         "job": "llama-reasoning", "kind": "rpc", "user": "root",
         "record": "/cluster/shared/ai/endpoints/reasoning.json",
-        "cap_s": wait_cap_s(on_demand, tier, plan_tier(on_demand, tier)), "keeper_unit": "clusterbook-keeper.service",
-        "key_file": None, "marks": {m: f"/etc/llama/slurm/llama-reasoning.{m}" for m in MARKS}}}
+        "cap_s": wait_cap_s(on_demand, tier, plan_tier(on_demand, tier)), "key_file": None,
+        "hosts": ["10.214.0.11", "10.214.0.12", "10.214.0.13", "slab1", "slab2", "slab3"],
+        "marks": {m: f"/{'var/lib/clusterbook/demand' if m in DEMAND_MARKS else 'etc/llama/slurm'}/llama-reasoning.{m}"
+                  for m in MARKS}}}
     keeper = json.loads(rendered["/etc/clusterbook/keeper.json"])
     assert {j["tier"]: j["idle_s"] for j in keeper["jobs"]} == {"fast": None, "reasoning": 10}
     assert keeper["wake_port"] == on_demand.gateway.wake_port

@@ -152,4 +152,4 @@ def test_the_keepers_marks_are_named_in_one_place():
         assert ".wanted" not in text and ".released" not in text and "keeper_dir" not in text
     deploy = {s.id: s for s in expand(available()["deploy-slurm"], c, "reasoning").steps}
     mark = next(a for a in deploy["keeper"].hosts["slab1"] if isinstance(a, Command) and "touch" in a.command)
-    assert mark.command.endswith("touch /etc/llama/slurm/llama-reasoning.wanted")
+    assert mark.command.endswith("touch /var/lib/clusterbook/demand/llama-reasoning.wanted")

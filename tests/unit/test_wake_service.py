@@ -58,8 +58,13 @@ def wake(tmp_path, monkeypatch):
     spec = importlib.util.spec_from_file_location("clusterbook_wake", NODE / "wake.py")  # a fresh module per test
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    started = []
-    monkeypatch.setattr(module.subprocess, "run", lambda argv, **kw: started.append(argv))  # no systemctl here
+    started, touch = [], module.touch
+
+    def touched(path):  # marking the tier wanted is what runs the keeper (its path unit)
+        if path.endswith(".wanted"):
+            started.append(path)
+        touch(path)
+    monkeypatch.setattr(module, "touch", touched)
     module.started = started
     return module
 
@@ -70,7 +75,7 @@ def tier(wake, tmp_path, job_id: str, port: int):
     record = tmp_path / "reasoning.json"
     record.write_text(json.dumps({"tier": "reasoning", "host": "127.0.0.1", "port": port, "job_id": job_id}))
     spec = {"job": "llama-reasoning", "kind": "rpc", "record": str(record), "cap_s": 2,
-            "keeper_unit": "clusterbook-keeper.service", "key_file": None,
+            "key_file": None,
             "marks": {m: str(markers / f"llama-reasoning.{m}") for m in MARKS}}
     (markers / "llama-reasoning.wanted").touch()
     return wake.Tier("reasoning", spec), markers, record
@@ -104,7 +109,7 @@ def test_a_request_after_the_release_waits_for_a_new_job(wake, tmp_path, server)
     age(record)
     assert t.release(5)["released"]
     assert t.backend() is None  # the released job still answers /health while it ends: never again
-    assert t.admit() and wake.started == [["systemctl", "start", "--no-block", "clusterbook-keeper.service"]]
+    assert t.admit() and wake.started == [str(markers / "llama-reasoning.wanted")]
     assert (markers / "llama-reasoning.wanted").exists() and not (markers / "llama-reasoning.released").exists()
     assert t.backend() is None and t.state()[0] == "starting"  # job 7's record is still there
     record.write_text(json.dumps({"tier": "reasoning", "host": "127.0.0.1", "port": server, "job_id": "8"}))
@@ -139,3 +144,21 @@ def test_a_router_tier_counts_the_requests_of_its_loaded_models(wake, tmp_path, 
         assert t.release(5) == {"released": False, "why": "in flight: 2"}
     finally:
         Server.processing = 0
+
+
+def test_a_mark_another_user_left_is_replaced_not_refused(wake, tmp_path, monkeypatch):
+    """The hold service runs as its own user: a request mark a root deploy left is not its to change, but the folder
+    is its group's, so it replaces the file."""
+    mark = tmp_path / "llama-reasoning.request"
+    mark.write_text("")
+    age(mark)
+    utime = wake.os.utime
+
+    def refused(path, times=None):
+        if not getattr(refused, "once", False):
+            refused.once = True
+            raise PermissionError(1, "Operation not permitted", str(path))
+        return utime(path, times)
+    monkeypatch.setattr(wake.os, "utime", refused)
+    wake.touch(str(mark))
+    assert mark.exists() and time.time() - mark.stat().st_mtime < 60

@@ -24,6 +24,7 @@ from clusterbook.pure.planner.loadtime import (
 from clusterbook.pure.planner.prompt import prompt_lengths, prompt_time
 from clusterbook.pure.planner.residency import exclusion_text, plan_residency
 from clusterbook.pure.rehearsed import compared, same_settings
+from clusterbook.pure.render.node_config import HOLD_MAX_LOST
 
 
 def tier_summary(c: Cluster) -> str:
@@ -214,7 +215,12 @@ def api(c: Cluster) -> str:
                         "continues it from the text already sent (an assistant prefill for a chat, with the "
                         "`reasoning_content` a thinking model streamed so far: it thinks on where it stopped; the "
                         "prompt extended for a completion), with SSE comments (`: clusterbook: …`) saying so; past "
-                        "the hold it ends with an error event, never silently")
+                        "the hold it ends with an error event, never silently. A stream whose request offers tools, "
+                        "asks for a `response_format`, a grammar or several choices, or has content parts or tool "
+                        "calls in its messages cannot be continued correctly: cut after its first delta, it ends with "
+                        "one error event saying why, never sent again from its start. A request the tier failed "
+                        f"{HOLD_MAX_LOST} times while answering it is not sent again (`502`, or an error event): it "
+                        "may be what fails the tier")
             else:
                 seen = ("requests in flight end without an answer (a stream stops without an error event), new ones "
                         "are refused, or get `503` \"Loading model\" while it loads. Retry with a backoff for that "
@@ -231,7 +237,10 @@ def api(c: Cluster) -> str:
                            f"the gateway holds its requests until the change is over, at most {t.timeout_s:,} s "
                            f"(`timeout_s`). {admitted(c, t)} requests may be in {t.name}'s slots and queue at once "
                            f"(`gateway.queue_per_slot`); the next gets `429` with `Retry-After: "
-                           f"{BUSY_RETRY_AFTER_S}` at once. What clients measured through each fault: "
+                           f"{BUSY_RETRY_AFTER_S}` at once. A request body over {c.gateway.body_max_mib} MiB "
+                           "(`gateway.body_max_mib`) gets `413` from the gateway; while it holds "
+                           f"{c.gateway.hold_in_flight_max} requests (`gateway.hold_in_flight_max`) the next gets "
+                           "`503` with `Retry-After: 1`. What clients measured through each fault: "
                            "`invoke bench.faults` (the Results page).\n")
         if t.on_demand:
             out.append(on_demand_note(c, t, plans[t.name]))

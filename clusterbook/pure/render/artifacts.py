@@ -34,7 +34,12 @@ from clusterbook.pure.planner.loadtime import (
 )
 from clusterbook.pure.render import monitoring as mon
 from clusterbook.pure.render.escaping import LANGUAGE, Quoted, UnsafeValue, checked_target, guard
-from clusterbook.pure.render.node_config import keeper_config, wake_config
+from clusterbook.pure.render.node_config import (
+    ALERT_JOURNAL_MEMORY_MIB,
+    hold_memory_max_mib,
+    keeper_config,
+    wake_config,
+)
 
 Kind = Literal["unit", "env", "script", "config", "nginx", "nftables", "ini", "archive", "prometheus",
                "rules", "rule-tests", "alertmanager", "python", "json", "patch"]
@@ -236,7 +241,8 @@ def _monitoring(c: Cluster) -> list[Artifact]:
                  about="monitoring: every alert as a journal line (Alertmanager's local receiver)", id="alert_journal"),
         Artifact(m.node, at(c, "alert_journal_unit"),
                  template("daemon.service.j2", header=h, description=Quoted("clusterbook: every alert in the journal"),
-                          command=Quoted(f"/usr/bin/python3 {at(c, 'alert_journal')} {m.alert_journal_port}")),
+                          command=Quoted(f"/usr/bin/python3 {at(c, 'alert_journal')} {m.alert_journal_port}"),
+                          dynamic_user=True, memory_max=f"{ALERT_JOURNAL_MEMORY_MIB}M", tasks_max=64),
                  "unit", about="monitoring: the alert journal's service", id="alert_journal_unit"),
     ]
     files += _periodic(c, m.node, "probe", node_program("tier_probe.py", h),
@@ -267,11 +273,13 @@ def _monitoring(c: Cluster) -> list[Artifact]:
         files += _monitoring_releases(c, h)
     for node in (n for n in c.nodes if n.os.family == "debian"):  # the package's unit reads its ARGS here
         files.append(Artifact(node.name, at(c, "node_exporter_defaults"),
-                              f'# {h}\nARGS="--web.listen-address=:{m.node_exporter_port} '
+                              f'# {h}\nARGS="--web.listen-address={topo.address(c, node.name)}:{m.node_exporter_port} '
                               f'--collector.textfile.directory={layout.TEXTFILE_DIR}"\n', "env",
-                              about="monitoring: the node exporter's port (Debian)", id="node_exporter_defaults"))
+                              about="monitoring: the node exporter's port, on the management address (Debian)",
+                              id="node_exporter_defaults"))
     for node in (n for n in c.nodes if n.os.family == "el"):  # EPEL's exporter, clusterbook's unit and firewall rule
-        command = Quoted(f"{layout.NODE_EXPORTER_EL} --web.listen-address=:{m.node_exporter_port} "
+        command = Quoted(f"{layout.NODE_EXPORTER_EL} --web.listen-address={topo.address(c, node.name)}:"
+                         f"{m.node_exporter_port} "
                          f"--collector.textfile.directory={layout.TEXTFILE_DIR}")
         files.append(Artifact(node.name, at(c, "node_exporter_unit"),
                               template("daemon.service.j2", header=h, command=command,
@@ -338,6 +346,15 @@ def _keeper(c: Cluster) -> list[Artifact]:
     library = [Artifact(n, at(c, "slurm_jobs"), node_program("slurm_jobs.py", header(c)), "python", 0o644,
                         id="slurm_jobs", about="SLURM: the tiers' own jobs (the keeper, wake service and probe import "
                                                "it)") for n in sorted(users)]
+    demand = [slurmjob.marker(c, t, "wanted") for t in tiers if t.on_demand]
+    if demand:  # the hold service, unprivileged, cannot start the keeper itself: marking a tier wanted does
+        library.append(Artifact(node, at(c, "keeper_path"),
+                                template("path-trigger.path.j2", header=header(c), paths=demand,
+                                         unit="clusterbook-keeper.service",
+                                         description=Quoted("clusterbook: run the keeper at once when a tier on "
+                                                            "demand is woken")),
+                                "unit", about="SLURM: the keeper runs when a tier on demand is woken",
+                                id="keeper_path"))
     return [config, jobs, *library, *_periodic(c, node, "keeper", node_program("keeper.py", header(c)),
                                Quoted(f"{at(c, 'keeper')} {at(c, 'keeper_config')}"),
                                "resubmit the SLURM tiers that should run and have no job", interval,
@@ -360,7 +377,12 @@ def _wake_files(c: Cluster) -> list[Artifact]:
         Artifact(node, at(c, "wake_unit"),
                  template("daemon.service.j2", header=header(c), command=command,
                           description=Quoted("clusterbook: hold what a tier cannot answer now, continue cut "
-                                             "streams, wake tiers on demand")),
+                                             "streams, wake tiers on demand"),
+                          memory_max=f"{hold_memory_max_mib(c)}M", tasks_max=c.gateway.hold_in_flight_max + 64,
+                          user=layout.HOLD_USER, writable=[layout.DEMAND_DIR] if c.slurm_tiers else [],
+                          # a body's buffer is mapped and given back when freed (glibc keeps large freed blocks
+                          # of many threads' arenas otherwise): what a request costs ends with it
+                          environment=["MALLOC_ARENA_MAX=2", "MALLOC_MMAP_THRESHOLD_=131072"]),
                  "unit", about="gateway: wake service unit", id="wake_unit"),
     ]
 

@@ -30,11 +30,12 @@ LANGUAGE = {
     "tailscale-serve.sh.j2": "shell", "clusterbook-jobs.sh.j2": "shell",
     "firewalld-open.sh.j2": "shell", "monitoring-releases.sh.j2": "shell",
     "nginx-selinux.sh.j2": "shell", "daemon.service.j2": "systemd",
+    "nginx-too-large.conf.j2": "nginx",
     "nginx-wake.conf.j2": "nginx", "nginx-hold.conf.j2": "nginx", "nginx-busy.conf.j2": "nginx",
     "server.service.j2": "systemd", "oneshot.service.j2": "systemd", "periodic.timer.j2": "systemd",
     "firewall.service.j2": "systemd", "tier.env.j2": "env", "nginx-site.conf.j2": "nginx",
     "upstream.conf.j2": "nginx", "nftables-rpc.nft.j2": "nft", "models-preset.ini.j2": "ini",
-    "slurm.conf.j2": "slurm",
+    "slurm.conf.j2": "slurm", "path-trigger.path.j2": "systemd",
 }
 
 

@@ -14,6 +14,7 @@ import yaml
 
 from clusterbook.model.hosts import candidate_nodes
 from clusterbook.model.schema import Cluster, RouterTier, RpcTier
+from clusterbook.model.siteschema import ALERT_REPEAT_S
 from clusterbook.pure import slurmjob
 from clusterbook.pure import topology as topo
 from clusterbook.pure.layout import RULES, SD_DIR, TEXTFILE_DIR
@@ -374,7 +375,7 @@ def alertmanager_config(c: Cluster, header: str) -> str:
     return _dump(header, {"route": {"receiver": "cluster", "group_by": ["alertname", "tier"],
                                     "group_wait": f"{c.monitoring.alert_group_wait_s}s",
                                     "group_interval": f"{c.monitoring.alert_group_interval_s}s",
-                                    "repeat_interval": "4h",
+                                    "repeat_interval": f"{ALERT_REPEAT_S}s",
                                     "routes": [{"matchers": ['severity="info"'], "receiver": "journal"}]},
                           "receivers": [receiver, journal]})
 

@@ -34,10 +34,32 @@ def wake_config(c: Cluster) -> str:
         plan = plan_tier(c, tier)
         tiers[tier.name] = {"job": topo.units(tier).job, "kind": tier.kind, "user": c.access.user,
                             "record": posixpath.join(c.storage.endpoint_dir, f"{tier.name}.json"),
-                            "cap_s": wait_cap_s(c, tier, plan), "keeper_unit": "clusterbook-keeper.service",
+                            "cap_s": wait_cap_s(c, tier, plan),
                             "key_file": tier.api_key.file if tier.api_key and tier.api_key.file else None,
+                            "hosts": tier_hosts(c, tier),
                             "marks": {m: slurmjob.marker(c, tier, m) for m in slurmjob.MARKS}}
-    return json.dumps({"port": c.gateway.wake_port, "tiers": tiers, "routes": hold_routes(c)}, indent=2) + "\n"
+    return json.dumps({"port": c.gateway.wake_port, "tiers": tiers, "routes": hold_routes(c),
+                       "body_max": c.gateway.body_max_mib << 20, "in_flight_max": c.gateway.hold_in_flight_max,
+                       "max_lost": HOLD_MAX_LOST},
+                      indent=2) + "\n"
+
+
+HOLD_MAX_LOST = 2  # a request the tier failed this often while answering it is not sent again (node/hold.py)
+ALERT_JOURNAL_MEMORY_MIB = 64  # the alert journal keeps at most 500 alerts of bounded labels (alert_journal.py)
+HOLD_BASE_MIB = 128  # the wake service's own memory (Python, its threads), measured under 40 MiB on the lab
+
+
+def hold_memory_max_mib(c: Cluster) -> int:
+    """The wake service's MemoryMax: its own memory and, for each request it may hold, one body and one parse of the
+    largest body it parses (one at a time: hold.py PARSE_MAX, 2 MiB, up to 30 times that)."""
+    return HOLD_BASE_MIB + c.gateway.hold_in_flight_max * c.gateway.body_max_mib + 64
+
+
+def tier_hosts(c: Cluster, tier) -> list[str]:
+    """The names and addresses (the tier's listen network's, as its job registers them) of the nodes a tier may run
+    on: where its endpoint record may point."""
+    nodes = candidate_nodes(c, tier)
+    return sorted(set(nodes) | {topo.address(c, n, topo.listen_network(c, tier)) for n in nodes})
 
 
 def hold_routes(c: Cluster) -> dict:
@@ -52,7 +74,7 @@ def hold_routes(c: Cluster) -> dict:
             "record": posixpath.join(c.storage.endpoint_dir, f"{tier.name}.json") if slurm else None,
             "hold_s": hold_s(c, tier, plan), "retry_after": whole_s(predict_load(c, tier, plan).recovery_s),
             "timeout_s": tier.timeout_s, "prefix": route.path, "changing": layout.changing_mark(tier),
-            "continue": route.continue_streams}
+            "continue": route.continue_streams, "hosts": tier_hosts(c, tier) if slurm else None}
         if slurm:  # while its job is away (the record gone, the tier still wanted), the new job is waited for
             load = predict_load(c, tier, plan)
             routes[tier.name].update(new_job_hold_s=new_job_hold_s(c, tier, plan),

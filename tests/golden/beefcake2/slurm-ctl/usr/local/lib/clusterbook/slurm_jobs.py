@@ -63,6 +63,7 @@ def record(job, job_id):
     ids = [i for i in recorded(job) if i != job_id][-(KEEP_IDS - 1):] + [job_id]
     path = job["marks"]["ids"]
     fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".ids.")
+    os.fchmod(fd, 0o644)  # not secret: the hold service (its own user) and status read them
     with os.fdopen(fd, "w") as f:
         f.write("\n".join(ids) + "\n")
     os.replace(tmp, path)
@@ -158,10 +159,10 @@ def preempted(job, run=None, now=time.time):
 
 def named(found):
     """The holding jobs as one phrase (the first four, and how many more)."""
-    text = "; ".join("job {} ({}, user {}, partition {}) on {} until {}".format(
+    phrase = "; ".join("job {} ({}, user {}, partition {}) on {} until {}".format(
         i, name, user, part, nodes, end if end not in ("", "N/A", "NONE") else "no end time")
         for i, user, part, name, nodes, end in found[:4])
-    return text + (" and {} more".format(len(found) - 4) if len(found) > 4 else "")
+    return phrase + (" and {} more".format(len(found) - 4) if len(found) > 4 else "")
 
 
 def waiting(job, run=None):

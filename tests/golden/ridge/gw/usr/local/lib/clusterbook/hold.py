@@ -8,15 +8,22 @@ A request goes to the tier at once; one the tier refuses, drops before its whole
 waits here until the tier answers /health again, at most its hold (the predicted recovery, or a new job's while a SLURM
 job is away, and the file's margin), and is sent again, in the order the held requests came: nothing of it reached the
 client. A stream is relayed event by event; cut, it is held likewise and continued from the text already sent (a
-chat's answer as an assistant prefill, a completion's prompt extended), with comments saying so. Past the hold: 503
+chat's answer as an assistant prefill, a completion's prompt extended), with comments saying so; a stream whose
+request it cannot continue (tools, a format, content parts) ends with an error event instead. Past the hold: 503
 with Retry-After, or for a stream an error event.
-"""
+
+What a client sends cannot hurt it (issue 65): a body over its limit gets 413, one nested too deep 400, one over
+PARSE_MAX is passed on unread; at most `in_flight_max` requests are held (503 past them); a request the tier failed
+max_lost times is not sent again; a held request whose client left is dropped; an endpoint record is followed only
+to a node of its tier; a thread never ends without an answer."""
 import contextlib
 import http.client
 import http.server
 import json
 import os
 import re
+import select
+import socket
 import socketserver
 import threading
 import time
@@ -32,63 +39,91 @@ def get(url, key=None, timeout=2.0):
         return response.status, response.read()
 
 
+class TooDeep(ValueError):
+    """A request body nested deeper than Python's parser goes."""
+
+
 def as_json(data):
-    """A request's or an event's JSON object, or None."""
-    with contextlib.suppress(ValueError):
+    """A request's or an event's JSON object, or None; TooDeep where it nests past the parser's recursion limit (a
+    RecursionError, which is no ValueError, ended the thread that met it)."""
+    try:
         value = json.loads(data) if data else None
-        return value if isinstance(value, dict) else None
-    return None
+    except RecursionError:
+        raise TooDeep("nested too deeply") from None
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
 
 
-def continuable(payload):
-    """A stream the hold can continue: a chat whose messages are text, or a completion with a text prompt."""
+SHAPED = ("tools", "functions", "response_format", "grammar", "json_schema")  # an answer held to these cannot be
+# continued from a prefill: a tool call's arguments, a format's value would start again or come twice
+
+
+def uncontinuable(payload):
+    """Why a cut stream of this request cannot be continued from what its client got; None when it can: a chat whose
+    messages are text, or a completion with a text prompt, with no tools or format to hold its answer to."""
+    if payload is None:
+        return "its request was too large to read"
+    shaped = [k for k in SHAPED if payload.get(k)]
+    if shaped:
+        return "its request asks for {}".format(", ".join(shaped))
+    if isinstance(payload.get("n"), int) and payload["n"] > 1:
+        return "its request asks for several choices"
     messages = payload.get("messages")
     if isinstance(messages, list):
-        return all(isinstance(m, dict) and isinstance(m.get("content"), str) for m in messages)
-    return isinstance(payload.get("prompt"), str)
+        if all(isinstance(m, dict) and isinstance(m.get("content"), str) and isinstance(m.get("role"), str)
+               and not m.get("tool_calls") for m in messages):
+            return None
+        return "its messages are not all plain text (content parts or tool calls)"
+    return None if isinstance(payload.get("prompt"), str) else "its prompt is not plain text"
 
 
 def continuation(payload, sent, tokens, allowed=True):
-    """The request that continues a cut stream from what its client got, sent = (answer, reasoning): a chat's answer
-    so far as an assistant prefill, with a thinking model's reasoning so far (llama-server continues the reasoning
-    where the answer has not begun), or a completion's prompt extended; its token limit less what was sent. None:
-    nothing to continue from, or the route continues no stream (continue_streams: false, where a chat template cannot
-    continue an assistant message). A stream cut before its first word is the request itself, sent again (its client
-    got nothing of the first: an empty assistant prefill is refused by some chat templates)."""
-    request, (answer, reasoning) = dict(payload), sent
-    if not answer and not reasoning and not tokens and continuable(payload):
-        return request
-    if not allowed:
-        return None
+    """(request, None) that continues a cut stream from what its client got, sent = (answer, reasoning): a chat's
+    answer so far as an assistant prefill (a trailing assistant message of the client's own, itself a prefill, is
+    extended), with a thinking model's reasoning so far (llama-server continues the reasoning where the answer has
+    not begun), or a completion's prompt extended; its token limit less what was sent. (None, why) where it cannot
+    be continued, or the route continues no stream (continue_streams: false, where a chat template cannot continue an
+    assistant message). A stream cut before anything reached its client (tokens 0) is the request itself, sent
+    again: an empty assistant prefill is refused by some chat templates."""
+    request, (answer, reasoning) = dict(payload or {}), sent
+    if not tokens:
+        return request, None
+    why = uncontinuable(payload) or (None if allowed else "its route continues no stream")
+    if why:
+        return None, why
     if isinstance(payload.get("messages"), list):
-        prefill = {"role": "assistant", "content": answer}
+        messages = list(payload["messages"])
+        last = messages[-1] if messages and messages[-1].get("role") == "assistant" else None
+        prefill = dict(last or {"role": "assistant"}, content=(last or {}).get("content", "") + answer)
         if reasoning:
-            prefill["reasoning_content"] = reasoning
-        request["messages"] = payload["messages"] + [prefill]
-    elif isinstance(payload.get("prompt"), str):
-        request["prompt"] = payload["prompt"] + answer
+            prefill["reasoning_content"] = str((last or {}).get("reasoning_content") or "") + reasoning
+        request["messages"] = (messages[:-1] if last else messages) + [prefill]
     else:
-        return None
+        request["prompt"] = payload["prompt"] + answer
     for key in ("max_tokens", "max_completion_tokens", "n_predict"):
         if isinstance(payload.get(key), int) and payload[key] > 0:
             request[key] = max(1, payload[key] - tokens)
-    return request
+    return request, None
 
 
 def streamed_text(event):
-    """(answer, reasoning) one stream event adds: a chat's delta content and reasoning_content (llama-server's
-    reasoning parser puts a thinking model's thoughts there), or a completion's text (llama-server's own too)."""
+    """(answer, reasoning, anything) one stream event adds: a chat's delta content and reasoning_content
+    (llama-server's reasoning parser puts a thinking model's thoughts there), or a completion's text (llama-server's
+    own too); anything: it carried something for the client beyond its role (text, a tool call's delta)."""
     if not event:
-        return "", ""
+        return "", "", False
     choices = event.get("choices")
     if isinstance(choices, list) and choices and isinstance(choices[0], dict):
         delta = choices[0].get("delta")
         if not isinstance(delta, dict):
             piece = choices[0].get("text")
-            return (piece if isinstance(piece, str) else ""), ""
-        return tuple(delta.get(k) if isinstance(delta.get(k), str) else "" for k in ("content", "reasoning_content"))
+            return (piece if isinstance(piece, str) else ""), "", bool(piece)
+        answer, reasoning = (delta.get(k) if isinstance(delta.get(k), str) else "" for k in
+                             ("content", "reasoning_content"))
+        return answer, reasoning, bool(answer or reasoning or delta.get("tool_calls") or delta.get("function_call"))
     piece = event.get("content")
-    return (piece if isinstance(piece, str) else ""), ""
+    return (piece if isinstance(piece, str) else ""), "", bool(piece)
 
 
 def last_event(event):
@@ -113,7 +148,11 @@ def unavailable(route, limit, retry_after):
 PACE_S = 0.02  # between held requests sent again (not first tries): each reaches the tier's queue first
 LOOK_S = (0.1, 0.5)  # between looks at a tier that is down: the request first in line, and the others (which the
 # first wakes when it finds the tier back)
-MAX_RESUMES = 3  # a stream cut more often than this ends with an error event: its tier keeps failing it
+PARSE_MAX = 2 << 20  # bytes of a body the hold parses to continue its stream (a 128K-token prompt is under 1 MiB);
+# a larger one is passed on unread and its stream not continued: parsing costs up to 30 times a body's size
+LINE_MAX = 1 << 20  # bytes of one stream line the hold reads at once (a longer one is passed on in pieces)
+NOT_THERE, LOST = "not there", "lost"  # no answer: the tier was not there (or loading), or went away with the request
+STREAM = re.compile(rb'"stream"\s*:\s*true')  # a body too large to parse asks for a stream (relayed as it comes)
 WAITING_RETRY_MAX_S = 7 * 86400  # the longest Retry-After a tier waiting for other jobs' nodes gives
 HOP = {"connection", "keep-alive", "proxy-connection", "te", "trailer", "transfer-encoding", "upgrade",
        "content-length", "x-clusterbook-tier"}  # not passed on: each hop sets its own
@@ -144,16 +183,26 @@ class Route:
             self.turn.notify_all()
 
     def backend(self):
-        """host:port where the tier serves now: its fixed address, or its SLURM job's endpoint record."""
+        """host:port where the tier serves now: its fixed address, or its SLURM job's endpoint record, followed only
+        to a node the tier may run on (`hosts`: their names and addresses; a record is anyone's who can write the
+        shared folder, and the request it is sent carries the client's prompt and key)."""
         if self.spec.get("backend"):
             return self.spec["backend"]
         try:
             with open(self.spec["record"]) as f:
-                data = json.load(f)
-            backend = "{}:{}".format(data["host"], int(data["port"]))
-        except (OSError, ValueError, KeyError, TypeError):
+                data = json.loads(f.read(4096))
+            host, port = str(data["host"]), int(data["port"])
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return None
-        return backend if BACKEND.match(backend) else None
+        hosts = self.spec.get("hosts")
+        if hosts is not None and host not in hosts:
+            if self.spec.get("_warned") != host:  # once per host named, not at every look
+                self.spec["_warned"] = host
+                print("{}: endpoint record names {}, not a node of the tier: not followed".format(
+                    self.name, UNSAFE.sub("", host)[:80]), flush=True)
+            return None
+        backend = "{}:{}".format(host, port)
+        return backend if BACKEND.match(backend) and 0 < port < 65536 else None
 
     def ready(self, backend):
         """The tier answers /health; then every request held for it looks again at once (pause())."""
@@ -202,14 +251,17 @@ class Route:
 
     def changing_s(self):
         """Seconds left of an apply's or a rollback's change of the tier (its mark holds the node-clock second it
-        ends by, at most the tier's timeout from now); 0 when none is in progress. While one is, a request is held
-        past the crash bound and a stopped tier is waited for: the change starts it again."""
+        ends by; at most the tier's timeout from when the mark was written: one an apply that was killed left
+        behind holds nothing after that); 0 when none is in progress. While one is, a request is held past the crash
+        bound and a stopped tier is waited for: the change starts it again."""
         try:
             with open(self.spec["changing"]) as f:
-                deadline = float(f.read().split()[0])
+                deadline = float(f.read(64).split()[0])
+                written = os.fstat(f.fileno()).st_mtime
         except (KeyError, TypeError, OSError, ValueError, IndexError):
             return 0
-        return max(0.0, min(deadline - time.time(), float(self.spec["timeout_s"])))
+        limit = float(self.spec["timeout_s"])
+        return max(0.0, min(deadline, written + limit) - time.time()) if deadline == deadline else 0
 
     def bound(self):
         """(how long a request may be held, the Retry-After past it), for the tier's state now: none while its job
@@ -236,14 +288,28 @@ class HoldHandler(http.server.BaseHTTPRequestHandler):
     adds its own GETs."""
 
     routes = {}  # noqa: RUF012  set once by main(), before the server starts: every tier behind the gateway
+    body_max = 8 << 20  # main() sets the gateway's limit (nginx's client_max_body_size is the same)
+    max_lost = 2  # main() sets it: a request the tier failed this often while answering it is not sent again
+    slots = threading.BoundedSemaphore(64)  # requests held at once; main() sets the file's figure
+    parsing = threading.Lock()  # one large body parsed at a time: parsing costs up to 30 times a body's size
+    timeout = 60  # s a client may take to send its request (nginx has buffered it: it takes none)
+    answered = False  # the client got a status line: a failure after it ends the stream instead
 
     def reply(self, status, headers=(), body=b""):
+        self.answered = True
         self.send_response(status)
         for name, value in headers:
             self.send_header(name, value)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
+
+    def refuse(self, status, message, retry_after=None):
+        """A JSON error of the gateway's own, in the tiers' format."""
+        kind = "invalid_request_error" if status in (400, 411, 413) else "unavailable_error"
+        body = json.dumps({"error": {"code": status, "type": kind, "message": message}}).encode()
+        headers = [("Content-Type", "application/json")] + ([("Retry-After", str(retry_after))] if retry_after else [])
+        return self.reply(status, headers, body)
 
     def do_POST(self):
         return self.held()
@@ -252,62 +318,131 @@ class HoldHandler(http.server.BaseHTTPRequestHandler):
         return self.held() if "X-Clusterbook-Tier" in self.headers else self.reply(404)
 
     def held(self):
-        """A request to a routed tier: sent to it; held while the tier cannot answer (at most its hold) and sent
-        again, since nothing of an unanswered request reached the client; a stream is continued where it was cut."""
+        """A request to a routed tier, within the cap of requests held at once; whatever fails in its thread is
+        answered (502, or an error event ending a stream already open), never a silent close."""
         route = self.routes.get(self.headers.get("X-Clusterbook-Tier", ""))
         if route is None:
             return self.reply(404)
-        length = int(self.headers.get("Content-Length") or 0)
-        body = self.rfile.read(length) if length else None
-        payload = as_json(body)
-        if payload is not None and payload.get("stream") is True and continuable(payload):
-            return self.streamed(route, payload)
-        started, tries, key = time.monotonic(), 0, (time.monotonic(), id(self))  # the hold counts from when the
-        limit, retry_after = route.bound()  # tier failed it: it may have queued there for longer than the hold
+        slots = self.slots  # the one it took from, released below even if main() replaced it meanwhile
+        if not slots.acquire(blocking=False):
+            print(f"{route.name}: the hold is full: 503", flush=True)
+            return self.refuse(503, "the gateway holds as many requests as it may; try again shortly", 1)
+        try:
+            return self.admitted(route)
+        except Exception as exc:  # a thread never ends unanswered
+            print(f"{route.name}: the hold failed on {self.command} {route.path(self.path)[:80]}: "
+                  f"{type(exc).__name__}: {str(exc)[:200]}", flush=True)
+            if not self.answered:
+                return self.refuse(502, f"the gateway's hold failed on this request ({type(exc).__name__})")
+            return self.end_stream("the gateway's hold failed on this stream")
+        finally:
+            slots.release()
+
+    def body(self):
+        """(the request's body or None, None), or (None, (status, why)) for one the hold refuses: over its limit,
+        of no stated length, or not sent whole in time."""
+        if self.headers.get("Transfer-Encoding"):
+            return None, (411, "a request body needs a Content-Length")
+        stated = self.headers.get("Content-Length") or "0"
+        if not stated.isdigit():
+            return None, (400, "Content-Length is not a number")
+        length = int(stated)
+        if length > self.body_max:
+            return None, (413, f"the request body ({length} bytes) is over the gateway's limit of {self.body_max}")
+        data, got = bytearray(length), 0  # read into one buffer of its size: no request costs twice its body
+        with contextlib.suppress(OSError):  # socket.timeout is one
+            while got < length:
+                n = self.rfile.readinto(memoryview(data)[got:])
+                if not n:
+                    break
+                got += n
+        if got < length:
+            return None, (400, "the request body ended before its Content-Length")
+        return (data or None), None
+
+    def admitted(self, route):
+        """A request to a routed tier: sent to it; held while the tier cannot answer (at most its hold) and sent
+        again, since nothing of an unanswered request reached the client; a stream is relayed as it comes and
+        continued where it was cut, when its request allows."""
+        body, refused = self.body()
+        if refused:
+            return self.refuse(*refused)
+        try:
+            if body and len(body) > PARSE_MAX:
+                payload = None
+            elif body and len(body) > 65536:
+                with self.parsing:
+                    payload = as_json(body)
+            else:
+                payload = as_json(body)
+        except TooDeep:
+            return self.refuse(400, "the request body is nested too deeply")
+        stream = payload.get("stream") is True if payload is not None else bool(body and STREAM.search(body))
+        if stream and self.command == "POST":
+            return self.streamed(route, payload, body)
+        started, tries, lost, key = time.monotonic(), 0, 0, (time.monotonic(), id(self))  # the hold counts from
+        limit, retry_after = route.bound()  # when the tier failed it: it may have queued there for longer
         while True:
             backend = route.backend()
             if backend and (tries == 0 or route.ready(backend)):  # the first try goes straight to the tier
                 route.wait_turn(key)
                 tries += 1
                 answer = self.fetch(route, backend, body, (key, PACE_S if tries > 1 else 0))
-                if answer is not None:
+                if isinstance(answer, tuple):
                     if tries > 1:
-                        print(f"{route.name}: held {self.command} {route.path(self.path)} "
+                        print(f"{route.name}: held {self.command} {route.path(self.path)[:80]} "
                               f"{time.monotonic() - started:.1f} s, sent {tries} times", flush=True)
                     return self.reply(*answer)
+                lost += answer == LOST
+                if lost >= self.max_lost:
+                    route.sent(key)
+                    return self.failed_twice(route)
                 route.queue(key)
                 started = time.monotonic() if tries == 1 else started
             if time.monotonic() - started >= limit and not route.changing_s():
                 route.sent(key)
                 return self.unavailable(route, limit, retry_after)
+            if self.client_gone():
+                return route.sent(key)
             route.pause(key)
             limit, retry_after = route.later(limit, retry_after)
 
+    def failed_twice(self, route):
+        print(f"{route.name}: a request failed the tier {self.max_lost} times: not sent again", flush=True)
+        return self.refuse(502, f"tier {route.name} failed {self.max_lost} times while answering this request; it is "
+                                "not sent again (it may be what fails the tier)")
+
+    def client_gone(self):
+        """The client closed its connection (nginx does when its own client leaves): nothing is held for it."""
+        try:
+            readable, _, _ = select.select([self.connection], [], [], 0)
+            return bool(readable) and self.connection.recv(1, socket.MSG_PEEK) == b""
+        except (OSError, ValueError):
+            return True
+
     def unavailable(self, route, limit, retry_after):
         print(f"{route.name}: not back within its hold of {limit} s: 503", flush=True)
-        body = json.dumps({"error": {"code": 503, "type": "unavailable_error", "message": unavailable(
-            route, limit, retry_after)}})
-        return self.reply(503, [("Content-Type", "application/json"), ("Retry-After", str(retry_after))],
-                          body.encode())
+        return self.refuse(503, unavailable(route, limit, retry_after), retry_after)
 
     def fetch(self, route, backend, body, turn):
-        """(status, headers, body) of the tier's whole answer; None, with nothing sent to the client, when the tier
-        gave none (it went away before or during its answer, or answered 502/503 while loading). turn: (key, pace)
-        of route.sent(), once the request is with the tier (or failed to reach it)."""
-        connection = self.connect(route, backend)
+        """(status, headers, body) of the tier's whole answer; NOT_THERE or LOST (nothing sent to the client) when
+        it gave none. turn: (key, pace) of route.sent(), once the request is with the tier (or failed to reach it)."""
+        connection, delivered = self.connect(route, backend), False
         try:
             try:
-                connection.request(self.command, route.path(self.path), body=body, headers=self.passed_headers())
+                connection.request(self.command, route.path(self.path), body=body and memoryview(body),
+                                   headers=self.passed_headers())  # a view: http.client copies bytes to send them
+                delivered = True
             finally:
                 route.sent(*turn)
             response = connection.getresponse()
             data = response.read()
         except (OSError, http.client.HTTPException):
-            return None
+            return LOST if delivered else NOT_THERE
         finally:
             connection.close()
         if response.status in (502, 503):
-            return None
+            return NOT_THERE
         return response.status, [(k, v) for k, v in response.getheaders() if k.lower() not in HOP], data
 
     def connect(self, route, backend):
@@ -317,33 +452,39 @@ class HoldHandler(http.server.BaseHTTPRequestHandler):
     def passed_headers(self):
         return {k: v for k, v in self.headers.items() if k.lower() not in HOP}
 
-    def streamed(self, route, payload):
-        """A stream, relayed event by event; when the tier goes away in the middle, the client gets a comment, the
-        stream is held until the tier is back and then continued from the text already sent (the chat's answer
-        as an assistant prefill, a completion's prompt extended), after a comment saying so; past the hold, an
-        error event ends it, never a silent cut."""
-        path, request = route.path(self.path), payload
-        sent, tokens, opened, cut, resumes = ("", ""), 0, False, None, 0  # sent: (answer, reasoning) so far
-        started, tries, key = time.monotonic(), 0, (time.monotonic(), id(self))
+    def streamed(self, route, payload, body):
+        """A stream, relayed event by event from its first byte; when the tier goes away in the middle, the client
+        gets a comment, the stream is held until the tier is back and then continued from what was already sent
+        (the chat's answer as an assistant prefill, a completion's prompt extended), after a comment saying so.
+        One that cannot be continued (see uncontinuable), or was cut max_lost times, or outlasts the hold, ends
+        with an error event, never a silent cut and never anything sent twice."""
+        path, data, sent, tokens, opened, cut, lost = route.path(self.path), body, ("", ""), 0, False, None, 0
+        started, tries, key = time.monotonic(), 0, (time.monotonic(), id(self))  # sent: (answer, reasoning) so far
         limit, retry_after = route.bound()
         while True:
             backend, response = route.backend(), None
             if backend and (tries == 0 or route.ready(backend)):
                 route.wait_turn(key)
                 tries += 1
-                response = self.open_stream(route, backend, path, request, (key, PACE_S if tries > 1 else 0))
-                if response is None:  # in line again; the hold counts from the tier's failure, as held() does
+                response = self.open_stream(route, backend, path, data, (key, PACE_S if tries > 1 else 0))
+                if not isinstance(response, http.client.HTTPResponse):  # in line again; the hold counts from the
+                    lost += response == LOST  # tier's failure, as admitted() does
+                    if lost >= self.max_lost:
+                        route.sent(key)
+                        return self.end_stream(f"tier {route.name} failed {self.max_lost} times while answering this "
+                                               "request; it is not sent again") if opened else self.failed_twice(route)
                     route.queue(key)
-                    started = time.monotonic() if tries == 1 else started
+                    started, response = (time.monotonic() if tries == 1 else started), None
             if response is not None and response.status != 200:
-                data = response.read()
+                answer = response.read(65536)
                 if not opened:
                     return self.reply(response.status, [(k, v) for k, v in response.getheaders()
-                                                        if k.lower() not in HOP], data)
+                                                        if k.lower() not in HOP], answer)
                 return self.end_stream(f"tier {route.name} refused to continue the stream ({response.status}: "
-                                       f"{UNSAFE.sub('', data.decode(errors='replace'))[:200]})")
+                                       f"{UNSAFE.sub('', answer.decode(errors='replace'))[:200]})")
             if response is not None:
                 if not opened:
+                    self.answered = True
                     self.send_response(200)
                     self.send_header("Content-Type", "text/event-stream")
                     self.send_header("Cache-Control", "no-cache")
@@ -357,12 +498,15 @@ class HoldHandler(http.server.BaseHTTPRequestHandler):
                 done, sent, tokens = self.relay(response, sent, tokens)
                 if done:
                     return None
-                cut, started, tries, resumes = time.monotonic(), time.monotonic(), 1, resumes + 1
+                cut, started, tries, lost = time.monotonic(), time.monotonic(), 1, lost + 1
                 limit, retry_after = route.bound()
-                request = continuation(payload, sent, tokens, route.spec.get("continue", True))
-                if request is None or resumes > MAX_RESUMES:
-                    return self.end_stream(f"tier {route.name} went away and this stream cannot be continued"
-                                           + (f" (cut {resumes} times)" if request else ""))
+                request, why = continuation(payload, sent, tokens, route.spec.get("continue", True))
+                if lost >= self.max_lost:
+                    why = f"it was cut {lost} times, and is not sent again"
+                if why:
+                    route.sent(key)
+                    return self.end_stream(f"tier {route.name} went away and this stream cannot be continued: {why}")
+                data = body if not tokens else json.dumps(request).encode()
                 self.comment("clusterbook: the tier went away; this stream resumes when it is back")
                 route.queue(key)
                 continue
@@ -371,25 +515,29 @@ class HoldHandler(http.server.BaseHTTPRequestHandler):
                 if not opened:
                     return self.unavailable(route, limit, retry_after)
                 return self.end_stream(unavailable(route, limit, retry_after))
+            if self.client_gone():
+                return route.sent(key)
             route.pause(key)
             limit, retry_after = route.later(limit, retry_after)
 
-    def open_stream(self, route, backend, path, request, turn):
-        """The tier's answer to a stream request (its headers read); None when it gave none or is loading."""
-        connection = self.connect(route, backend)
+    def open_stream(self, route, backend, path, data, turn):
+        """The tier's answer to a stream request (its headers read); NOT_THERE when it was not there or is loading,
+        LOST when it went away while it had the request."""
+        connection, delivered = self.connect(route, backend), False
         headers = dict(self.passed_headers(), **{"Content-Type": "application/json"})
         try:
             try:
-                connection.request("POST", path, body=json.dumps(request).encode(), headers=headers)
+                connection.request("POST", path, body=memoryview(data), headers=headers)
+                delivered = True
             finally:
                 route.sent(*turn)
             response = connection.getresponse()
         except (OSError, http.client.HTTPException):
             connection.close()
-            return None
+            return LOST if delivered else NOT_THERE
         if response.status in (502, 503):
             connection.close()
-            return None
+            return NOT_THERE
         return response
 
     def relay(self, response, sent, tokens):
@@ -397,11 +545,11 @@ class HoldHandler(http.server.BaseHTTPRequestHandler):
         done when the stream ended ([DONE], a last event, or the tier's own error event in a complete HTTP body)
         or the client went away; not done when the tier's connection broke first, or its body ended without a last
         event (a head that fails a request when its worker dies may close the stream cleanly, with nothing in
-        it)."""
+        it). tokens: the events that carried anything to the client (text, reasoning, a tool call's delta)."""
         finished, done, refused = False, False, False
         while True:
             try:
-                line = response.readline()
+                line = response.readline(LINE_MAX)
             except (OSError, ValueError, http.client.HTTPException):  # cut mid-chunk or mid-body
                 line = None
             if not line:
@@ -414,9 +562,12 @@ class HoldHandler(http.server.BaseHTTPRequestHandler):
                 return finished or (whole and refused), sent, tokens
             if line.startswith(b"data: "):
                 data = line[6:].strip()
-                event = as_json(data)
-                answer, reasoning = streamed_text(event)
-                if answer or reasoning:
+                try:
+                    event = as_json(data)
+                except TooDeep:
+                    event = None
+                answer, reasoning, anything = streamed_text(event)
+                if anything:
                     sent, tokens = (sent[0] + answer, sent[1] + reasoning), tokens + 1
                 done = done or data == b"[DONE]"
                 finished = finished or done or last_event(event)
@@ -440,7 +591,7 @@ class HoldHandler(http.server.BaseHTTPRequestHandler):
         event = {"error": {"code": 503, "type": "unavailable_error", "message": message}}
         self.write(b"data: " + json.dumps(event).encode() + b"\n\ndata: [DONE]\n\n")
 
-    def log_message(self, *args):
+    def log_message(self, *args):  # the hold's own lines say what matters
         pass
 
 
