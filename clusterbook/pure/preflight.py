@@ -1,12 +1,14 @@
 """Preflight of a node before anything starts: the facts to gather (one shell command), and the verdicts on them
 against the cluster file: GPUs and their memory, the driver's CUDA, free space for the node's models, the RPC
-network's interface and MTU, and the clock."""
+network's interface and MTU, the shared folder, the ports the node's services will take, the SLURM partitions and
+QoS the tiers ask for, and the clock."""
 
 from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass
 
+from clusterbook.model.portcheck import SLURMCTLD_PORT, SLURMD_PORT, SLURMDBD_PORT, SSH_PORT, port_claims
 from clusterbook.model.schema import Cluster, RpcTier
 from clusterbook.pure import topology as topo
 from clusterbook.pure.engine_build import build_node
@@ -14,6 +16,14 @@ from clusterbook.pure.runbooks import models_for_host
 
 CLOCK_SKEW_S = 2.0  # beyond this, logs of different nodes no longer line up (recovery phases, alerts)
 GPU_MEMORY_TOLERANCE = 0.02  # nvidia-smi's memory.total against the cluster file's memory_mib
+THEIRS = {SSH_PORT, SLURMD_PORT, SLURMCTLD_PORT, SLURMDBD_PORT}  # held by the node's own daemons: expected
+OURS = ("nginx", "prometheus", "alertmanager", "node_exporter", "python3")  # what clusterbook runs beside the
+# engine's binaries (python3: its hold and alert journal); a seeds' llama-server holds a tier's port until stop.legacy
+
+
+def node_ports(c: Cluster, node: str) -> list[tuple[int, str]]:
+    """(port, what will listen there) on the node, the daemons it already runs aside."""
+    return sorted({(port, what) for n, port, what, _ in port_claims(c) if n == node and port not in THEIRS})
 
 
 @dataclass(frozen=True)
@@ -51,15 +61,35 @@ def facts_command(c: Cluster, node: str) -> str:
         "ip -o link show | awk -F': ' '/state DOWN/ { sub(/@.*/, \"\", $2); print \"down=\" $2 }'",
         "[ ! -r /etc/os-release ] || (. /etc/os-release && echo \"os=$ID|$VERSION_ID\")",
         "[ -z \"$(ls -d /opt/rh/gcc-toolset-* 2>/dev/null)\" ] || ls -d /opt/rh/gcc-toolset-* | sed 's|.*-|toolset=|'",
+        *_shared_and_ports(c, node),
         "echo \"now=$(date +%s.%N)\"",
     ])
+
+
+def _shared_and_ports(c: Cluster, node: str) -> list[str]:
+    """The shared folder (found, its file system, writable), who holds each port the node's services will take, and
+    on the keeper's node the SLURM partitions and QoS there are."""
+    out = []
+    if c.storage.shared_dir:
+        d = shlex.quote(c.storage.shared_dir)
+        out.append(f"if [ -d {d} ]; then echo \"shared=$(findmnt -n -o FSTYPE -T {d})|"
+                   f"$( [ -w {d} ] && echo writable || echo read-only)\"; else echo shared=missing; fi")
+    ports = " ".join(str(p) for p, _ in node_ports(c, node))
+    if ports:
+        out.append(f"for p in {ports}; do echo \"port=$p|$(ss -Hltnp \"sport = :$p\" 2>/dev/null | "
+                   "sed -n 's/.*users:((\"\\([^\"]*\\)\".*/\\1/p' | head -n 1)\"; done")
+    if c.slurm_tiers and node == c.keeper_node:
+        out.append("sinfo -h -o %R 2>/dev/null | sed 's/^/partition=/'; "
+                   "sacctmgr -n -P show qos format=name 2>/dev/null | sed 's/^/qos=/'")
+    return out
 
 
 def parse_facts(text: str) -> dict[str, list[str]]:
     facts: dict[str, list[str]] = {}
     for line in text.splitlines():
         key, sep, value = line.partition("=")
-        if sep and key in ("gpu", "cuda", "avail", "have", "iface", "down", "now", "os", "toolset", "numa", "cpus"):
+        if sep and key in ("gpu", "cuda", "avail", "have", "iface", "down", "now", "os", "toolset", "numa", "cpus",
+                           "shared", "port", "partition", "qos"):
             facts.setdefault(key, []).append(value.strip())
     return facts
 
@@ -148,9 +178,36 @@ def judge(c: Cluster, node: str, facts: dict[str, list[str]], asked_at: float) -
             up = state in ("up", "unknown")
             out.append(Check(node, f"{c.rpc_network} interface", expected, f"{name} {state}, MTU {mtu}",
                              "ok" if up and mtu == str(net.mtu) else "failed"))
+    out += shared_and_port_checks(c, node, facts)
     now = float((facts.get("now") or ["0"])[0] or 0)
     skew = now - asked_at
     out.append(Check(node, "clock", f"within {CLOCK_SKEW_S:g} s of this machine", f"{skew:+.2f} s",
                      "ok" if abs(skew) <= CLOCK_SKEW_S else "failed"))
     return out
 
+
+
+def shared_and_port_checks(c: Cluster, node: str, facts: dict[str, list[str]]) -> list[Check]:
+    """The shared folder is there and writable; each port the node's services take is free or held by what
+    clusterbook runs; the partitions and QoS the tiers ask for exist (on the keeper's node)."""
+    out: list[Check] = []
+    if c.storage.shared_dir:
+        kind, _, access = (facts.get("shared") or ["missing"])[0].partition("|")
+        out.append(Check(node, f"shared folder {c.storage.shared_dir}", "there and writable (every node sees it)",
+                         "not there" if kind == "missing" else f"{kind or '?'}, {access}",
+                         "ok" if kind != "missing" and access == "writable" else "failed"))
+    held = dict(row.split("|", 1) for row in facts.get("port", []) if "|" in row)
+    ours = (*OURS, *(b[:15] for b in (c.engine.server_binary, c.engine.rpc_worker_binary)))  # comm: 15 characters
+    for port, what in node_ports(c, node):
+        by = held.get(str(port), "")
+        out.append(Check(node, f"port {port}", f"free for {what}", f"held by {by}" if by else "free",
+                         "ok" if not by or by.startswith(ours) else "failed"))
+    if c.slurm_tiers and node == c.keeper_node:
+        have = {"partition": set(facts.get("partition", [])), "qos": set(facts.get("qos", []))}
+        for kind, names in (("partition", {t.slurm.partition for t in c.slurm_tiers}),
+                            ("qos", {t.slurm.qos for t in c.slurm_tiers if t.slurm.qos})):
+            for name in sorted(names):
+                out.append(Check(node, f"SLURM {kind} {name}", "exists (the tiers' jobs ask for it)",
+                                 "exists" if name in have[kind] else "missing (Tiers page: what SLURM must have)",
+                                 "ok" if name in have[kind] else "failed"))
+    return out

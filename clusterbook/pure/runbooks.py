@@ -37,7 +37,7 @@ from clusterbook.pure import engine_build as eb
 from clusterbook.pure import flags as fl
 from clusterbook.pure import topology as topo
 from clusterbook.pure.mdtext import prose_value
-from clusterbook.pure.packages import PACKAGES, install_command, installed_check, pip_python, toolset_bin
+from clusterbook.pure.packages import PACKAGES, install_command, installed_check, toolset_bin
 from clusterbook.pure.render import monitoring as mon
 from clusterbook.pure.render.artifacts import Artifact, RenderedOnDemand, ld_library_path
 from clusterbook.pure.render.escaping import checked_target
@@ -251,7 +251,8 @@ def _build_context(c: Cluster) -> dict:
             "cuda": plan.cuda, "cuda_archs": eb.cuda_architectures(c), "cuda_root": root,
             "nvcc": posixpath.join(root, "bin/nvcc") if root else "nvcc", "release": plan.release,
             "release_dir": posixpath.dirname(plan.release) if plan.release else None,
-            "release_name": posixpath.basename(plan.release) if plan.release else None}
+            "release_name": posixpath.basename(plan.release) if plan.release else None,
+            "sdist_url": eb.sdist_url(c.engine.build)}
 
 
 def template_context(c: Cluster, tier: RouterTier | RpcTier | None, host: str | None,
@@ -265,7 +266,6 @@ def template_context(c: Cluster, tier: RouterTier | RpcTier | None, host: str | 
                  "install": (lambda need: install_command(c.node(host).os, need)) if host else None,
                  "heavy": (lambda cpus, label: allocation.heavy(c, host, cpus, label)) if host else None,
                  "toolset": toolset_bin(c.node(host).os) if host else None,
-                 "pip_python": pip_python(c.node(host).os) if host else None,
                  "bin": {"server": fl.binary(c, c.engine.server_binary),
                          "rpc": fl.binary(c, c.engine.rpc_worker_binary),
                          "bench": fl.binary(c, c.engine.bench_binary)},

@@ -201,7 +201,8 @@ def test_nothing_loads_from_outside(beefcake2_site):
     c = load_cluster(ROOT / "cluster.yaml")
     own = {a for n in c.nodes for a in n.addresses.values()} | set(c.gateway.listen) | {c.gateway.tailscale_name}
     own |= {upstream_name(t.name) for t in c.tiers} | {"localhost"}  # commands the runbooks run on a node
-    docs_links = {"huggingface.co", "squidfunk.github.io", "github.com", "www.w3.org"}  # plain links, not loads
+    docs_links = {"huggingface.co", "squidfunk.github.io", "github.com", "www.w3.org",  # plain links, not loads
+                  "files.pythonhosted.org"}  # where deploy.install fetches the source, as its command shows
     site = beefcake2_site[0]
     loads, unknown = [], []
     for page in site.rglob("*.html"):
@@ -277,7 +278,8 @@ def test_the_navigation_lists_the_bring_up_in_the_guides_order_and_every_other_r
     assert sorted(pages) == sorted(r.page for r in site.runbooks if r.page) and len(pages) == len(set(pages))
     commands = [r.command for r in site.runbooks if r.page and {r.title: r.page} in deploy]
     guide = re.findall(r"^\d+\. `(invoke [^`]+)`", bringup_steps(site.cluster), re.M)
-    assert commands == [c for c in guide if c != "invoke verify"], (commands, guide)
+    # the guide ends publishing the site and verifying: Operate runbooks, not deploy steps of the navigation
+    assert commands == [c for c in guide if c not in ("invoke verify", "invoke docs.publish")], (commands, guide)
     assert guide.index("invoke deploy.install") < guide.index("invoke models.fetch") < \
         guide.index("invoke stop.legacy") < guide.index("invoke deploy.fast")  # the earlier tiers serve meanwhile
 

