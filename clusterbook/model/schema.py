@@ -123,7 +123,7 @@ class Cluster(Strict):
                                             description="figures measured on this cluster before clusterbook "
                                                         "(shown on the results page with their source)")
     legacy: Legacy | None = Field(None, description="what ran before clusterbook, retired by invoke stop.legacy")
-    rehearsals: list[Rehearsal] = Field(default_factory=list, max_length=200,
+    rehearsals: list[Rehearsal] = Field(default_factory=list, max_length=64,  # 200 took the docs build 125 s
                                         description="figures measured at full size on other cards held to this "
                                                     "cluster's (the capacity page shows each beside the plan)")
     criteria: list[Criterion] = Field(default_factory=list, max_length=200,

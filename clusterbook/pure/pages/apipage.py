@@ -244,6 +244,8 @@ def api(c: Cluster) -> str:
                            "`invoke bench.faults` (the Results page).\n")
         if t.on_demand:
             out.append(on_demand_note(c, t, plans[t.name]))
+    if c.gateway:
+        out.append(error_table(c))
     out.append(tailnet_access(c))
     return "\n".join(out)
 
@@ -295,3 +297,34 @@ def on_demand_note(c: Cluster, t: RouterTier | RpcTier, plan: TierPlan) -> str:
             f"`Retry-After: {cold}`. Give the first request's client a timeout above {cap} s; concurrent first "
             "requests start the tier once.\n")
 
+
+
+def error_table(c: Cluster) -> str:
+    """What the gateway answers besides a tier's own answer, and the client's next step for each (issue 67): every
+    figure from the file or the planner, as the gateway uses it."""
+    gw, plans = c.gateway, plan_cluster(c)
+    routed = [c.tier(r.tier) for r in gw.routes]
+    retry = ", ".join(f"{t.name} {whole_s(predict_load(c, t, plans[t.name]).recovery_s)} s" for t in routed)
+    rows = [
+        ["`400` `invalid_request_error`", "the body is nested too deeply, its `Content-Length` is not a number, or it "
+         "ended before it", "fix the request; sending it again as it is gets the same answer"],
+        ["`411`", "a body without `Content-Length` (chunked)", "send the body with its length (every OpenAI client "
+         "does)"],
+        ["`413` `invalid_request_error`", f"the body is over the gateway's limit of {gw.body_max_mib} MiB "
+         "(`gateway.body_max_mib`)", "shorten the prompt; the largest context is well under it"],
+        ["`429` `rate_limit_error`", "the tier's slots and queue are full (`gateway.queue_per_slot`)",
+         f"retry after `Retry-After` ({BUSY_RETRY_AFTER_S} s)"],
+        [f"`502` (\"failed {HOLD_MAX_LOST} times while answering this request\")",
+         "the tier went away twice while it had this very request", "do not send it again unchanged: it may be "
+         "what fails the tier; tell the cluster's owner"],
+        ["`503` `unavailable_error`", f"the tier is recovering past its hold, stopped, waiting for its GPUs (other "
+         f"jobs hold them: the message names them and SLURM's estimate), or the gateway holds "
+         f"{gw.hold_in_flight_max} requests already", f"retry after `Retry-After` (a recovery: {retry}; waiting "
+         "for GPUs: SLURM's estimate)"],
+        ["an `error` event, then `[DONE]`, in a stream", "the stream was cut and cannot be continued correctly (its "
+         "request has tools, a format, several choices or content parts), or its tier stayed away past the hold",
+         "what arrived before it is valid; send the request again for the rest"],
+    ]
+    return ("\n## When the gateway answers for the tier\n\nBesides each tier's own answers (its `400` for a bad "
+            "request, `401` without its key), the gateway may answer, in the tiers' JSON error format:\n\n"
+            + table(["answer", "why", "the client's next step"], rows) + "\n")

@@ -397,8 +397,8 @@ class HoldHandler(http.server.BaseHTTPRequestHandler):
                 if lost >= self.max_lost:
                     route.sent(key)
                     return self.failed_twice(route)
-                route.queue(key)
-                started = time.monotonic() if tries == 1 else started
+                route.queue(key)  # held from its first failure, or from a new crash while the tier had it
+                started = time.monotonic() if tries == 1 or answer == LOST else started
             if time.monotonic() - started >= limit and not route.changing_s():
                 route.sent(key)
                 return self.unavailable(route, limit, retry_after)
@@ -474,7 +474,7 @@ class HoldHandler(http.server.BaseHTTPRequestHandler):
                         return self.end_stream(f"tier {route.name} failed {self.max_lost} times while answering this "
                                                "request; it is not sent again") if opened else self.failed_twice(route)
                     route.queue(key)
-                    started, response = (time.monotonic() if tries == 1 else started), None
+                    started, response = (time.monotonic() if tries == 1 or response == LOST else started), None
             if response is not None and response.status != 200:
                 answer = response.read(65536)
                 if not opened:
