@@ -116,13 +116,15 @@ def pytest_runtest_makereport(item, call):
 
 
 def waiting_now(item) -> dict[str, str]:
-    """The SLURM tiers whose jobs wait for nodes other jobs hold, asked when a scenario failed (none: no SLURM)."""
-    cluster, transport = item.funcargs.get("cluster"), item.funcargs.get("transport")
-    if cluster is None or transport is None or not any(t.manager == "slurm" for t in cluster.tiers):
-        return {}
+    """The SLURM tiers whose jobs wait for nodes other jobs hold, asked when a scenario failed (none: no SLURM). The
+    cluster comes from the option, not the item's fixtures: a scenario's steps ask for theirs as they run, so the
+    item does not hold them (the SLURM lab: every scenario of a waiting tier read as failed, and apply refused)."""
     try:
-        return waiting_tiers(cluster, transport)
-    except Exception:  # the controller does not answer: the failure stands as it is
+        cluster = load_cluster(item.config.getoption("--live-cluster"))
+        if not any(t.manager == "slurm" for t in cluster.tiers):
+            return {}
+        return waiting_tiers(cluster, connect(cluster, PROJECT))
+    except Exception:  # no file, or the controller does not answer: the failure stands as it is
         return {}
 
 

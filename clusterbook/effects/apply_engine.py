@@ -157,7 +157,8 @@ class ApplyEngine:
                              + ("" if known_good != cluster_file else " (no verified file yet: `invoke verify` "
                                 "records one)") + "; nothing was changed")
                 return rec
-            mark_verified(cluster, {phase.name})  # the state before the change is known good: a rollback returns to it
+            if not rec.scenarios[-1].waiting:  # known good: a rollback returns to it (a waiting tier proves nothing)
+                mark_verified(cluster, {phase.name})
         with changing(cluster, phase.tier, connect(cluster)):  # the gateway holds the tier's requests meanwhile
             return self._change(cluster_file, cluster, pp, rec, known_good, out)
 
@@ -182,6 +183,9 @@ class ApplyEngine:
             return rec
         if rec.error is None and phase.scenarios:
             rec.scenarios.append(self.check(cluster_file, phase, "after", out))
+            if rec.scenarios[-1].ok and rec.scenarios[-1].waiting:  # VASP took its nodes meanwhile: kept, waiting
+                rec.outcome, rec.waiting = "waiting", "; ".join(rec.scenarios[-1].waiting)
+                return rec
         if rec.error is None and (not phase.scenarios or rec.scenarios[-1].ok):
             rec.outcome = "landed"
             if phase.scenarios:  # the engine has none of its own: the tiers after it verify it (see apply)

@@ -185,11 +185,16 @@ def test_another_users_job_named_like_a_tier_changes_nothing(slurm_lab, ssh):
         ssh.run("slab1", f"scancel {theirs}")
 
 
-def test_while_a_vasp_like_job_holds_every_node_deploy_waits_and_nothing_pages(slurm_lab, ssh):
+def test_while_a_vasp_like_job_holds_every_node_deploy_waits_and_nothing_pages(slurm_lab, ssh, tmp_path):
     """Issue 64: a job of the higher-priority partition on all three nodes (VASP's, on beefcake2) preempts both tiers,
     as it should. Deploy then ends waiting (exit status 3, naming the holder) at once: it failed after 309 s before.
+    An apply of a change meanwhile keeps it, waiting (exit 3, no rollback, the pending job runs the new script).
     Only the informational TierWaitingForNodes fires, never a critical alert; both tiers serve again soon after the
-    job ends."""
+    job ends (the file's own script deployed again after it)."""
+    from clusterbook.pure.layout import sbatch_path
+    from clusterbook.pure.render.artifacts import render_artifacts
+    from clusterbook.pure.slurmjob import script_digest
+
     assert ssh.run("slab1", "id mallory >/dev/null 2>&1 || useradd -M -s /bin/bash mallory").ok
     held = ssh.run("slab1", "su mallory -c 'cd /tmp && sbatch --parsable -J vasp-relax -p vasp -N3 --exclusive "
                             "--time=10 --wrap \"sleep 600\"'")
@@ -207,6 +212,24 @@ def test_while_a_vasp_like_job_holds_every_node_deploy_waits_and_nothing_pages(s
         assert deployed.returncode == 3, deployed.stdout[-3000:] + deployed.stderr
         assert time.monotonic() - started < 60 and "waiting" in deployed.stdout, deployed.stdout[-2000:]
         assert f"job {vasp} (vasp-relax, user mallory, partition vasp)" in deployed.stdout.replace("\n", " ")
+        # apply while the GPUs are VASP's: the change is kept, waiting (exit 3), never rolled back
+        changed = tmp_path / SLURM_LAB.name  # the same file name: the same cluster file, edited
+        changed.write_text(SLURM_LAB.read_text().replace(
+            "    slurm: {partition: ai, mem: 1G, grace_seconds: 10, requeue: false, gres: null, keeper_interval_s: 3}",
+            "    slurm: {partition: ai, mem: 1G, grace_seconds: 11, requeue: false, gres: null, keeper_interval_s: 3}",
+            1))
+        applied = invoke("apply", "--tier", "fast", cluster=changed)
+        assert applied.returncode == 3, applied.stdout[-3000:] + applied.stderr[-2000:]
+        said = applied.stdout + applied.stderr
+        assert "kept, not rolled back" in said and "rolling back" not in said, said[-3000:]
+        [phase] = latest_change("lab-slurm")["phases"]
+        assert phase["outcome"] == "waiting" and not phase.get("rollback"), phase
+        edited = load_cluster(changed)
+        digest = script_digest(next(a for a in render_artifacts(edited)
+                                    if a.path == sbatch_path(edited, edited.tier("fast"))).text)
+        assert ssh.run("slab1", f"{jobs} squeue fast -o %k").stdout.split() == [digest]  # pending with the new script
+        checked = invoke("verify", "--only", "is healthy and lists its models", cluster=SLURM_LAB)
+        assert checked.returncode == 3, checked.stdout[-3000:] + checked.stderr[-2000:]  # waiting, not failed
         c = load_cluster(SLURM_LAB)  # past the longest `for:` of the down alerts, and the probe's and scrapes' lag
         time.sleep(max(c.recovery_level(t.name).critical for t in c.tiers) + c.monitoring.probe_interval_s
                    + 4 * c.monitoring.scrape_interval_s)
@@ -221,6 +244,8 @@ def test_while_a_vasp_like_job_holds_every_node_deploy_waits_and_nothing_pages(s
                                "test -e /cluster/shared/ai/endpoints/reasoning.json").ok:
         assert time.monotonic() < deadline, "the tiers were not back within 60 s of the VASP-like job's end"
         time.sleep(1)
+    back = invoke("deploy.fast", cluster=SLURM_LAB)  # the file's own script again, for the tests after this one
+    assert back.returncode == 0, back.stdout[-2000:] + back.stderr
 
 
 def test_bench_recovery_under_slurm(slurm_lab, tmp_path):

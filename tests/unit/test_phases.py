@@ -199,3 +199,38 @@ def test_a_tier_rollback_reloads_nothing_itself_and_reaches_every_node_its_deplo
     assert len(step.hosts["lab1"]) == 1  # its restart is the tier's own operation, run after
     reasoning = next(e for p, e in ch.phase_expansions(c) if p.name == "reasoning")
     assert len(ch.phase_hosts(c, reasoning)) > 1  # the head and its workers
+
+
+def test_a_tier_already_waiting_before_the_change_is_changed_and_kept_waiting(tmp_path, monkeypatch):
+    """SLURM lab, issue 64: with VASP holding every node, apply refused to start ("fast fails its scenarios before
+    the change"): its scenarios before failed only because its job waits. Waiting scenarios are no failure: the
+    change goes on, is kept waiting, and the state before is not marked known good (a waiting tier proves
+    nothing). VASP taking the nodes between the deploy and the scenarios after ends it waiting too."""
+    from clusterbook.effects import apply_engine
+    from clusterbook.effects.apply_engine import ApplyEngine
+    from clusterbook.effects.executor import Report
+
+    marked = []
+    monkeypatch.setattr(apply_engine, "mark_verified", lambda c, names: marked.extend(names) or 0)
+    monkeypatch.setattr(apply_engine, "changing", lambda *a: contextlib.nullcontext())
+    monkeypatch.setattr(apply_engine, "known_good_file", lambda *a: "verified.yaml")
+    monkeypatch.setattr(ApplyEngine, "rollback", lambda *a: pytest.fail("a waiting tier is never rolled back"))
+    c = load_cluster(ROOT / "lab/cluster-slurm.yaml")
+    plans = [ch.PhasePlan(p, [ch.Change("slab1", f"/etc/llama/{p.name}.env", "a", "b")])
+             for p in ch.phases(c) if p.name in ("fast", "reasoning")]
+    deployed = []
+
+    def deploy(runbook, cluster_file, tier=None, **kwargs):
+        deployed.append(tier)
+        return Report(runbook, waiting="job 8 pending (Resources)" if tier == "fast" else None)
+
+    def check(cluster_file, phase, when, out):  # fast waits throughout; reasoning's nodes are taken after its deploy
+        if phase.name == "fast" or when == "after":
+            return ScenarioRun(when, waiting=["Every tier is healthy and lists its models"])
+        return ScenarioRun(when, passed=["ok"])
+    record = ApplyEngine(deploy, check, tmp_path).apply(
+        ChangeRecord("lab", str(ROOT / "lab/cluster-slurm.yaml"), "x", "now"), c, plans, tmp_path / "change")
+    assert deployed == ["fast", "reasoning"] and record.outcome == "waiting"
+    assert [(p.phase, p.outcome) for p in record.phases] == [("fast", "waiting"), ("reasoning", "waiting")]
+    assert marked == ["reasoning"]  # its state before was seen healthy; fast's was not
+    assert ScenarioRun("x", waiting=["s"]).ok and not ScenarioRun("x", failed=["f"], waiting=["s"]).ok
