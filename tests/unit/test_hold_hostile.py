@@ -230,21 +230,3 @@ def test_whatever_fails_in_a_requests_thread_is_answered(hold):
     response, body, _ = ask(hold_port, {"prompt": "hi"})
     assert response.status == 502 and "hold failed on this request (KeyError)" in body.decode()
 
-
-def test_the_api_page_tells_clients_each_answer_of_the_gateway_with_the_figures_it_uses():
-    """Issue 67: an error table on the API page, the client's next step for each; its figures are the ones the
-    gateway is configured with (the body limit, the cap, the number of failures)."""
-    import json as json_
-
-    from clusterbook.model.loader import load_cluster
-    from clusterbook.pure.pages.apipage import error_table
-    from clusterbook.pure.render.node_config import wake_config
-
-    from .test_path_roles import ROOT
-
-    c = load_cluster(ROOT / "cluster.yaml")
-    page, config = error_table(c), json_.loads(wake_config(c))
-    assert f"limit of {config['body_max'] >> 20} MiB" in page and f"holds {config['in_flight_max']} requests" in page
-    assert f"failed {config['max_lost']} times while answering this request" in page
-    for status in ("`400`", "`411`", "`413`", "`429`", "`502`", "`503`", "an `error` event"):
-        assert status in page

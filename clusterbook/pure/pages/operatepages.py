@@ -199,11 +199,27 @@ def impact(c: Cluster, trouble) -> str:
     return f"**Impact.** It concerns {who}. {severity}\n"
 
 
+def phone_check(c: Cluster, tier: str | None) -> str:
+    """One line that confirms a fix from any tailnet device, a phone too (issue 67): the tier answers /health through
+    the gateway, and the published site's status feed lists what still fires. Empty without a gateway."""
+    routed = tier and c.gateway and any(r.tier == tier for r in c.gateway.routes) and not c.tier(tier).on_demand
+    # (a request to a tier on demand would wake it: its status line tells instead)
+    status = (f"{c.gateway.url}/docs/status.json" if c.gateway and c.gateway.url and topo.site_status_url(c) else None)
+    parts = []
+    if routed:
+        parts.append(f"`curl -sf -m 10 {topo.client_url(c, c.tier(tier)).rstrip('/')}/health` prints "
+                     "`{\"status\":\"ok\"}`")
+    if status:
+        parts.append(f"`curl -s -m 10 {status}` lists no alert" + (f" for {text(tier)}" if tier else ""))
+    return ("From any tailnet device, a phone too: " + "; ".join(parts) + ". ") if parts else ""
+
+
 def fixed_and_escalation(c: Cluster, trouble) -> str:
     """How to tell it is fixed (the tier's scenarios, the alerts resolved) and whom to call when it is not."""
     serving = f" shows {text(trouble.tier)} serving and" if trouble.tier else ""
-    fixed = (f"**Verify it is fixed.** `invoke status`{serving} lists no alert firing"
-             + (f" for {text(trouble.tier)}" if trouble.tier else "") + "; `invoke verify` passes.\n")
+    fixed = (f"**Verify it is fixed.** {phone_check(c, trouble.tier)}From the checkout: `invoke status`{serving} "
+             "lists no alert firing" + (f" for {text(trouble.tier)}" if trouble.tier else "")
+             + "; `invoke verify` passes.\n")
     o = c.owner
     if o is None:
         why = (f" ([{text(c.owner_unrecorded)}](decisions.md#{c.owner_unrecorded.lower()}))" if c.owner_unrecorded

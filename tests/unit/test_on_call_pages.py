@@ -1,0 +1,36 @@
+"""What the site tells a client and the person on call (issue 67): the API page's table of what the gateway answers,
+with the figures the gateway is configured with; a one-line check from a phone in every troubleshooting entry."""
+
+import json
+
+
+def test_the_api_page_tells_clients_each_answer_of_the_gateway_with_the_figures_it_uses():
+    """Issue 67: an error table on the API page, the client's next step for each; its figures are the ones the
+    gateway is configured with (the body limit, the cap, the number of failures)."""
+    from clusterbook.model.loader import load_cluster
+    from clusterbook.pure.pages.apipage import error_table
+    from clusterbook.pure.render.node_config import wake_config
+
+    from .test_path_roles import ROOT
+
+    c = load_cluster(ROOT / "cluster.yaml")
+    page, config = error_table(c), json.loads(wake_config(c))
+    assert f"limit of {config['body_max'] >> 20} MiB" in page and f"holds {config['in_flight_max']} requests" in page
+    assert f"failed {config['max_lost']} times while answering this request" in page
+    for status in ("`400`", "`411`", "`413`", "`429`", "`502`", "`503`", "an `error` event"):
+        assert status in page
+
+
+def test_each_troubleshooting_entry_can_be_confirmed_fixed_from_a_phone():
+    """Issue 67 row 3: "Verify it is fixed" needed the checkout and the keys; it now starts with a line any tailnet
+    device runs: the tier's /health through the gateway (not for a tier on demand: it would wake it) and the
+    published status feed."""
+    from clusterbook.model.loader import load_cluster
+    from clusterbook.pure.pages.operatepages import phone_check
+
+    from .test_path_roles import ROOT
+
+    c = load_cluster(ROOT / "cluster.yaml")
+    assert "curl -sf -m 10 https://slurm-ctl.tailc46cd0.ts.net/health" in phone_check(c, "fast")
+    assert "/reasoning/health" not in phone_check(c, "reasoning")  # on demand
+    assert "https://slurm-ctl.tailc46cd0.ts.net/docs/status.json" in phone_check(c, "reasoning")
