@@ -59,10 +59,16 @@
     }
   }
 
+  function copy() {
+    banner("quiet", [element("span", "No live alert status in this copy of the site (the published one shows " +
+                              "it); `invoke status` lists the alerts firing now.")]);
+  }
+
+  // a copy opened from disk fetches nothing (the browser would log a refused request on every page); a served copy
+  // finds the build's own status.json, which says it is a copy (where the site is published, nginx answers
+  // status.json from the alert receiver instead)
+  if (window.location.protocol === "file:") return copy();
   fetch(new URL("status.json", root).href, {cache: "no-store"})
     .then(function (r) { return r.ok ? r.json() : Promise.reject(r.status); })
-    .then(show, function () {
-      banner("quiet", [element("span", "No live alert status in this copy of the site (the published one shows " +
-                                "it); `invoke status` lists the alerts firing now.")]);
-    });
+    .then(function (status) { return status && status.copy ? copy() : show(status); }, copy);
 })();
