@@ -48,4 +48,4 @@ def _none_failed(cluster, context, measured):
         failed += [(name, r) for r in requests if r.outcome != "ok"]
     if failed:
         pytest.fail(f"{len(failed)} client requests failed: " + "; ".join(
-            f"{name} {'stream' if r.stream else 'request'}: {r.outcome} {r.why[:100]!r}" for name, r in failed[:4]))
+            f"{name} {'stream' if r.stream else 'request'}: {r.outcome} {r.why[:200]!r}" for name, r in failed[:4]))
