@@ -151,14 +151,16 @@ class Fatal(Tier):
 
 
 @pytest.mark.parametrize("stream", [False, True])
-def test_a_request_that_failed_the_tier_twice_is_not_sent_a_third_time(hold, stream):
+def test_a_request_that_failed_the_tier_three_times_is_not_sent_again(hold, stream):
     """Each time, every user of the tier paid the recovery; it was sent again until the hold ran out."""
     hold_port, port, servers = hold
     Fatal.posts = 0
     servers.append(start(port, Fatal))
     response, body, _ = ask(hold_port, {"prompt": "poison", "stream": stream})
-    assert Fatal.posts == 2 and response.status == 502, body
-    assert "failed 2 times while answering this request" in body.decode()
+    # 500, not 502: nginx takes a 502 from the hold for the hold's own failure and would send the request to the
+    # tier itself, a fourth time (fresh-clone CI: two clients of a double fault got nginx's 503 that way)
+    assert Fatal.posts == 3 and response.status == 500, body
+    assert "failed 3 times while answering this request" in body.decode()
 
 
 def test_at_most_its_cap_of_requests_is_held_and_one_whose_client_left_is_dropped(hold):

@@ -17,7 +17,7 @@ def test_the_api_page_tells_clients_each_answer_of_the_gateway_with_the_figures_
     page, config = error_table(c), json.loads(wake_config(c))
     assert f"limit of {config['body_max'] >> 20} MiB" in page and f"holds {config['in_flight_max']} requests" in page
     assert f"failed {config['max_lost']} times while answering this request" in page
-    for status in ("`400`", "`411`", "`413`", "`429`", "`502`", "`503`", "an `error` event"):
+    for status in ("`400`", "`411`", "`413`", "`429`", "`500`", "`503`", "an `error` event"):
         assert status in page
 
 

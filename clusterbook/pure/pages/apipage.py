@@ -219,7 +219,7 @@ def api(c: Cluster) -> str:
                         "asks for a `response_format`, a grammar or several choices, or has content parts or tool "
                         "calls in its messages cannot be continued correctly: cut after its first delta, it ends with "
                         "one error event saying why, never sent again from its start. A request the tier failed "
-                        f"{HOLD_MAX_LOST} times while answering it is not sent again (`502`, or an error event): it "
+                        f"{HOLD_MAX_LOST} times while answering it is not sent again (`500`, or an error event): it "
                         "may be what fails the tier")
             else:
                 seen = ("requests in flight end without an answer (a stream stops without an error event), new ones "
@@ -314,9 +314,9 @@ def error_table(c: Cluster) -> str:
          "(`gateway.body_max_mib`)", "shorten the prompt; the largest context is well under it"],
         ["`429` `rate_limit_error`", "the tier's slots and queue are full (`gateway.queue_per_slot`)",
          f"retry after `Retry-After` ({BUSY_RETRY_AFTER_S} s)"],
-        [f"`502` (\"failed {HOLD_MAX_LOST} times while answering this request\")",
-         "the tier went away twice while it had this very request", "do not send it again unchanged: it may be "
-         "what fails the tier; tell the cluster's owner"],
+        [f"`500` `server_error` (\"failed {HOLD_MAX_LOST} times while answering this request\")",
+         f"the tier went away {HOLD_MAX_LOST} times while it had this very request",
+         "do not send it again unchanged: it may be what fails the tier; tell the cluster's owner"],
         ["`503` `unavailable_error`", f"the tier is recovering past its hold, stopped, waiting for its GPUs (other "
          f"jobs hold them: the message names them and SLURM's estimate), or the gateway holds "
          f"{gw.hold_in_flight_max} requests already", f"retry after `Retry-After` (a recovery: {retry}; waiting "

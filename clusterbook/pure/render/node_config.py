@@ -44,7 +44,8 @@ def wake_config(c: Cluster) -> str:
                       indent=2) + "\n"
 
 
-HOLD_MAX_LOST = 2  # a request the tier failed this often while answering it is not sent again (node/hold.py)
+HOLD_MAX_LOST = 3  # a request the tier failed this often while answering it is not sent again (node/hold.py); two
+# can be innocent: the systemd lab's scenario kills a worker, then the head, under a long request (CI soak: 2 of 12)
 ALERT_JOURNAL_MEMORY_MIB = 64  # the alert journal keeps at most 500 alerts of bounded labels (alert_journal.py)
 HOLD_BASE_MIB = 128  # the wake service's own memory (Python, its threads), measured under 40 MiB on the lab
 

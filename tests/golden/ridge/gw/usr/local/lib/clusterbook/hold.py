@@ -289,7 +289,7 @@ class HoldHandler(http.server.BaseHTTPRequestHandler):
 
     routes = {}  # noqa: RUF012  set once by main(), before the server starts: every tier behind the gateway
     body_max = 8 << 20  # main() sets the gateway's limit (nginx's client_max_body_size is the same)
-    max_lost = 2  # main() sets it: a request the tier failed this often while answering it is not sent again
+    max_lost = 3  # main() sets it: a request the tier failed this often while answering it is not sent again
     slots = threading.BoundedSemaphore(64)  # requests held at once; main() sets the file's figure
     parsing = threading.Lock()  # one large body parsed at a time: parsing costs up to 30 times a body's size
     timeout = 60  # s a client may take to send its request (nginx has buffered it: it takes none)
@@ -306,7 +306,8 @@ class HoldHandler(http.server.BaseHTTPRequestHandler):
 
     def refuse(self, status, message, retry_after=None):
         """A JSON error of the gateway's own, in the tiers' format."""
-        kind = "invalid_request_error" if status in (400, 411, 413) else "unavailable_error"
+        kind = "invalid_request_error" if status in (400, 411, 413) else ("server_error" if status == 500 else
+                                                                           "unavailable_error")
         body = json.dumps({"error": {"code": status, "type": kind, "message": message}}).encode()
         headers = [("Content-Type", "application/json")] + ([("Retry-After", str(retry_after))] if retry_after else [])
         return self.reply(status, headers, body)
@@ -409,7 +410,7 @@ class HoldHandler(http.server.BaseHTTPRequestHandler):
 
     def failed_twice(self, route):
         print(f"{route.name}: a request failed the tier {self.max_lost} times: not sent again", flush=True)
-        return self.refuse(502, f"tier {route.name} failed {self.max_lost} times while answering this request; it is "
+        return self.refuse(500, f"tier {route.name} failed {self.max_lost} times while answering this request; it is "
                                 "not sent again (it may be what fails the tier)")
 
     def client_gone(self):
@@ -541,11 +542,10 @@ class HoldHandler(http.server.BaseHTTPRequestHandler):
         return response
 
     def relay(self, response, sent, tokens):
-        """Pass a stream's lines to the client as they come, keeping what they carry; (done, sent, tokens):
-        done when the stream ended ([DONE], a last event, or the tier's own error event in a complete HTTP body)
-        or the client went away; not done when the tier's connection broke first, or its body ended without a last
-        event (a head that fails a request when its worker dies may close the stream cleanly, with nothing in
-        it). tokens: the events that carried anything to the client (text, reasoning, a tool call's delta)."""
+        """Pass a stream's lines to the client as they come; (done, sent, tokens): done when the stream ended ([DONE],
+        a last event, or the tier's own error event in a complete HTTP body) or the client went away; not done when
+        the tier's connection broke first, or its body ended without a last event (a head whose worker died may close
+        it cleanly, empty). tokens: the events that carried anything to the client (text, reasoning, a tool call)."""
         finished, done, refused = False, False, False
         while True:
             try:
