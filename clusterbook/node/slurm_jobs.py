@@ -209,8 +209,10 @@ def cancel(job, only=None, wait_s=0, run=None, sleep=time.sleep, clock=time.mono
     if not ids:
         return [], None
     status, _, err = run(["scancel", "--user=" + job["user"]] + ids)
-    if status != 0:
-        return ids, "scancel exited {}: {}".format(status, err.strip()[-300:])
+    if status != 0:  # a job that ended between squeue and scancel ("Invalid job id specified") is done
+        left = own(job, run=run)
+        if left is None or set(ids) & {i.strip() for i in left}:
+            return ids, "scancel exited {}: {}".format(status, err.strip()[-300:])
     if wait_s <= 0:  # asked not to wait: SLURM ends them (a job may stay COMPLETING for its grace time)
         return ids, None
     deadline = clock() + wait_s

@@ -183,3 +183,25 @@ def test_the_controllers_command_runs_the_program_with_the_keepers_configuration
         assert (node, layout.path(c, "slurm_jobs")) in files
     run = subprocess.run([sys.executable, str(NODE / "slurm_jobs.py")], capture_output=True, text=True)
     assert run.returncode == 2 and "submit TIER" in run.stderr
+
+
+def test_a_job_that_ended_between_squeue_and_scancel_is_cancelled_not_failed(tier):
+    """SLURM lab, fresh-clone CI: the released tier's job ended on its own between the squeue that found it and the
+    scancel ('Invalid job id specified'); cancel failed, though nothing of the tier's was left. A job still there
+    after a failed scancel is still a failure."""
+    job, config, slurm = tier
+    _, out = cli(config, slurm, "submit", "fast")
+    job_id = out.strip()
+    real, ends = slurm.command, {"first": True}
+
+    def scancel_fails(argv, timeout=30):
+        if argv[0] == "scancel":
+            if ends["first"]:
+                slurm.jobs[:] = [j for j in slurm.jobs if j.id != job_id]
+            return 1, "", f"scancel: error: Kill job error on job id {job_id}: Invalid job id specified\n"
+        return real(argv, timeout)
+    assert slurm_jobs.cancel(job, run=scancel_fails) == ([job_id], None)
+    _, out = cli(config, slurm, "submit", "fast")
+    ends["first"] = False
+    ids, why = slurm_jobs.cancel(job, run=scancel_fails)
+    assert ids == [out.strip()] and why.startswith("scancel exited 1")
