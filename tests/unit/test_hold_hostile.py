@@ -163,6 +163,22 @@ def test_a_request_that_failed_the_tier_three_times_is_not_sent_again(hold, stre
     assert "failed 3 times while answering this request" in body.decode()
 
 
+def test_nginx_passes_the_holds_500_on_unchanged():
+    """The other half of the rule above: no error_page of beefcake2's gateway takes a 500 (the hold's refusal) for a
+    failure of its own and sends the request on."""
+    import re
+    from pathlib import Path
+
+    from clusterbook.model.loader import load_cluster
+    from clusterbook.pure import layout
+    from clusterbook.pure.render.artifacts import render_artifacts
+
+    c = load_cluster(Path(__file__).resolve().parents[2] / "cluster.yaml")
+    site = next(a.text for a in render_artifacts(c) if a.path in (layout.NGINX_SITE, layout.NGINX_SITE_EL))
+    pages = re.findall(r"error_page ([\d ]+)=", site)
+    assert pages and all("500" not in codes.split() for codes in pages), pages
+
+
 def test_at_most_its_cap_of_requests_is_held_and_one_whose_client_left_is_dropped(hold):
     hold_port, port, servers = hold
     module = module_of(hold)
