@@ -17,13 +17,30 @@ from clusterbook.pure.runbooks import models_for_host
 CLOCK_SKEW_S = 2.0  # beyond this, logs of different nodes no longer line up (recovery phases, alerts)
 GPU_MEMORY_TOLERANCE = 0.02  # nvidia-smi's memory.total against the cluster file's memory_mib
 THEIRS = {SSH_PORT, SLURMD_PORT, SLURMCTLD_PORT, SLURMDBD_PORT}  # held by the node's own daemons: expected
-OURS = ("nginx", "prometheus", "alertmanager", "node_exporter", "python3")  # what clusterbook runs beside the
-# engine's binaries (python3: its hold and alert journal); a seeds' llama-server holds a tier's port until stop.legacy
+HOLDERS = {  # by the cluster file's field that claims the port (indexes left out): the programs (as ss names them,
+    # 15 characters) that may hold it already, being what clusterbook runs there (python3: the hold, the alert
+    # journal); a tier's port may also be held by the seeds' llama-server or rpc-server until stop.legacy retires it
+    ("gateway", "routes", "port"): ("nginx",), ("gateway", "path_port"): ("nginx",),
+    ("gateway", "docs_port"): ("nginx",), ("gateway", "wake_port"): ("python3",),
+    ("monitoring",): ("alertmanager",), ("monitoring", "port"): ("prometheus",),
+    ("monitoring", "alertmanager_port"): ("alertmanager",), ("monitoring", "alert_journal_port"): ("python3",),
+    ("monitoring", "node_exporter_port"): ("node_exporter", "prometheus-node"),
+}
+SEEDS_SERVERS = ("llama-server", "rpc-server")
 
 
-def node_ports(c: Cluster, node: str) -> list[tuple[int, str]]:
-    """(port, what will listen there) on the node, the daemons it already runs aside."""
-    return sorted({(port, what) for n, port, what, _ in port_claims(c) if n == node and port not in THEIRS})
+def holders(c: Cluster, field: tuple) -> tuple[str, ...]:
+    """Which programs may already hold a port, by the field that claims it (none: it must be free)."""
+    if field[0] == "tiers":
+        binary = c.engine.server_binary if field[-1] == "port" else c.engine.rpc_worker_binary
+        return (binary[:15], *SEEDS_SERVERS)
+    return HOLDERS.get(tuple(part for part in field if not isinstance(part, int)), ())
+
+
+def node_ports(c: Cluster, node: str) -> list[tuple[int, str, tuple[str, ...]]]:
+    """(port, what will listen there, the programs that may hold it already) on the node, its own daemons aside."""
+    return sorted({(port, what, holders(c, field)) for n, port, what, field in port_claims(c)
+                   if n == node and port not in THEIRS})
 
 
 @dataclass(frozen=True)
@@ -74,7 +91,7 @@ def _shared_and_ports(c: Cluster, node: str) -> list[str]:
         d = shlex.quote(c.storage.shared_dir)
         out.append(f"if [ -d {d} ]; then echo \"shared=$(findmnt -n -o FSTYPE -T {d})|"
                    f"$( [ -w {d} ] && echo writable || echo read-only)\"; else echo shared=missing; fi")
-    ports = " ".join(str(p) for p, _ in node_ports(c, node))
+    ports = " ".join(str(p) for p, _, _ in node_ports(c, node))
     if ports:
         out.append(f"for p in {ports}; do echo \"port=$p|$(ss -Hltnp \"sport = :$p\" 2>/dev/null | "
                    "sed -n 's/.*users:((\"\\([^\"]*\\)\".*/\\1/p' | head -n 1)\"; done")
@@ -197,11 +214,10 @@ def shared_and_port_checks(c: Cluster, node: str, facts: dict[str, list[str]]) -
                          "not there" if kind == "missing" else f"{kind or '?'}, {access}",
                          "ok" if kind != "missing" and access == "writable" else "failed"))
     held = dict(row.split("|", 1) for row in facts.get("port", []) if "|" in row)
-    ours = (*OURS, *(b[:15] for b in (c.engine.server_binary, c.engine.rpc_worker_binary)))  # comm: 15 characters
-    for port, what in node_ports(c, node):
+    for port, what, may in node_ports(c, node):
         by = held.get(str(port), "")
         out.append(Check(node, f"port {port}", f"free for {what}", f"held by {by}" if by else "free",
-                         "ok" if not by or by.startswith(ours) else "failed"))
+                         "ok" if not by or by in may else "failed"))
     if c.slurm_tiers and node == c.keeper_node:
         have = {"partition": set(facts.get("partition", [])), "qos": set(facts.get("qos", []))}
         for kind, names in (("partition", {t.slurm.partition for t in c.slurm_tiers}),

@@ -99,6 +99,17 @@ def test_what_the_bring_up_needs_of_a_node_is_found_before_it_starts(fact, check
     assert (verdict, seen) == ("failed", found)
 
 
+@pytest.mark.parametrize("holder, verdict", [
+    ("llama-server", "ok"),  # clusterbook's head, or the seeds' until stop.legacy retires it
+    ("python3", "failed"),  # a program clusterbook runs, but not on a tier's port: someone's script
+    ("nginx", "failed"),
+])
+def test_a_port_may_be_held_only_by_what_its_claim_runs(holder, verdict):
+    """Each port by the field that claims it: a tier's by the engine's server (or the seeds'), the gateway's by nginx,
+    the hold's by python3; not any of clusterbook's programs on any of its ports."""
+    assert verdicts(GOOD.replace("port=8081|", f"port=8081|{holder}"))["port 8081"][0] == verdict
+
+
 def test_the_keepers_node_finds_the_partitions_and_qos_the_tiers_ask_for():
     facts = "partition=gpu_ai\npartition=vasp_priority\nqos=normal\nqos=ai_opportunistic\n"
     found = verdicts(facts, node="slurm-ctl")
