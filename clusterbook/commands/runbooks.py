@@ -98,7 +98,13 @@ def run_named(s: Settings, cluster_file: str, collection: str, name: str, dry: b
     if op is None:
         raise Failed(f"{cluster_file} has no {collection}.{name} (it has {', '.join(o.task for o in ops) or 'none'}); "
                      f"invoke {collection}.tier --tier NAME reaches any tier of a file")
-    run_runbook(s, op.runbook, cluster_file, op.tier, dry, only, op.part, preflight=preflight)
+    report = run_runbook(s, op.runbook, cluster_file, op.tier, dry, only, op.part, preflight=preflight)
+    if report is not None and op.runbook in ("retire-legacy", "restore-legacy"):
+        said = [line for o in report.outcomes if o.step in ("record", "stop", "restore")
+                for line in o.stdout.splitlines() if line.strip()]
+        if said:  # what each node found, stopped or brought back (clusterbook-legacy's own lines)
+            console.rule("what ran before clusterbook, node by node")
+            console.print("\n".join(said), markup=False, highlight=False)
 
 
 def run_operation(s: Settings, cluster_file: str, action: str, tier: str, dry: bool = False, only: str | None = None,

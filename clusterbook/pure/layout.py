@@ -74,6 +74,7 @@ def cluster_paths(c: Cluster) -> dict[str, str]:
         "keeper_config": "/etc/clusterbook/keeper.json",
         "slurm_jobs": f"{LIB}/slurm_jobs.py",  # the SLURM tiers' own jobs: the keeper, wake and probe import it
         "jobs": f"{SBIN}/clusterbook-jobs",  # ... and the runbooks run it through this command (its configuration)
+        "legacy": f"{SBIN}/clusterbook-legacy",  # stop.legacy's record of what ran before; restore.legacy's way back
         **_timer("updater", "clusterbook-upstreams"),
         "alert_journal": f"{SBIN}/clusterbook-alert-journal",
         "alert_journal_unit": unit_file("clusterbook-alert-journal"),

@@ -109,8 +109,9 @@ def _before_tiers(c: Cluster) -> list[Operation]:
                          "Fetch the models each node serves: resumable, parts joined, size and sha256 checked."))
     if c.legacy:
         ops.append(Operation("stop", "legacy", "retire-legacy",
-                             f"Retire what ran before clusterbook ({c.legacy.source}): cancel its SLURM jobs, stop "
-                             "and disable its units, move its files aside into the generations folder (kept)."))
+                             f"Retire what ran before clusterbook ({c.legacy.source}): record what runs on each node "
+                             "(named or found by what it runs), stop it, cancel its SLURM jobs, move its files "
+                             "aside into the generations folder (kept)."))
     return ops
 
 
@@ -126,8 +127,9 @@ def _after_tiers(c: Cluster) -> list[Operation]:
                              "job is up."))
     if c.legacy:
         ops.append(Operation("restore", "legacy", "restore-legacy",
-                             f"The way back to what ran before clusterbook ({c.legacy.source}): its files put back "
-                             "from the generations folder, its units enabled and started (stop the tiers first)."))
+                             f"The way back to what ran before clusterbook ({c.legacy.source}): clusterbook's units, "
+                             "jobs and site stopped, the files put back, and what stop.legacy recorded brought back "
+                             "as it was."))
     return ops
 
 

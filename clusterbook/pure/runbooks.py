@@ -32,7 +32,7 @@ from clusterbook.model.runbook_schema import (
 from clusterbook.model.schema import Cluster, RouterTier, RpcTier
 from clusterbook.model.templating import render_string
 from clusterbook.model.yamlsource import YamlDocument, load_yaml
-from clusterbook.pure import allocation, layout, services, slurmjob, waits
+from clusterbook.pure import allocation, layout, legacyplan, services, slurmjob, waits
 from clusterbook.pure import engine_build as eb
 from clusterbook.pure import flags as fl
 from clusterbook.pure import topology as topo
@@ -293,6 +293,10 @@ def template_context(c: Cluster, tier: RouterTier | RpcTier | None, host: str | 
     if c.legacy and host:  # what stop.legacy retires on this host
         ctx["legacy_units"] = [u.name for u in c.legacy.units if host in u.nodes]
         ctx["legacy_files"] = [f.path for f in c.legacy.files if f.node == host]
+        ctx["legacy_record"] = legacyplan.record_command(c, host)
+    if c.legacy:
+        ctx.update(legacy_dir=legacyplan.folder(c), stop_ours=legacyplan.stop_ours_command(c),
+                   ours_stopped=legacyplan.ours_stopped_check(c))
     if tier is not None:
         ctx["files"] = {**ctx["files"], **layout.tier_paths(c, tier)}
         ctx.update(units=topo.units(tier), endpoint=topo.endpoint_url(c, tier),

@@ -31,7 +31,8 @@ def scripts(tmp_path):
 def test_every_node_script_is_python_3_6(tmp_path):
     found = scripts(tmp_path)
     assert {"/usr/local/sbin/clusterbook-wake", "/usr/local/lib/clusterbook/hold.py",
-            "/usr/local/sbin/clusterbook-tier-probe", "/usr/local/sbin/clusterbook-gguf-check"} <= set(found)
+            "/usr/local/sbin/clusterbook-tier-probe", "/usr/local/sbin/clusterbook-gguf-check",
+            "/usr/local/sbin/clusterbook-legacy"} <= set(found)
     for path, text in found.items():
         tree = ast.parse(text, feature_version=(3, 6))
         used = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)} | \

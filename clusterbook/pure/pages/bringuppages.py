@@ -180,14 +180,18 @@ def bringup_text(c: Cluster, op, patched: str, notes: dict[str, str], tier: str 
         return f"`invoke models.fetch` — each node's models into `{c.storage.models_dir}`."
     if op.task == "stop.legacy":
         units = ", ".join(f"`{u.name}` on " + ", ".join(u.nodes) for u in c.legacy.units)
-        held = [f"cancels the jobs {', '.join(f'`{j}`' for j in c.legacy.slurm_jobs)}"] if c.legacy.slurm_jobs else []
-        held += [f"stops and disables {units}"] if c.legacy.units else []
+        held = [f"records on every node what runs there (in `{c.storage.generations_dir}/legacy/record.json`): "
+                "the units the file names and those found by what they run and touch, their timers, cron lines, "
+                "processes started by hand, the ports each holds, the earlier jobs with their scripts"]
+        held += [f"stops {units} and what it found"] if c.legacy.units else ["stops what it found"]
+        held += [f"cancels the jobs {', '.join(f'`{j}`' for j in c.legacy.slurm_jobs)}"] if c.legacy.slurm_jobs else []
         held += [f"moves {len(c.legacy.files)} files aside into `{c.storage.generations_dir}/legacy/` (the nginx "
                  "site, scripts and unit files; kept, not deleted)"] if c.legacy.files else []
         return (f"{cluster_command(c, 'stop.legacy')} — retires what ran before clusterbook "
                 f"({text(c.legacy.source)}), which holds the GPUs and ports the tiers need: it " + "; ".join(held)
                 + ". It runs once the build and the models are in place, so the earlier tiers serve until the new "
-                "ones start; `invoke restore.legacy` is the way back.")
+                "ones start; `invoke restore.legacy` is the way back: it stops clusterbook's units, jobs and site, "
+                "and brings back exactly what the record holds.")
     if op.task == "deploy.router":
         return f"{cluster_command(c, 'deploy.router')} — the model selector" + (
             f" (`{c.router.script}`)" if c.router else "") + "."
