@@ -44,6 +44,7 @@ from clusterbook.effects.tuning import tune as run_tune
 from clusterbook.model.loader import load_cluster
 from clusterbook.model.schema import RpcTier
 from clusterbook.pure import topology as topo
+from clusterbook.pure.planner import reach
 from clusterbook.pure.planner.capacity import GIB, plan_tier
 from clusterbook.pure.planner.loadtime import (
     admitted,
@@ -434,8 +435,11 @@ def fabric(s: Settings, cluster_file: str, tier_name: str | None, seconds: int) 
                 measured = measure(cluster, transport, tier, seconds)
             except RuntimeError as exc:
                 raise Failed(str(exc)) from None
-        targets = cluster.targets_for(tier.name)
-        level = targets.fabric_gbps if targets else None
+        judged = reach.judged_fabric(cluster, tier)  # the file's levels, lowered to what the plan reaches
+        asked = cluster.targets_for(tier.name).fabric_gbps if judged else None
+        scale = judged.target / asked.target if judged and asked.target else 1
+        level = asked.model_copy(update={"target": judged.target, "acceptable": asked.acceptable * scale,
+                                         "critical": asked.critical * scale}) if judged else None
         for link in measured:
             verdict = "—" if not level else ("meets the target" if link.gbps >= level.target else
                                              "acceptable" if link.gbps >= level.acceptable else
@@ -451,7 +455,8 @@ def fabric(s: Settings, cluster_file: str, tier_name: str | None, seconds: int) 
              "| tier | head → worker | Gbit/s | retransmits | target (acceptable, critical) | verdict |",
              "|---|---|---|---|---|---|"]
     for link, level, verdict in verdicts:
-        goal = f"≥ {level.target:g} ({level.acceptable:g}, {level.critical:g})" if level else "no fabric_gbps target"
+        goal = (f"≥ {level.target:.3g} ({level.acceptable:.3g}, {level.critical:.3g})" if level
+                else "no fabric_gbps target")
         table.add_row(link.tier, f"{link.head} -> {link.worker}", f"{link.source} -> {link.target}",
                       f"{link.gbps:.2f}", str(link.retransmits), goal, verdict)
         lines.append(f"| {link.tier} | {link.head} → {link.worker} | {link.gbps:.2f} | {link.retransmits} | {goal} | "
@@ -460,7 +465,7 @@ def fabric(s: Settings, cluster_file: str, tier_name: str | None, seconds: int) 
     write_report(s, "fabric", {"network": cluster.rpc_network, "seconds": seconds,
                             "links": [link.to_json() for link in links]},
                  "\n".join(lines) + "\n", cluster, cluster_file)
-    low = [f"{link.head} -> {link.worker} {link.gbps:.2f} Gbit/s (acceptable {level.acceptable:g})"
+    low = [f"{link.head} -> {link.worker} {link.gbps:.2f} Gbit/s (acceptable {level.acceptable:.3g})"
            for link, level, _ in verdicts if level and link.gbps < level.acceptable]
     if low:
         raise Failed("fabric below its acceptable bandwidth: " + "; ".join(low))

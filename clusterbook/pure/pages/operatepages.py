@@ -16,6 +16,7 @@ from clusterbook.pure.mdtext import demoted, prose, text
 from clusterbook.pure.operations import tier_command
 from clusterbook.pure.pages.bringuppages import alert_table
 from clusterbook.pure.pages.markdown import METRICS, code, table
+from clusterbook.pure.planner import reach
 from clusterbook.pure.planner.capacity import TierPlan
 from clusterbook.pure.planner.findings import evaluate_claim
 from clusterbook.pure.render import monitoring as mon
@@ -268,9 +269,26 @@ def targets(c: Cluster) -> str:
                 continue
             cmp = "≥" if metric in HIGHER_IS_BETTER else "≤"
             bad = "<" if metric in HIGHER_IS_BETTER else ">"
-            rows.append([t.tier, label, f"{cmp} {level.target:g} {unit}", f"{cmp} {level.acceptable:g} {unit}",
-                         f"{bad} {level.critical:g} {unit}"])
+            rows.append([t.tier, label, f"{cmp} {level.target:g} {unit}" + _lowered(c, t.tier, metric),
+                         f"{cmp} {level.acceptable:g} {unit}", f"{bad} {level.critical:g} {unit}"])
     return table(["tier", "metric", "target", "acceptable", "critical"], rows) if rows else "No targets.\n"
+
+
+def _lowered(c: Cluster, tier_name: str, metric: str) -> str:
+    """Where verify judges by the plan's reach, not the file's figure (planner/reach.py), what it asks instead."""
+    tier = c.tier(tier_name)
+    if metric == "gpu_util_pct":
+        judged = [j for (node, i) in reach.gpu_busy_pct(c, tier) if (j := reach.judged_gpu_util(c, tier, node, i))]
+    elif metric == "fabric_gbps":
+        judged = [j for j in [reach.judged_fabric(c, tier)] if j]
+    else:
+        return ""
+    low = [j for j in judged if j.target < j.asked]
+    if not low:
+        return ""
+    what = "per GPU: the share of a token the plan has each compute" if metric == "gpu_util_pct" else \
+        "one stream per worker, at the load rate the plan counts"
+    return f" — verify asks ≥ {min(j.target for j in low):.3g}, what the plan reaches ({what})"
 
 
 def files_index(artifacts: list[Artifact]) -> str:
