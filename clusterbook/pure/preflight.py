@@ -17,13 +17,14 @@ from clusterbook.pure.runbooks import models_for_host
 CLOCK_SKEW_S = 2.0  # beyond this, logs of different nodes no longer line up (recovery phases, alerts)
 GPU_MEMORY_TOLERANCE = 0.02  # nvidia-smi's memory.total against the cluster file's memory_mib
 THEIRS = {SSH_PORT, SLURMD_PORT, SLURMCTLD_PORT, SLURMDBD_PORT}  # held by the node's own daemons: expected
+ALERTMANAGER = ("alertmanager", "prometheus-aler")  # EL's release binary; Debian's prometheus-alertmanager, cut
 HOLDERS = {  # by the cluster file's field that claims the port (indexes left out): the programs (as ss names them,
     # 15 characters) that may hold it already, being what clusterbook runs there (python3: the hold, the alert
     # journal); a tier's port may also be held by the seeds' llama-server or rpc-server until stop.legacy retires it
     ("gateway", "routes", "port"): ("nginx",), ("gateway", "path_port"): ("nginx",),
     ("gateway", "docs_port"): ("nginx",), ("gateway", "wake_port"): ("python3",),
-    ("monitoring",): ("alertmanager",), ("monitoring", "port"): ("prometheus",),
-    ("monitoring", "alertmanager_port"): ("alertmanager",), ("monitoring", "alert_journal_port"): ("python3",),
+    ("monitoring",): ALERTMANAGER, ("monitoring", "port"): ("prometheus",),
+    ("monitoring", "alertmanager_port"): ALERTMANAGER, ("monitoring", "alert_journal_port"): ("python3",),
     ("monitoring", "node_exporter_port"): ("node_exporter", "prometheus-node"),
 }
 SEEDS_SERVERS = ("llama-server", "rpc-server")

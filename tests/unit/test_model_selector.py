@@ -61,3 +61,14 @@ def test_list_json_is_the_whole_table(selector):
     assert json.loads(run("--list", "--json").stdout) == selector_rows(cluster)
     assert len(run("--list").stdout.splitlines()) == len(selector_rows(cluster))
     assert run("--help").returncode == 0
+
+
+@pytest.mark.parametrize("selector", ["beefcake2"], indirect=True)
+def test_every_endpoint_is_the_gateways_so_each_request_gets_the_hold_and_the_wake(selector):
+    """Issue 67 row 6: the selector sent clients straight to the nodes (ENDPOINTS=(http://10.0.0.31:8081 …)), past
+    the hold, the queue and the wake of a tier on demand, and wrong once a SLURM tier moved."""
+    cluster, run = selector
+    nodes = [address for n in cluster.nodes for address in n.addresses.values()]
+    for row in json.loads(run("--list", "--json").stdout):
+        assert row["endpoint"].startswith(cluster.gateway.url), row
+        assert not any(address in row["endpoint"] for address in nodes), row

@@ -110,6 +110,15 @@ def test_a_port_may_be_held_only_by_what_its_claim_runs(holder, verdict):
     assert verdicts(GOOD.replace("port=8081|", f"port=8081|{holder}"))["port 8081"][0] == verdict
 
 
+@pytest.mark.parametrize("port, holder", [(9093, "prometheus-aler"), (9093, "alertmanager"), (9090, "prometheus"),
+                                          (9100, "prometheus-node"), (9100, "node_exporter")])
+def test_the_monitoring_ports_may_be_held_by_debians_and_els_programs(port, holder):
+    """As ss names them (15 characters): the SLURM lab's redeploy found Debian's Alertmanager on its own port."""
+    facts = f"port={port}|{holder}\n"
+    found = verdicts(facts, node="slurm-ctl")
+    assert found[f"port {port}"][0] == "ok", found[f"port {port}"]
+
+
 def test_the_keepers_node_finds_the_partitions_and_qos_the_tiers_ask_for():
     facts = "partition=gpu_ai\npartition=vasp_priority\nqos=normal\nqos=ai_opportunistic\n"
     found = verdicts(facts, node="slurm-ctl")

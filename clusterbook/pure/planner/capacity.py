@@ -39,21 +39,27 @@ def kv_bytes_per_layer(shape: Shape, ctx: int, type_k: str, type_v: str) -> int:
 # (fitted: 272.3 and 541.6 MiB at ubatch 512 on 8192 x 29568; planned 272.0 and 542.0).
 ATTENTION_BASE_PER_EMBD = 68
 FFN_PER_FF, FFN_PER_EMBD = 32, 20
+HAND_ON_PER_EMBD = 36  # bytes per embedding unit and ubatch token more in the graph buffer of a device whose blocks
+# hand the residual stream on to another device's blocks: the worker beside the head, 72 / 144 / 288 MiB more than
+# the head at ubatch 256 / 512 / 1024 (full-size runs of 2026-11-28 and 2026-12-05); none where only the output
+# layer follows (the 2-block sweep)
 POOL_SLACK = 112 * 2**20  # what CUDA's pool held beyond its largest temporary buffer: 76-107 MiB measured
 
 
 def compute_bytes(shape: Shape, ctx: int, ubatch: int, flash_attn: bool, output: bool, kv_copies: int = 0,
-                  parallel: int = 1, cuda: bool = True) -> int:
+                  parallel: int = 1, cuda: bool = True, hands_on: bool = False) -> int:
     """Largest graph buffer of one device that holds blocks, reserved for a full context at start. On a CUDA device,
     per KV cell and ubatch token: without flash attention the F32 scores of every head plus 16 bytes of mask; with it
     8 bytes of mask, plus kv_copies bytes per cell for the F16 copies of a quantized K and V that CUDA's kernels read
-    (kv_f16_copies); the output device adds one logits row per slot (llama-server computes logits for a prompt's
-    last token only). A CPU device's graph is cpu_compute_bytes."""
+    (prompt_kv_copies); the output device adds one logits row per slot (llama-server computes logits for a prompt's
+    last token only); a device whose blocks hand on to another's holds HAND_ON_PER_EMBD more in its attention. A CPU
+    device's graph is cpu_compute_bytes."""
     if not cuda:
         return cpu_compute_bytes(shape, ctx, ubatch, flash_attn, output)
     n_kv = kv_cells(ctx)
     per_cell = ubatch * 8 + kv_copies if flash_attn else ubatch * (4 * shape.heads + 16)
-    attention = ubatch * ATTENTION_BASE_PER_EMBD * shape.embedding + n_kv * per_cell
+    base = ATTENTION_BASE_PER_EMBD + (HAND_ON_PER_EMBD if hands_on else 0)
+    attention = ubatch * base * shape.embedding + n_kv * per_cell
     ffn = ubatch * (FFN_PER_FF * shape.feed_forward + FFN_PER_EMBD * shape.embedding)
     logits = parallel * shape.vocab * 4 if output else 0
     return max(attention, ffn) + logits
@@ -79,6 +85,15 @@ def kv_f16_copies(shape: Shape, type_k: str, type_v: str, cuda: bool) -> int:
     if not cuda:
         return 0
     return sum(shape.kv_heads * shape.head_dim * 2 for t in (type_k, type_v) if t in QUANTIZED_TYPES)
+
+
+def prompt_kv_copies(shape: Shape, type_k: str, type_v: str, cuda: bool) -> int:
+    """Bytes per KV cell in a prompt's graph buffer for the F16 copies of the KV cache: both K and V where both are
+    quantized (kv_f16_copies: the 128K run, K and V q4_0); none where V is F16 and K quantized (the kernel reads that
+    K as it is: at 32K and 62K, ubatch 1024, the graph buffer grew by the mask alone, 2026-12-05)."""
+    if type_k in QUANTIZED_TYPES and type_v in QUANTIZED_TYPES:
+        return kv_f16_copies(shape, type_k, type_v, cuda)
+    return 0
 
 
 def pool_bytes(shape: Shape, ctx: int, ubatch: int, flash_attn: bool, cublas_prompt: bool) -> int:
@@ -178,12 +193,13 @@ def rpc_device_plans(c: Cluster, tier: RpcTier, shape: Shape, ctx: int) -> list[
         overhead = c.planner.device_overhead_mib * 2**20 if dev.gpu else 0
         node = c.node(dev.node)
         busy = bool(blocks or output)
-        copies = kv_f16_copies(shape, tier.cache_type_k, tier.cache_type_v, dev.gpu is not None)
+        copies = prompt_kv_copies(shape, tier.cache_type_k, tier.cache_type_v, dev.gpu is not None)
+        hands_on = bool(blocks) and idx != CPU and max(blocks) < len(place.blocks) - 1 and dev.gpu is not None
         plans.append(DevicePlan(
             dev.name, dev.node, dev.gpu.model if dev.gpu else None, len(blocks), output, weights,
             kv_layer * len(blocks),
-            compute_bytes(shape, ctx, tier.ubatch_size, flash, output, copies, tier.parallel, dev.gpu is not None)
-            if busy else 0,
+            compute_bytes(shape, ctx, tier.ubatch_size, flash, output, copies, tier.parallel, dev.gpu is not None,
+                          hands_on) if busy else 0,
             overhead, pool_bytes(shape, ctx, tier.ubatch_size, flash, dev.gpu.prompt_via_cublas)
             if busy and dev.gpu else 0, _capacity(c, dev.memory_bytes),
             dev.gpu.bandwidth_gbs if dev.gpu else node.cpu_bandwidth_gbs))

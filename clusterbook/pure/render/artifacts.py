@@ -335,11 +335,12 @@ def selector_rows(c: Cluster) -> list[dict]:
 
 
 def model_endpoint(c: Cluster, model_id: str) -> dict:
-    """The tier serving a model and its direct endpoint."""
+    """The tier serving a model and where clients ask it: through the gateway where there is one (the hold, the
+    queue and the wake of a tier on demand; a SLURM tier wherever its job runs), else its own endpoint."""
     for tier in c.tiers:
         served = tier.served_models
         if model_id in served:
-            return {"model": model_id, "tier": tier.name, "endpoint": topo.endpoint_url(c, tier)}
+            return {"model": model_id, "tier": tier.name, "endpoint": topo.client_url(c, tier)}
     raise KeyError(model_id)
 
 
