@@ -511,10 +511,13 @@ def _targets(c: Cluster) -> list[Finding]:
         if trouble.tier and trouble.tier not in tiers:
             out.append((("troubleshooting", i, "tier"), f"unknown tier '{trouble.tier}'"))
         for j, step in enumerate(trouble.fix):
-            try:
-                resolve_hosts(c, step.hosts)
-            except ValueError as exc:
-                out.append((("troubleshooting", i, "fix", j, "hosts"), str(exc)))
+            for tier in [t.name for t in c.tiers] if trouble.each_tier else [trouble.tier]:
+                try:  # `tier.nodes` and the like: the entry's tier's (every tier's, for an entry for each)
+                    resolve_hosts(c, step.hosts.replace("tier.", f"{tier}.", 1)
+                                  if tier and step.hosts.startswith("tier.") else step.hosts)
+                except ValueError as exc:
+                    out.append((("troubleshooting", i, "fix", j, "hosts"), str(exc)))
+                    break
             if error := template_error(step.run):
                 out.append((("troubleshooting", i, "fix", j, "run"), error))
             out += [(("troubleshooting", i, "fix", j, "run"), problem) for problem in fix_lint(step.run, step.act)]

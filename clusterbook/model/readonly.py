@@ -25,6 +25,8 @@ ARGS_READ = {
     "sort": lambda args: not any(a.startswith("--output") or (a.startswith("-") and not a.startswith("--")
                                                                and "o" in a) for a in args),
     "uniq": lambda args: sum(not a.startswith("-") for a in args) <= 1,
+    "nginx": lambda args: bool(args) and all(a in ("-t", "-T", "-q", "-v", "-V") for a in args),  # test, show
+    "tailscale": lambda args: [a for a in args if a != "--json"] in (["status"], ["serve", "status"]),
 }
 # Shell words that start or end a construct: the command after them is checked.
 KEYWORDS = frozenset({"while", "until", "if", "then", "do", "else", "elif", "!", "{", "}", "done", "fi", "time"})

@@ -255,5 +255,15 @@ class Trouble(Strict):
     symptom: Line = Field(min_length=1, description="what the operator sees")
     cause: Prose = Field(description="why it happens")
     tier: Name | None = Field(None, description="tier it concerns (template variable `tier`)")
+    each_tier: bool = Field(False, description="it concerns every tier: the site shows it once per tier (ID-TIER), "
+                                               "its commands filled with that tier's (hosts `tier.nodes`, "
+                                               "`tier.head`, `tier.workers`), and each tier's alerts lead to their "
+                                               "own; leave out tier")
     fix: list[FixStep] = Field(min_length=1, description="commands, in order")
+
+    @model_validator(mode="after")
+    def _one_tier_or_each(self) -> Trouble:
+        if self.each_tier and self.tier:
+            raise ValueError("an entry for every tier (each_tier) names no tier of its own: leave out tier")
+        return self
 

@@ -37,7 +37,7 @@ def lines(payload):
         status = str(alert.get("status", "firing"))
         priority = RESOLVED if status == "resolved" else PRIORITY.get(labels.get("severity"), RESOLVED)
         words = ["{} {}".format(status.upper(), labels.get("alertname", "alert"))]
-        words += ["{}={}".format(k, labels[k]) for k in ("tier", "instance", "severity", "held_by", "start")
+        words += ["{}={}".format(k, labels[k]) for k in ("tier", "node", "instance", "severity", "held_by", "start")
                   if labels.get(k)]
         said = " ".join(words) + ": " + str(notes.get("summary", ""))
         if notes.get("troubleshooting"):
@@ -90,6 +90,7 @@ class Firing:
                     self.dropped += 1
                 self.alerts[key] = {
                     "alert": clean(labels.get("alertname", "alert")), "tier": clean(labels.get("tier", "")),
+                    "node": clean(labels.get("node", "")),  # which node fired GpuXidError, NodeExporterDown
                     "severity": clean(labels.get("severity", "")), "summary": clean(notes.get("summary", "")),
                     "troubleshooting": clean(notes.get("troubleshooting", "")),
                     "since": clean(alert.get("startsAt", ""))}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from clusterbook.model.hosts import resolve_hosts
 from clusterbook.model.schema import Cluster, RpcTier
 from clusterbook.model.templating import render_command
-from clusterbook.pure import layout
+from clusterbook.pure import layout, troubles
 from clusterbook.pure import topology as topo
 
 
@@ -14,10 +14,11 @@ def fix_step_commands(c: Cluster, trouble, step) -> list[str]:
     on a node)."""
     tier = c.tier(trouble.tier) if trouble.tier else None
     lines = []
-    hosts = resolve_hosts(c, step.hosts)
+    hosts = resolve_hosts(c, troubles.hosts_of(step.hosts, trouble.tier))
     for host in hosts or [None]:
         ctx = {"cluster": c, "tier": tier, "node": c.node(host) if host else None, "engine": c.engine,
                "units": topo.units(tier) if tier else None,
+               "tier_url": topo.client_url(c, tier) if tier else None,  # where its clients ask it
                "jobs": layout.path(c, "jobs"),  # clusterbook-jobs: a tier's own jobs, never another user's
                "rpc_addresses": [e.split(":")[0] for e in topo.rpc_endpoints(c, tier)]
                if isinstance(tier, RpcTier) else []}
@@ -29,11 +30,15 @@ def fix_step_commands(c: Cluster, trouble, step) -> list[str]:
 def fix_findings(c: Cluster) -> list[tuple[tuple, str]]:
     """Every troubleshooting command that does not render (a variable that is not there, a value it cannot use)."""
     out = []
-    for i, trouble in enumerate(c.troubleshooting):
-        for j, step in enumerate(trouble.fix):
-            try:
-                fix_step_commands(c, trouble, step)
-            except Exception as exc:
-                out.append((("troubleshooting", i, "fix", j, "run"),
-                            f"the command does not render: {type(exc).__name__}: {str(exc)[:200]}"))
+    for i, written in enumerate(c.troubleshooting):  # an entry for every tier: rendered for each of them
+        shown = [written.model_copy(update={"tier": t.name}) for t in c.tiers] if written.each_tier else [written]
+        for j, step in enumerate(written.fix):
+            for trouble in shown:
+                try:
+                    fix_step_commands(c, trouble, step)
+                except Exception as exc:
+                    out.append((("troubleshooting", i, "fix", j, "run"), "the command does not render"
+                                + (f" for tier {trouble.tier}" if written.each_tier else "")
+                                + f": {type(exc).__name__}: {str(exc)[:200]}"))
+                    break
     return out

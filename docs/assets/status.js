@@ -46,7 +46,7 @@
       firing.forEach(function (a) {
         var item = element("li", "");
         item.appendChild(element("strong", String(a.alert)));
-        item.appendChild(document.createTextNode(" · " + [a.tier, a.severity].filter(Boolean).join(" · ") +
+        item.appendChild(document.createTextNode(" · " + [a.tier, a.node, a.severity].filter(Boolean).join(" · ") +
                                                   (a.summary ? ": " + a.summary : "") + " "));
         if (a.troubleshooting) {
           item.appendChild(document.createTextNode("→ "));

@@ -1,6 +1,7 @@
 """Every alert points to a troubleshooting entry the cluster file has (issue 32): a file with entries but not the
 one an alert needs is refused with its line; a file with no troubleshooting at all gets alerts without links."""
 
+import re
 import shutil
 from pathlib import Path
 
@@ -69,14 +70,16 @@ def test_each_alert_names_every_cause_the_file_has_an_entry_for(beefcake2):
     no RPC network's fault. The first cause is the runbook_url; the site and the when-index list them all."""
     from clusterbook.pure.render.monitoring import alerts, entries_of
     rules = {(r["alert"], r["labels"].get("tier")): entries_of(r) for r in alerts(beefcake2)}
-    assert rules[("TierDown", "reasoning")] == ["rpc-worker-down", "job-not-starting", "on-demand-not-serving",
-                                                "worker-oom-killed", "gpu-memory-or-xid"]  # reasoning is on demand
-    assert rules[("TierDown", "fast")] == ["gateway-connection-refused", "job-not-starting", "gpu-memory-or-xid"]
-    assert rules[("DecodeSlow", "fast")][0] == "gpu-memory-or-xid"
+    assert rules[("TierDown", "reasoning")] == ["rpc-worker-down", "job-not-starting-reasoning",
+                                                "on-demand-not-serving", "worker-oom-killed",
+                                                "gpu-memory-or-xid-reasoning"]  # reasoning is on demand
+    assert rules[("TierDown", "fast")] == ["gateway-connection-refused-fast", "job-not-starting-fast",
+                                           "gpu-memory-or-xid-fast"]  # each tier's own (issue 67)
+    assert rules[("DecodeSlow", "fast")][0] == "gpu-memory-or-xid-fast"
     assert rules[("DecodeSlow", "reasoning")][0] == "rpc-on-ethernet"
     assert rules[("NodeExporterDown", None)] == ["node-down"]  # it linked nowhere
     url = next(r for r in alerts(beefcake2) if r["alert"] == "TierDown")["annotations"].get("runbook_url", "")
-    assert url.endswith("/troubleshooting/#gateway-connection-refused") or not url
+    assert url.endswith("/troubleshooting/#gateway-connection-refused-fast") or not url
 
 
 def test_every_entry_says_its_impact_how_to_tell_it_is_fixed_and_whom_to_call(tmp_path):
@@ -87,7 +90,8 @@ def test_every_entry_says_its_impact_how_to_tell_it_is_fixed_and_whom_to_call(tm
 
     page = troubleshooting(load_cluster(ROOT / "cluster.yaml"))
     entries = page.split("\n## ")
-    assert len(entries) == len(load_cluster(ROOT / "cluster.yaml").troubleshooting)
+    c = load_cluster(ROOT / "cluster.yaml")  # an entry for every tier: once per tier
+    assert len(entries) == sum(len(c.tiers) if t.each_tier else 1 for t in c.troubleshooting)
     for entry in entries:
         assert "**Impact.**" in entry and "**Verify it is fixed.**" in entry and "**Not fixed?**" in entry, entry
     down = next(e for e in entries if "{ #rpc-worker-down }" in e)
@@ -97,3 +101,31 @@ def test_every_entry_says_its_impact_how_to_tell_it_is_fixed_and_whom_to_call(tm
         "name": "Ana", "contact": "ana@lab.example", "escalation": [
             {"name": "HPC team", "contact": "#hpc", "when": "after 30 min"}]}}, tmp_path)
     assert "Escalate in this order: Ana (ana@lab\\.example) → HPC team (\\#hpc)." in troubleshooting(owned)  # as text
+
+
+def test_each_alert_of_a_tier_leads_only_to_that_tiers_commands_and_nodes():
+    """Issue 67 row 1: five of the fast tier's eight alert links led to entries whose commands checked
+    llama-reasoning, vasp-01 and vasp-03. An entry written for every tier (each_tier) is shown once per tier, its
+    commands filled with that tier's; an alert of a tier links only entries of that tier or of none."""
+    from clusterbook.pure import topology as topo
+    from clusterbook.pure import troubles
+    from clusterbook.pure.fixsteps import fix_step_commands
+
+    c = load_cluster(ROOT / "cluster.yaml")
+    shown = {t.id: t for t in troubles.entries(c)}
+    checked = 0
+    for rule in alerts(c):
+        tier = rule["labels"].get("tier")
+        if not tier:
+            continue
+        others = [t for t in c.tiers if t.name != tier]
+        foreign = {topo.units(t).job for t in others} | {n for t in others for n in t.nodes} - set(c.tier(tier).nodes)
+        for entry in rule["annotations"]["troubleshooting"].split(", "):
+            trouble = shown[entry]
+            assert trouble.tier in (None, tier), (rule["alert"], tier, entry)
+            lines = [line for step in trouble.fix for line in fix_step_commands(c, trouble, step)]
+            said = [f for f in foreign for line in lines if re.search(rf"(?<![\w-]){re.escape(f)}(?![\w-])", line)]
+            assert not said, (rule["alert"], tier, entry, said)
+            checked += 1
+    assert checked >= 15
+    assert rule["annotations"].get("runbook_url", "").endswith(rule["annotations"]["troubleshooting"].split(", ")[0])

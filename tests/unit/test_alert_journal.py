@@ -73,8 +73,13 @@ def test_the_alerts_firing_now_are_kept_for_the_sites_banner_until_resolved(jour
     assert post(port, json.dumps(PAYLOAD).encode()) == 200
     now = firing(port)
     assert now["as_of"] and now["firing"] == [{
-        "alert": "TierDown", "tier": "reasoning", "severity": "critical",
+        "alert": "TierDown", "tier": "reasoning", "node": "", "severity": "critical",
         "summary": "reasoning does not answer /health", "troubleshooting": "rpc-worker-down, gpu", "since": ""}]
+    xid = {"alerts": [{"status": "firing", "labels": {"alertname": "GpuXidError", "node": "vasp-02",
+                                                      "severity": "critical"}, "annotations": {}}]}
+    assert post(port, json.dumps(xid).encode()) == 200  # issue 67: the banner says which node fired it
+    assert next(a for a in firing(port)["firing"] if a["alert"] == "GpuXidError")["node"] == "vasp-02"
+    assert post(port, json.dumps({"alerts": [dict(xid["alerts"][0], status="resolved")]}).encode()) == 200
     resolved = {"alerts": [dict(PAYLOAD["alerts"][0], status="resolved")]}
     assert post(port, json.dumps(resolved).encode()) == 200
     assert firing(port)["firing"] == []

@@ -26,6 +26,10 @@ from clusterbook.model.fixlint import fix_lint
     ("sinfo -n NODE", False, ["'NODE' is a placeholder"]),
     ("echo '<node name>'", False, ["'<node name>' is a placeholder"]),
     ("sbatch --export=ALL,GGML_RPC_DEBUG=1 job.sbatch", True, []),  # ALL and an env assignment are not placeholders
+    ("nginx -t", False, []),
+    ("nginx -s reload", False, ["'nginx -s reload' is not known to only read"]),
+    ("tailscale serve status --json", False, []),
+    ("tailscale serve --bg 8080", False, ["'tailscale serve --bg 8080' is not known to only read"]),
 ])
 def test_lint(run, act, expected):
     found = fix_lint(run, act)

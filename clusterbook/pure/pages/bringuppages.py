@@ -8,6 +8,7 @@ import posixpath
 from clusterbook.model.schema import Cluster, RouterTier
 from clusterbook.pure import engine_build as eb
 from clusterbook.pure import topology as topo
+from clusterbook.pure import troubles
 from clusterbook.pure.mdtext import code as code_span
 from clusterbook.pure.mdtext import text
 from clusterbook.pure.operations import bringup, cluster_command, tier_command
@@ -265,7 +266,7 @@ def _monitoring_source(c: Cluster) -> str:
 
 def alert_table(c: Cluster, entries_page: str) -> str:
     """Every alert: its tier, when it fires, for how long, and its troubleshooting entries (on entries_page)."""
-    entries = {t.id: text(t.symptom) for t in c.troubleshooting}
+    entries = {t.id: text(t.symptom) for t in troubles.entries(c)}
     rows = []
     for rule in mon.alerts(c) if c.monitoring else []:
         link = "<br>".join(f"[{entries[e]}]({entries_page}#{e})" for e in mon.entries_of(rule) if e in entries)

@@ -10,6 +10,7 @@ from clusterbook.model.hosts import candidate_nodes
 from clusterbook.model.recordschema import Decision
 from clusterbook.model.schema import HIGHER_IS_BETTER, Cluster
 from clusterbook.pure import topology as topo
+from clusterbook.pure import troubles
 from clusterbook.pure.fixsteps import fix_step_commands
 from clusterbook.pure.mdtext import code as code_span
 from clusterbook.pure.mdtext import demoted, prose, text
@@ -143,9 +144,10 @@ def owner(c: Cluster) -> str:
 def when_index(c: Cluster) -> str:
     """What an operator sees, each line leading to its troubleshooting entry: HTTP statuses, then alerts, then
     every entry's symptom in the words it is written in."""
-    ids = {t.id for t in c.troubleshooting}
+    shown = troubles.entries(c)
+    ids = {t.id for t in shown}
     rows: list[tuple[int, str, str]] = []
-    for t in c.troubleshooting:
+    for t in shown:
         for status in sorted(set(re.findall(r"\b([45]\d\d)\b", t.symptom))):
             rows.append((0, f"HTTP {status}: {text(t.symptom)}", t.id))
     for rule in mon.alerts(c) if c.monitoring else []:
@@ -153,7 +155,7 @@ def when_index(c: Cluster) -> str:
             tier = rule["labels"].get("tier")
             rows.append((1, f"alert {code_span(rule['alert'])}" + (f" (tier {text(tier)})" if tier else "")
                          + f": {text(rule['annotations']['summary'])}", entry))
-    rows += [(2, text(t.symptom), t.id) for t in c.troubleshooting]
+    rows += [(2, text(t.symptom), t.id) for t in shown]
     if not rows:
         return ""
     return table(["when you see", "go to"], [[what, f"[{entry}](#{entry})"] for _, what, entry in
@@ -162,7 +164,7 @@ def when_index(c: Cluster) -> str:
 
 def troubleshooting(c: Cluster) -> str:
     out = []
-    for t in c.troubleshooting:
+    for t in troubles.entries(c):
         out.append(f"## {text(t.symptom)} {{ #{t.id} }}\n\n{impact(c, t)}\n**Cause.**\n\n{prose(t.cause)}\n"
                    f"**Fix.**\n\n{fix_commands(c, t)}\n{fixed_and_escalation(c, t)}")  # the id: alerts link to it
     return "\n".join(out) or "No entries.\n"

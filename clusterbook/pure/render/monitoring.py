@@ -15,7 +15,7 @@ import yaml
 from clusterbook.model.hosts import candidate_nodes
 from clusterbook.model.schema import Cluster, RouterTier, RpcTier
 from clusterbook.model.siteschema import ALERT_REPEAT_S
-from clusterbook.pure import slurmjob
+from clusterbook.pure import slurmjob, troubles
 from clusterbook.pure import topology as topo
 from clusterbook.pure.layout import RULES, SD_DIR, TEXTFILE_DIR
 from clusterbook.pure.planner.capacity import plan_cluster
@@ -123,18 +123,22 @@ def docs_base(c: Cluster) -> str | None:
     return None
 
 
-def _entry(c: Cluster, trouble: str, *also: str) -> dict:
+def _entry(c: Cluster, tier: str | None, trouble: str, *also: str) -> dict:
     """The annotations naming the alert's troubleshooting entries (its first cause, then every other cause the file
-    has an entry for, comma-separated) and linking to the first on the published site (runbook_url, Alertmanager's
+    has an entry for, comma-separated; an alert of one tier only that tier's entries, an entry written for every
+    tier as that tier's: troubles.py) and linking to the first on the published site (runbook_url, Alertmanager's
     usual name for it); none where the cluster file has no troubleshooting at all. A file that has entries but not
     the first one is refused by `invoke check` (alert_findings)."""
     if not c.troubleshooting:
         return {}
     ids = {t.id for t in c.troubleshooting}
+    first = troubles.linked(c, trouble, tier)
+    rest = [e for a in also if a in ids and a != trouble for e in troubles.linked(c, a, tier)]
+    named = list(dict.fromkeys(first + rest))
     base = docs_base(c)
-    linked = base and trouble in ids
-    return {"troubleshooting": ", ".join([trouble, *(a for a in also if a in ids and a != trouble)]),
-            **({"runbook_url": f"{base}/troubleshooting/#{trouble}"} if linked else {})}
+    linked = base and trouble in ids and first
+    return {"troubleshooting": ", ".join(named),
+            **({"runbook_url": f"{base}/troubleshooting/#{first[0]}"} if linked else {})}
 
 
 def entries_of(rule: dict) -> list[str]:
@@ -144,7 +148,7 @@ def entries_of(rule: dict) -> list[str]:
 
 def alert_findings(c: Cluster) -> list[tuple[tuple, str]]:
     """Every alert that points to a troubleshooting entry the cluster file does not have."""
-    ids = {t.id for t in c.troubleshooting}
+    ids = {t.id for t in troubles.entries(c)}
     missing = {}
     for rule in alerts(c) if c.monitoring else []:
         entry = next(iter(entries_of(rule)), None)
@@ -186,7 +190,8 @@ def alert_cases(c: Cluster) -> list[Alert]:
     node = c.nodes[0].name
     up = f'up{{job="node", node="{node}"}}'
     cases = [Alert(_rule("NodeExporterDown", 'up{job="node"} == 0', "2m", "warning", {},
-                         "a node exporter does not answer (its node label names the node)", _entry(c, "node-down")),
+                         "a node exporter does not answer (its node label names the node)",
+                         _entry(c, None, "node-down")),
                    [_series(up, f"0x{n}")], [_series(up, f"1x{n}")], {"node": node, "job": "node"})]
     partners = waits_beside(c)
     for tier in c.tiers:
@@ -196,7 +201,7 @@ def alert_cases(c: Cluster) -> list[Alert]:
         xid = f'{GPU_METRICS}_xid_errors_total{{node="{gpu_nodes[0]}"}}'
         cases.append(Alert(_rule("GpuXidError", f"increase({GPU_METRICS}_xid_errors_total[10m]) > 0", "0m",
                                  "critical", {}, "the kernel logged an NVIDIA Xid error in the last 10 minutes "
-                                 "(its node label names the node)", _entry(c, "gpu-memory-or-xid")),
+                                 "(its node label names the node)", _entry(c, None, "gpu-memory-or-xid")),
                            [_series(xid, f"0 0 1 1x{n}")], [_series(xid, f"2x{n}")], {"node": gpu_nodes[0]}))
     return cases
 
@@ -230,7 +235,8 @@ def _tier_alerts(c: Cluster, tier: RouterTier | RpcTier, targets, n: int, partne
                                         ("on-demand-not-serving", bool(tier.on_demand)),
                                         ("worker-oom-killed", tier.manager == "slurm" and isinstance(tier, RpcTier)),
                                         ("gpu-memory-or-xid", any(c.node(n).gpus for n in tier.nodes))) if when]
-    trouble = _entry(c, "rpc-worker-down" if isinstance(tier, RpcTier) else "gateway-connection-refused", *causes)
+    trouble = _entry(c, tier.name, "rpc-worker-down" if isinstance(tier, RpcTier) else "gateway-connection-refused",
+                     *causes)
     probe = f'clusterbook_tier_healthy{{tier="{name}"}}'
     # down on purpose, so neither down, unregistered nor pending alerts fire: a tier on demand that the keeper
     # released, and a tier that waits while a tier it cannot run beside serves
@@ -271,12 +277,12 @@ def _tier_alerts(c: Cluster, tier: RouterTier | RpcTier, targets, n: int, partne
         cases += [
             Alert(_rule("EndpointMissing", f"{fresh(c, registered, '== 0')}{unless}", hold, "critical",
                         label, f"tier {name} has had no record in the endpoint registry for {recovery:g} s: its job "
-                        "does not run, or has not registered", _entry(c, "job-not-starting")),
+                        "does not run, or has not registered", _entry(c, tier.name, "job-not-starting")),
                   [_series(registered, f"0x{n}"), *alone], [_series(registered, f"1x{n}"), left(registered, 0)],
                   quiet=quiet([_series(registered, f"0x{n}")])),
             Alert(_rule("TierPending", f"{fresh(c, pending, '== 1')}{waiting}", hold, "warning", label,
                         f"SLURM has held tier {name}'s job ({job_name}) pending for {recovery:g} s",
-                        _entry(c, "job-not-starting")),
+                        _entry(c, tier.name, "job-not-starting")),
                   [_series(pending, f"1x{n}"), *alone], [_series(pending, f"0x{n}"), left(pending, 1)],
                   quiet=while_waiting([_series(pending, f"1x{n}")])),
         ]
@@ -287,7 +293,7 @@ def _tier_alerts(c: Cluster, tier: RouterTier | RpcTier, targets, n: int, partne
                                  f"tier {name} waits for its nodes while other jobs hold them (its held_by label "
                                  "names their users and partitions, its start label SLURM's estimate): expected "
                                  "where those jobs come first; clients are held or told when to retry",
-                                 _entry(c, "job-not-starting")),
+                                 _entry(c, tier.name, "job-not-starting")),
                            [_series(series, f"1x{n}")], [_series(series, f"0x{n}")], shown))
     if targets and targets.decode_tps:
         critical = targets.decode_tps.critical
@@ -299,8 +305,9 @@ def _tier_alerts(c: Cluster, tier: RouterTier | RpcTier, targets, n: int, partne
         cases.append(Alert(_rule("DecodeSlow", DECODE.format(job=job(tier)) + f" < {critical:g}", "5m", "critical",
                                  label, f"tier {name} decodes below {critical:g} tok/s (target "
                                  f"{targets.decode_tps.target:g})",
-                                 _entry(c, "rpc-on-ethernet", "gpu-memory-or-xid") if isinstance(tier, RpcTier)
-                                 else _entry(c, "gpu-memory-or-xid", "slow-first-response")),
+                                 _entry(c, tier.name, "rpc-on-ethernet", "gpu-memory-or-xid")
+                                 if isinstance(tier, RpcTier)
+                                 else _entry(c, tier.name, "gpu-memory-or-xid", "slow-first-response")),
                            bad, good, {"job": job(tier)}))
     if targets and targets.ttft_s:
         critical = targets.ttft_s.critical
@@ -309,7 +316,7 @@ def _tier_alerts(c: Cluster, tier: RouterTier | RpcTier, targets, n: int, partne
         cases.append(Alert(_rule("FirstTokenSlow", f'clusterbook_tier_ttft_seconds{{tier="{name}"}} > {critical:g}',
                                  "5m", "warning", label, f"tier {name} takes more than {critical:g} s to a first "
                                  f"token (target {targets.ttft_s.target:g} s; the probe's one-token completion)",
-                                 _entry(c, "slow-first-response")),
+                                 _entry(c, tier.name, "slow-first-response")),
                            [_series(ttft, f"{critical * 2:g}x{n}")],
                            [_series(ttft, f"{targets.ttft_s.target:g}x{n}")], {"model": model}))
     if targets and targets.gpu_mem_gib:
@@ -320,7 +327,7 @@ def _tier_alerts(c: Cluster, tier: RouterTier | RpcTier, targets, n: int, partne
         used = f'{GPU_METRICS}_tiers_memory_used_bytes{{node=~"{"|".join(tier.nodes)}"}}'
         cases.append(Alert(_rule("GpuMemoryHigh", f"{used} / 2^30 > {gib.critical:g}", "5m", "warning", label,
                                  f"the tiers' processes on a GPU of tier {name} hold more than {gib.critical:g} GiB",
-                                 _entry(c, "gpu-memory-or-xid")),
+                                 _entry(c, tier.name, "gpu-memory-or-xid")),
                            [_series(series, f"{int((gib.critical + 1) * 2**30)}x{n}")],
                            [_series(series, f"{int(gib.target * 2**30)}x{n}")], {"node": first, "gpu": "0"}))
     return cases

@@ -1,0 +1,41 @@
+"""The troubleshooting entries as the site and the alerts show them: an entry the file writes for every tier
+(`each_tier`) once per tier (ID-TIER), its commands filled with that tier's unit, job and nodes, so each alert
+leads to its own tier's commands."""
+
+from __future__ import annotations
+
+from clusterbook.model.recordschema import Trouble
+from clusterbook.model.schema import Cluster
+
+TIER_SELECTOR = "tier."  # a fix step's hosts `tier.nodes`, `tier.head`, `tier.workers`: the entry's own tier's
+
+
+def entries(c: Cluster) -> list[Trouble]:
+    """Every entry in the file's order, one written for every tier once per tier."""
+    out = []
+    for t in c.troubleshooting:
+        if not t.each_tier:
+            out.append(t)
+            continue
+        for tier in c.tiers:
+            out.append(t.model_copy(update={"id": f"{t.id}-{tier.name}", "tier": tier.name, "each_tier": False,
+                                            "symptom": f"{t.symptom} (tier {tier.name})"}))
+    return out
+
+
+def hosts_of(selector: str, tier: str | None) -> str:
+    """A fix step's host selector with `tier.` made the entry's tier's (`tier.nodes` -> `reasoning.nodes`)."""
+    if tier and selector.startswith(TIER_SELECTOR):
+        return tier + "." + selector[len(TIER_SELECTOR):]
+    return selector
+
+
+def linked(c: Cluster, entry: str, tier: str | None) -> list[str]:
+    """The entries an alert links for the file's entry `entry`: an alert of one tier that tier's (an entry of another
+    tier: none); an alert of no tier (a node's) every tier's where the entry is written for every tier."""
+    written = next((t for t in c.troubleshooting if t.id == entry), None)
+    if written is None:
+        return [entry]  # not in the file: alert_findings says so
+    if written.each_tier:
+        return [f"{entry}-{tier}"] if tier else [f"{entry}-{t.name}" for t in c.tiers]
+    return [entry] if written.tier in (None, tier) or tier is None else []
