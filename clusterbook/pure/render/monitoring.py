@@ -201,7 +201,7 @@ def alert_cases(c: Cluster) -> list[Alert]:
         xid = f'{GPU_METRICS}_xid_errors_total{{node="{gpu_nodes[0]}"}}'
         cases.append(Alert(_rule("GpuXidError", f"increase({GPU_METRICS}_xid_errors_total[10m]) > 0", "0m",
                                  "critical", {}, "the kernel logged an NVIDIA Xid error in the last 10 minutes "
-                                 "(its node label names the node)", _entry(c, None, "gpu-memory-or-xid")),
+                                 "(its node label names the node)", _entry(c, None, "gpu-lost", "gpu-memory-or-xid")),
                            [_series(xid, f"0 0 1 1x{n}")], [_series(xid, f"2x{n}")], {"node": gpu_nodes[0]}))
     return cases
 
