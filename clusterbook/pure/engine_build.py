@@ -56,6 +56,16 @@ def cmake_options(c: Cluster) -> list[str]:
     return options
 
 
+NATIVE_FLAGS = ("sse4_2", "avx", "avx2", "fma", "f16c", "bmi2", "avx512f", "avx512bw", "avx512vl", "avx512_vnni",
+                "avx512_bf16", "amx_tile", "amx_int8", "amx_bf16")  # /proc/cpuinfo's names of what ggml builds for
+
+
+def cpu_flags(c: Cluster) -> list[str]:
+    """The CPU features a build for the build node's own CPU may use (those the file turns off left out): the release
+    carries the build node's, and a node without one of them refuses it before it unpacks."""
+    return [f for f in NATIVE_FLAGS if not any(f.startswith(off) for off in c.engine.cpu_features_off)]
+
+
 def cuda_root(c: Cluster) -> str | None:
     """The CUDA toolkit the build uses: the folder above engine.cuda_lib_dir."""
     return posixpath.dirname(c.engine.cuda_lib_dir.rstrip("/")) if c.engine.cuda_lib_dir else None

@@ -1,5 +1,5 @@
 """What a node installs from its operating system's packages: one name per need, the command per family (apt on
-Debian; dnf with EPEL and the PowerTools repository on EL)."""
+Debian; dnf on EL, with EPEL or PowerTools only for the needs whose packages are there)."""
 
 from __future__ import annotations
 
@@ -27,6 +27,10 @@ PACKAGES: dict[str, dict[str, list[str]]] = {
     "prometheus": {"debian": ["prometheus", "prometheus-alertmanager"]},
     "nginx": {"debian": ["nginx"], "el": ["nginx", "policycoreutils-python-utils"]},  # EL: semanage, for SELinux
 }
+
+
+# the EL repositories a need's packages come from beyond BaseOS and AppStream (the others are enabled for no package)
+EL_REPOS = {"node-exporter": "epel", "build": "powertools"}  # EPEL's exporter; EL 8's ninja-build is in PowerTools
 
 
 # need -> family -> the commands its packages give, where they are not the need's own name: a node that has every one
@@ -62,7 +66,12 @@ def install_command(os: OperatingSystem, need: str) -> str:
     words = " ".join(shlex.quote(n) for n in names)
     if os.family == "debian":
         return f"DEBIAN_FRONTEND=noninteractive apt-get install -y -q {words}"
-    return f"dnf install -y -q epel-release && dnf install -y -q --enablerepo=powertools {words}"
+    repo = EL_REPOS.get(need)
+    if repo == "epel":
+        return f"dnf install -y -q epel-release && dnf install -y -q {words}"
+    if repo == "powertools":
+        return f"dnf install -y -q --enablerepo=powertools {words}"
+    return f"dnf install -y -q {words}"
 
 
 def toolset_bin(os: OperatingSystem) -> str | None:

@@ -252,7 +252,7 @@ def _build_context(c: Cluster) -> dict:
             "nvcc": posixpath.join(root, "bin/nvcc") if root else "nvcc", "release": plan.release,
             "release_dir": posixpath.dirname(plan.release) if plan.release else None,
             "release_name": posixpath.basename(plan.release) if plan.release else None,
-            "sdist_url": eb.sdist_url(c.engine.build)}
+            "sdist_url": eb.sdist_url(c.engine.build), "cpu_flags": eb.cpu_flags(c)}
 
 
 def template_context(c: Cluster, tier: RouterTier | RpcTier | None, host: str | None,

@@ -526,6 +526,7 @@ def test_restore_legacy_brings_the_seeds_setup_back_and_leaves_nothing_of_cluste
     for node in ("slab1", "slab2", "slab3"):
         running = ssh.run(node, ours)
         assert running.ok and not running.stdout.strip(), f"{node}: clusterbook's units run: {running.stdout}"
+        assert ssh.run(node, "! test -e /etc/systemd/journald.conf.d/clusterbook.conf").ok  # journald's own limit
     gateway = load_cluster(SLURM_LAB).gateway
     held = ssh.run("slab1", f"ss -Hltn 'sport = :{gateway.path_port}'; ls {layout.NGINX_SITE_ENABLED}")
     assert not held.stdout.strip(), held.stdout  # clusterbook's site left nginx

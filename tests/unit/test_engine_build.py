@@ -182,3 +182,32 @@ def test_a_build_can_leave_amx_out():
     lab = cmake_options(load_cluster(ROOT / "lab/cluster.yaml"))
     assert f"-DCMAKE_C_FLAGS={flags}" in lab and f"-DCMAKE_CXX_FLAGS={flags}" in lab
     assert not any("amx" in o for o in cmake_options(load_cluster(ROOT / "cluster.yaml")))
+
+
+@pytest.mark.parametrize("node_flags, refused", [("fpu sse4_2 avx avx2 fma f16c", ""),
+                                                 ("fpu sse4_2 avx", "avx2 f16c fma")])
+def test_a_node_without_the_build_nodes_cpu_features_refuses_the_release(tmp_path, node_flags, refused):
+    """Issue 66 row 9: ggml builds for the build node's own CPU (-march=native) and the release went to every node,
+    Proxmox VMs whose CPU type is set per VM: a node that lacks a feature would die of SIGILL at its first token.
+    The pack step writes the build node's features beside VERSION; the unpack step refuses what its CPU lacks."""
+    import subprocess
+
+    from clusterbook.pure.runbooks import available, expand
+
+    c = load_cluster(ROOT / "cluster.yaml")
+    steps = {s.id: s for s in expand(available()["install"], c).steps}
+    [pack] = steps["pack"].hosts[build_node(c)]
+    (tmp_path / "build").write_text("flags\t\t: fpu sse4_2 avx avx2 fma f16c hypervisor\n")
+    record = next(line for line in pack.command.splitlines() if "CPU_FLAGS" in line and "grep" in line)
+    record = record.replace("/proc/cpuinfo", str(tmp_path / "build")).replace('"$stage', f'"{tmp_path}')
+    assert subprocess.run(["bash", "-c", record]).returncode == 0
+    assert (tmp_path / "CPU_FLAGS").read_text().split() == ["avx", "avx2", "f16c", "fma", "sse4_2"]
+    [unpack] = steps["unpack"].hosts["vasp-02"]
+    check = "\n".join(line for line in unpack.command.splitlines() if "missing" in line)
+    (tmp_path / "node").write_text(f"flags\t\t: {node_flags}\n")
+    (tmp_path / "dir.tmp").mkdir()
+    (tmp_path / "dir.tmp/CPU_FLAGS").write_text((tmp_path / "CPU_FLAGS").read_text())
+    check = f"dir={tmp_path}/dir; " + check.replace("/proc/cpuinfo", str(tmp_path / "node"))
+    done = subprocess.run(["bash", "-c", check], capture_output=True, text=True)
+    assert (done.returncode != 0) == bool(refused), done.stderr
+    assert (f"this CPU lacks {refused}, which the build on vasp-01 uses" in done.stderr) == bool(refused), done.stderr
