@@ -34,3 +34,19 @@ def test_each_troubleshooting_entry_can_be_confirmed_fixed_from_a_phone():
     assert "curl -sf -m 10 https://slurm-ctl.tailc46cd0.ts.net/health" in phone_check(c, "fast")
     assert "/reasoning/health" not in phone_check(c, "reasoning")  # on demand
     assert "https://slurm-ctl.tailc46cd0.ts.net/docs/status.json" in phone_check(c, "reasoning")
+
+
+def test_a_decision_that_states_figures_says_they_are_of_its_date_and_where_todays_are():
+    """Issue 67 row 5: decisions that are not superseded still stated figures that have moved (D18's largest
+    context 35,584; the plan now offers more), with no note."""
+    from pathlib import Path
+
+    from clusterbook.model.loader import load_cluster
+    from clusterbook.pure.pages.operatepages import decisions
+
+    c = load_cluster(Path(__file__).resolve().parents[2] / "cluster.yaml")
+    page = decisions(c)
+    entries = {chunk.split(" ", 1)[0]: chunk for chunk in page.split("\n## ")[1:] + [page.split("\n## ")[0][3:]]}
+    assert "Its figures are those of 2026-11-26" in entries["D18"] and "[Capacity](capacity.md)" in entries["D18"]
+    assert "Its figures are those of" not in entries["D14"]  # superseded: it says so instead
+    assert "Superseded by [D18]" in entries["D14"]

@@ -233,6 +233,10 @@ def fixed_and_escalation(c: Cluster, trouble) -> str:
     return fixed + f"\n**Not fixed?** Escalate in this order: {names}.\n"
 
 
+# a quantity a decision states (issue 67 row 5): what the plan or a measurement may have moved since its date
+FIGURE = re.compile(r"\d[\d,.]*\s?(?:s|ms|GiB|GB|MiB|tokens|tok/s|%|Gbit/s|GB/s)\b")
+
+
 def decisions(c: Cluster, plans: dict[str, TierPlan] | None = None) -> str:
     """The decision log, each entry the record of its day; one a later decision replaced says so at its top."""
     by = superseded_by(c)
@@ -246,6 +250,9 @@ def decisions(c: Cluster, plans: dict[str, TierPlan] | None = None) -> str:
         replaces = ", ".join(f"[{old}](#{old.lower()})" for old in d.supersedes)
         out.append(f"### {text(d.title)}\n\n*{d.date}" + (f" · supersedes {replaces}" if replaces else "")
                    + (f" · sources: {text(', '.join(d.sources))}" if d.sources else "") + "*\n")
+        if not later and FIGURE.search(" ".join((d.context, d.decision, d.consequences))):
+            out.append(f"*Its figures are those of {d.date}; today's come from the plan and the measurements: "
+                       "[Capacity](capacity.md), [Tiers](tiers.md), [Results](results.md).*\n")
         out.append(f"**Context.**\n\n{prose(d.context)}\n**Decision.**\n\n{prose(d.decision)}\n"
                    f"**Consequences.**\n\n{prose(d.consequences)}\n")
         for claim in d.claims:
