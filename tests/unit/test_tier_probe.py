@@ -55,3 +55,112 @@ def test_label_values_are_escaped_and_bounded(probe):
     module, _, _ = probe
     assert module.escaped('a\\b"c\nd') == 'a\\\\b\\"c\\nd'
     assert len(module.escaped("x" * 500)) == 200
+
+
+class FakeTier:
+    """A tier's HTTP side: /health, /models (router mode's list with each model's status), a chat completion that
+    takes `delay` seconds; what was asked, with its Authorization header."""
+
+    def __init__(self, health=200, loaded=("a",), delay=0.0):
+        import http.server
+        import json
+        import threading
+
+        fake = self
+        self.asked: list[tuple[str, str | None, dict | None]] = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def answer(self, status, body):
+                data = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self):
+                fake.asked.append((self.path, self.headers.get("Authorization"), None))
+                if self.path == "/health":
+                    self.answer(health, {"status": "ok" if health == 200 else "loading"})
+                else:
+                    self.answer(200, {"data": [{"id": m, "status": {"value": "loaded" if m in loaded else
+                                                                    "unloaded"}} for m in ("a", "b")]})
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                fake.asked.append((self.path, self.headers.get("Authorization"), body))
+                time.sleep(delay)
+                self.answer(200, {"choices": [{"message": {"content": "OK"}}]})
+
+        import time
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def http_tier(tmp_path):
+    made = []
+
+    def make(**kwargs):
+        made.append(FakeTier(**kwargs))
+        return made[-1]
+    yield make
+    for fake in made:
+        fake.close()
+
+
+def tier_at(url, tmp_path, router=True, timeout_s=5):
+    (tmp_path / "key").write_text("sekrit\n")
+    return {"name": "fast", "job": None, "url": url, "router": router, "models": ["a", "b"],
+            "key_file": str(tmp_path / "key"), "timeout_s": timeout_s}
+
+
+def test_a_router_tier_is_asked_only_through_a_model_it_has_loaded(probe, http_tier, tmp_path):
+    """Issue 68 row 6: the probe had only a syntax check. Never loading a model is its promise to router mode."""
+    module = probe[0]
+    fake = http_tier(loaded=("b",))
+    lines = module.probe(tier_at(fake.url, tmp_path))
+    assert 'clusterbook_tier_healthy{tier="fast"} 1' in lines
+    assert any(line.startswith('clusterbook_tier_ttft_seconds{tier="fast", model="b"} ') for line in lines)
+    chats = [body for path, _, body in fake.asked if path == "/v1/chat/completions"]
+    assert [c["model"] for c in chats] == ["b"] and chats[0]["max_tokens"] == 1
+    assert {auth for path, auth, _ in fake.asked if path != "/health"} == {"Bearer sekrit"}  # /health needs none
+    none_loaded = http_tier(loaded=())
+    lines = module.probe(tier_at(none_loaded.url, tmp_path))
+    assert not any("ttft" in line for line in lines)
+    assert not any(path == "/v1/chat/completions" for path, _, _ in none_loaded.asked)
+
+
+def test_an_unhealthy_tier_gets_no_request_and_a_slow_one_its_timeout_as_its_figure(probe, http_tier, tmp_path):
+    module = probe[0]
+    loading = http_tier(health=503)
+    assert module.probe(tier_at(loading.url, tmp_path)) == ['clusterbook_tier_healthy{tier="fast"} 0']
+    assert [path for path, _, _ in loading.asked] == ["/health"]
+    slow = http_tier(delay=1.5)
+    lines = module.probe(tier_at(slow.url, tmp_path, router=False, timeout_s=1))
+    assert 'clusterbook_tier_ttft_seconds{tier="fast", model="a"} 1.000' in lines
+    gone = tier_at("http://127.0.0.1:9", tmp_path)  # nothing listens: healthy 0, the journal says why
+    assert module.probe(gone) == ['clusterbook_tier_healthy{tier="fast"} 0']
+
+
+def test_the_textfile_is_replaced_whole_and_readable_by_the_exporter(probe, http_tier, tmp_path):
+    import json
+    import stat
+
+    module = probe[0]
+    fake = http_tier()
+    out = tmp_path / "textfile/clusterbook-tiers.prom"
+    config = tmp_path / "probe.json"
+    config.write_text(json.dumps({"textfile": str(out), "tiers": [tier_at(fake.url, tmp_path)]}))
+    module.main(str(config))
+    text = out.read_text()
+    assert text.startswith("# HELP clusterbook_tier_healthy") and 'clusterbook_tier_healthy{tier="fast"} 1' in text
+    assert stat.S_IMODE(out.stat().st_mode) == 0o644
+    assert [p.name for p in out.parent.iterdir()] == ["clusterbook-tiers.prom"]  # no temporary file left
