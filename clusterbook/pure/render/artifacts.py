@@ -132,7 +132,7 @@ def path_collisions(c: Cluster, artifacts: list[Artifact]) -> list[tuple[tuple, 
 
 def _model_checker(c: Cluster) -> list[Artifact]:
     """On every node that runs (or may run) a tier: a GGUF header check against the cluster file's architecture."""
-    text = template("gguf-check.py.j2", header=header(c))
+    text = node_program("gguf_check.py", header(c))
     return [Artifact(node, at(c, "gguf_check"), text, "python", 0o755,
                      about="models: GGUF header against the cluster file", id="gguf_check")
             for node in resolve_hosts(c, "tiers")]

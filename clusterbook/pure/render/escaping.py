@@ -26,7 +26,7 @@ UNSAFE = {
 # Which language each template writes.
 LANGUAGE = {
     "model-selector.sh.j2": "shell", "tier.sbatch.j2": "shell", "upstream-updater.sh.j2": "shell",
-    "gpu-metrics.sh.j2": "shell", "scrape-targets.sh.j2": "shell", "gguf-check.py.j2": "shell",
+    "gpu-metrics.sh.j2": "shell", "scrape-targets.sh.j2": "shell",
     "tailscale-serve.sh.j2": "shell", "clusterbook-jobs.sh.j2": "shell",
     "firewalld-open.sh.j2": "shell", "monitoring-releases.sh.j2": "shell",
     "nginx-selinux.sh.j2": "shell", "daemon.service.j2": "systemd",

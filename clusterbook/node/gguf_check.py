@@ -1,5 +1,4 @@
 #!/usr/bin/python3
-# {{ header }}
 """Check a GGUF file's header against the cluster file's architecture: gguf-check FILE key=value ...
 (keys: layers heads kv_heads embedding context). Reads only the header's key/value section."""
 import struct
