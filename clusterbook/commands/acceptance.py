@@ -6,6 +6,8 @@ import json
 import os
 import subprocess
 import sys
+import time
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -92,26 +94,57 @@ def verify(s: Settings, cluster_file: str, disruptive: bool, only: str | None) -
             console.print(f"[dim]could not mark the generations verified: {exc}[/]")
 
 
+class PhaseClock:
+    """Where a long command's minutes went: each phase's seconds in order, told in one line at its end."""
+
+    def __init__(self) -> None:
+        self.times: list[tuple[str, float]] = []
+
+    @contextmanager
+    def phase(self, name: str):
+        started = time.monotonic()
+        try:
+            yield
+        finally:
+            self.times.append((name, time.monotonic() - started))
+
+    def line(self) -> str:
+        total = sum(seconds for _, seconds in self.times)
+        return ("where the time went: " + ", ".join(f"{name} {seconds:.0f} s" for name, seconds in self.times)
+                + f"; {total // 60:.0f} min {total % 60:.0f} s in all")
+
+
 def demo(s: Settings, cluster_file: str = LAB_CLUSTER, only: str | None = None) -> None:
     """The main job on the lab: boot it, preflight every node, build and install llama.cpp, fetch models, deploy
     every tier and the monitoring, verify (every scenario, or those `only` matches), build the docs."""
 
     s = replace(s, cluster=cluster_file)  # the lab's file for everything this command runs
     cluster = load_cluster(cluster_file)
-    lab_up(s, cluster_file, slurm=bool(cluster.slurm_tiers))  # SLURM's tiers need SLURM
-    preflight(cluster_file)  # every node, before anything starts
-    for runbook in ("install", "models", "router", "gateway"):
-        run_runbook(s, runbook, cluster_file)
-    for tier in cluster.tiers:
-        run_operation(s, cluster_file, "deploy", tier.name)
-    if cluster.monitoring:  # after the tiers: it ends when Prometheus scrapes every one of them
-        run_runbook(s, "monitoring", cluster_file)
-    try:  # a failed scenario still gets its docs: the results page is where the operator reads it
-        verify(s, cluster_file, disruptive=True, only=only)
-        failure = None
-    except Failed as exc:
-        failure = exc
-    docs(s, cluster_file, "site")
+    clock = PhaseClock()
+    try:
+        with clock.phase("lab up"):
+            lab_up(s, cluster_file, slurm=bool(cluster.slurm_tiers))  # SLURM's tiers need SLURM
+        with clock.phase("preflight"):
+            preflight(cluster_file)  # every node, before anything starts
+        for runbook in ("install", "models", "router", "gateway"):
+            with clock.phase("llama.cpp build and install" if runbook == "install" else runbook):
+                run_runbook(s, runbook, cluster_file)
+        with clock.phase("tiers"):
+            for tier in cluster.tiers:
+                run_operation(s, cluster_file, "deploy", tier.name)
+        if cluster.monitoring:  # after the tiers: it ends when Prometheus scrapes every one of them
+            with clock.phase("monitoring"):
+                run_runbook(s, "monitoring", cluster_file)
+        try:  # a failed scenario still gets its docs: the results page is where the operator reads it
+            with clock.phase("scenarios"):
+                verify(s, cluster_file, disruptive=True, only=only)
+            failure = None
+        except Failed as exc:
+            failure = exc
+        with clock.phase("docs"):
+            docs(s, cluster_file, "site")
+    finally:  # also after a failure: where the minutes went, phase by phase (issue 69)
+        console.print(clock.line())
     browse = (f"Browse the docs with [bold]invoke docs.serve --cluster {cluster_file}[/] (http://127.0.0.1:8000), "
               "or open site/index.html")
     if failure:

@@ -87,3 +87,19 @@ def test_every_criterion_names_scenarios_that_exist():
         assert missing == [], f"{path}: no such scenario: {missing}"
     assert len(load_cluster(root / "cluster.yaml").criteria) == 10  # seed 003's ten
     assert "A killed RPC worker, then a killed head, are recovered, and no client of the gateway sees an error" in names
+
+
+def test_the_main_job_says_where_its_minutes_went_phase_by_phase_also_after_a_failure():
+    """Issue 69 item 4: a newcomer sees which phase took the time (the build, the lab, the scenarios)."""
+    from clusterbook.commands.acceptance import PhaseClock
+
+    clock = PhaseClock()
+    with clock.phase("lab up"):
+        time.sleep(0.01)
+    with pytest.raises(RuntimeError), clock.phase("scenarios"):
+        raise RuntimeError("a scenario failed")
+    clock.times[0] = ("lab up", 92.4)
+    clock.times.append(("llama.cpp build and install", 359.0))
+    line = clock.line()
+    assert line.startswith("where the time went: lab up 92 s, scenarios 0 s, llama.cpp build and install 359 s")
+    assert line.endswith("; 7 min 31 s in all")
