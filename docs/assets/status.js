@@ -59,6 +59,12 @@
     }
   }
 
+  function silent(why) {  // the published site, its alert receiver not answering: that is news, not a copy
+    banner("firing", [element("span", "Alerts: the monitoring node's alert receiver does not answer" +
+                              (typeof why === "number" ? " (HTTP " + why + ")" : "") + ", so this banner cannot " +
+                              "say what fires; `invoke status` asks Prometheus itself.")]);
+  }
+
   function copy() {
     banner("quiet", [element("span", "No live alert status in this copy of the site (the published one shows " +
                               "it); `invoke status` lists the alerts firing now.")]);
@@ -70,5 +76,5 @@
   if (window.location.protocol === "file:") return copy();
   fetch(new URL("status.json", root).href, {cache: "no-store"})
     .then(function (r) { return r.ok ? r.json() : Promise.reject(r.status); })
-    .then(function (status) { return status && status.copy ? copy() : show(status); }, copy);
+    .then(function (status) { return status && status.copy ? copy() : show(status); }, silent);
 })();

@@ -213,6 +213,10 @@ def test_the_status_banner_shows_the_alerts_firing_now_as_text(served, browser):
         browser.get(served + "/")
         assert browser.find_element(By.CSS_SELECTOR, ".clusterbook-status--clear").text == \
             "No alert firing (as of 2026-11-29T07:05:00Z)."
+        status.unlink()  # the published site whose receiver does not answer (nginx: 502; here: 404): news, not a copy
+        browser.get(served + "/")
+        down = browser.find_element(By.CSS_SELECTOR, ".clusterbook-status--firing").text
+        assert "alert receiver does not answer (HTTP 404)" in down and "copy" not in down, down
     finally:
         status.write_text(built)
 
