@@ -42,3 +42,41 @@ def fix_findings(c: Cluster) -> list[tuple[tuple, str]]:
                                 + f": {type(exc).__name__}: {str(exc)[:200]}"))
                     break
     return out
+
+
+PHONE_WIDTH = 72  # characters a phone shows of a code line at 390 px (issue 67: a 322-character Act line)
+BREAKS = (" && ", " || ", " | ", "; ")
+CONTINUED = {"": "\\\n    ", '"': "\\\n", "'": "'\\\n'"}  # a line's end and the next one's start, by quoting
+
+
+def broken(line: str, width: int = PHONE_WIDTH) -> str:
+    """A long command line broken into lines that paste as the same command, after an && || | ; where one is near
+    the end of a line, else after a space: outside quotes a backslash-newline (the next line indented), inside double
+    quotes one with the next line at its first column (the shell removes both, the string is unchanged), inside
+    single quotes the string closed and opened again around it ('a '\\ + newline + 'b' is 'a b')."""
+    if len(line) <= width:
+        return line
+    cuts: list[tuple[int, str, bool]] = []  # (index after a space, the quoting there, after an operator)
+    quote, i = "", 0
+    while i < len(line):
+        ch = line[i]
+        if ch == "\\" and quote != "'":
+            i += 2
+            continue
+        if ch in "'\"" and quote in ("", ch):
+            quote = "" if quote == ch else ch
+        elif ch == " ":
+            operator = any(line.startswith(b, i + 1 - len(b)) for b in BREAKS)
+            cuts.append((i + 1, quote, operator))
+        i += 1
+    out, start, column = [], 0, 0
+    while len(line) - start + column > width:
+        fits = [c for c in cuts if start < c[0] <= start + width - column - 2]
+        if not fits:
+            break
+        near = [c for c in fits if c[2] and c[0] - start > (width - column) // 2]
+        cut, q, _ = (near or fits)[-1]
+        out.append(line[start:cut] + CONTINUED[q])
+        column, start = (4 if q == "" else 0), cut
+    out.append(line[start:])
+    return "".join(out)

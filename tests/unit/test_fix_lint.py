@@ -36,3 +36,31 @@ def test_lint(run, act, expected):
     assert len(found) == len(expected), found
     for text, want in zip(found, expected):
         assert want in text, found
+
+
+def test_every_troubleshooting_command_is_shown_in_phone_width_lines_that_paste_as_the_same_command():
+    """Issue 67 row 7: the GPU Act command was one 322-character line (a phone showed "scancel … && time"). Each
+    long line is broken where the shell removes the break: the same words reach ssh, the same command runs here."""
+    import subprocess
+    from pathlib import Path
+
+    from clusterbook.model.loader import load_cluster
+    from clusterbook.pure import troubles
+    from clusterbook.pure.fixsteps import PHONE_WIDTH, broken, fix_step_commands
+
+    def parsed(cmd):
+        if cmd.startswith("ssh "):  # one simple command: its words as the shell passes them on
+            argv = ["bash", "-c", "printf '%s\\\\0' " + cmd[4:]]
+        else:  # the shell's own reprint of the parsed command
+            argv = ["bash", "-c", "f() {\n" + cmd + "\n}\ndeclare -f f"]
+        done = subprocess.run(argv, capture_output=True, text=True)
+        return done.returncode, done.stdout, done.stderr
+
+    c = load_cluster(Path(__file__).resolve().parents[2] / "cluster.yaml")
+    lines = {line for t in troubles.entries(c) for step in t.fix for line in fix_step_commands(c, t, step)}
+    long = [line for line in lines if len(line) > PHONE_WIDTH]
+    assert len(long) >= 20
+    for line in long:
+        shown = broken(line)
+        assert max(map(len, shown.splitlines())) <= PHONE_WIDTH, shown
+        assert parsed(shown) == parsed(line), shown

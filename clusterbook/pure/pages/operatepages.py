@@ -11,7 +11,7 @@ from clusterbook.model.recordschema import Decision
 from clusterbook.model.schema import HIGHER_IS_BETTER, Cluster
 from clusterbook.pure import topology as topo
 from clusterbook.pure import troubles
-from clusterbook.pure.fixsteps import fix_step_commands
+from clusterbook.pure.fixsteps import broken, fix_step_commands
 from clusterbook.pure.mdtext import code as code_span
 from clusterbook.pure.mdtext import demoted, prose, text
 from clusterbook.pure.operations import tier_command
@@ -28,10 +28,10 @@ from clusterbook.pure.runbooks import Expansion, PutFile
 def fix_commands(c: Cluster, trouble) -> str:
     """The entry's read-only diagnosis as one block to paste, then each step that acts under a warning that says
     what it disturbs."""
-    looks = [line for step in trouble.fix if not step.act for line in fix_step_commands(c, trouble, step)]
+    looks = [broken(line) for step in trouble.fix if not step.act for line in fix_step_commands(c, trouble, step)]
     out = ["**Diagnose** (read-only, each command returns on its own):\n\n" + code("\n".join(looks))] if looks else []
-    for step in (s for s in trouble.fix if s.act):
-        block = code("\n".join(fix_step_commands(c, trouble, step)))
+    for step in (s for s in trouble.fix if s.act):  # lines a phone shows whole, pasting as the same command
+        block = code("\n".join(broken(line) for line in fix_step_commands(c, trouble, step)))
         out.append(f'!!! warning "Act: this changes the cluster"\n    It disturbs {text(step.disturbs)}.\n\n'
                    + "\n".join(f"    {line}" if line else "" for line in block.splitlines()) + "\n")
     return "\n".join(out)
