@@ -511,7 +511,8 @@ def _targets(c: Cluster) -> list[Finding]:
         if trouble.tier and trouble.tier not in tiers:
             out.append((("troubleshooting", i, "tier"), f"unknown tier '{trouble.tier}'"))
         for j, step in enumerate(trouble.fix):
-            for tier in [t.name for t in c.tiers] if trouble.each_tier else [trouble.tier]:
+            each = [t.name for t in c.tiers if trouble.each_tier is True or t.manager == trouble.each_tier]
+            for tier in each if trouble.each_tier else [trouble.tier]:
                 try:  # `tier.nodes` and the like: the entry's tier's (every tier's, for an entry for each)
                     resolve_hosts(c, step.hosts.replace("tier.", f"{tier}.", 1)
                                   if tier and step.hosts.startswith("tier.") else step.hosts)

@@ -255,10 +255,10 @@ class Trouble(Strict):
     symptom: Line = Field(min_length=1, description="what the operator sees")
     cause: Prose = Field(description="why it happens")
     tier: Name | None = Field(None, description="tier it concerns (template variable `tier`)")
-    each_tier: bool = Field(False, description="it concerns every tier: the site shows it once per tier (ID-TIER), "
-                                               "its commands filled with that tier's (hosts `tier.nodes`, "
-                                               "`tier.head`, `tier.workers`), and each tier's alerts lead to their "
-                                               "own; leave out tier")
+    each_tier: bool | Literal["slurm", "systemd"] = Field(
+        False, description="it concerns every tier (true), or every tier of that manager: the site shows it once per "
+                           "tier (ID-TIER), its commands filled with that tier's (hosts `tier.nodes`, `tier.head`, "
+                           "`tier.workers`), and each tier's alerts lead to their own; leave out tier")
     fix: list[FixStep] = Field(min_length=1, description="commands, in order")
 
     @model_validator(mode="after")

@@ -31,7 +31,8 @@ def fix_findings(c: Cluster) -> list[tuple[tuple, str]]:
     """Every troubleshooting command that does not render (a variable that is not there, a value it cannot use)."""
     out = []
     for i, written in enumerate(c.troubleshooting):  # an entry for every tier: rendered for each of them
-        shown = [written.model_copy(update={"tier": t.name}) for t in c.tiers] if written.each_tier else [written]
+        shown = ([written.model_copy(update={"tier": t.name}) for t in troubles.tiers_of(c, written)]
+                 if written.each_tier else [written])
         for j, step in enumerate(written.fix):
             for trouble in shown:
                 try:

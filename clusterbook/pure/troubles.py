@@ -17,10 +17,15 @@ def entries(c: Cluster) -> list[Trouble]:
         if not t.each_tier:
             out.append(t)
             continue
-        for tier in c.tiers:
+        for tier in tiers_of(c, t):
             out.append(t.model_copy(update={"id": f"{t.id}-{tier.name}", "tier": tier.name, "each_tier": False,
                                             "symptom": f"{t.symptom} (tier {tier.name})"}))
     return out
+
+
+def tiers_of(c: Cluster, trouble: Trouble) -> list:
+    """The tiers an entry written for every tier is shown for: all, or those of the manager it names."""
+    return [t for t in c.tiers if trouble.each_tier is True or t.manager == trouble.each_tier]
 
 
 def hosts_of(selector: str, tier: str | None) -> str:
@@ -37,5 +42,6 @@ def linked(c: Cluster, entry: str, tier: str | None) -> list[str]:
     if written is None:
         return [entry]  # not in the file: alert_findings says so
     if written.each_tier:
-        return [f"{entry}-{tier}"] if tier else [f"{entry}-{t.name}" for t in c.tiers]
+        shown = [t.name for t in tiers_of(c, written)]
+        return ([f"{entry}-{tier}"] if tier in shown else []) if tier else [f"{entry}-{name}" for name in shown]
     return [entry] if written.tier in (None, tier) or tier is None else []

@@ -395,13 +395,17 @@ def test_stop_legacy_retires_the_earlier_setup_and_a_second_run_changes_nothing(
                            f"test -e {kept}/usr/local/bin/ai-inference-upstream.sh").ok
     again = invoke("stop.legacy", cluster=legacy)
     assert again.returncode == 0 and set(statuses(again.stdout)) == {"ok"}, again.stdout
-    # the way back: the files return to their paths and the unit runs again; a second run changes nothing
+    # the way back: clusterbook steps aside (its tiers stopped), the files return to their paths and the unit
+    # runs again; a second run changes nothing
     back = invoke("restore.legacy", cluster=legacy)
     assert back.returncode == 0, back.stdout[-3000:] + back.stderr
     assert ssh.run("lab2", "systemctl is-active llama-seed-rpc").stdout.strip() == "active"
     assert ssh.run("lab1", "test -e /usr/local/bin/ai-inference-upstream.sh").ok
+    assert ssh.run("lab1", "systemctl is-active llama-reasoning").stdout.strip() != "active"
     assert set(statuses(invoke("restore.legacy", cluster=legacy).stdout)) == {"ok"}
     assert invoke("stop.legacy", cluster=legacy).returncode == 0  # and retired again, as the other tests expect
+    again = invoke("deploy.router", "deploy.gateway", "deploy.reasoning", "deploy.fast")  # clusterbook back
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr
 
 
 def test_the_el_release_installer_checks_sums_links_and_keeps_others_files(ssh, tmp_path):

@@ -478,7 +478,9 @@ def test_every_diagnose_command_of_beefcake2s_troubleshooting_returns_on_the_slu
     config = str(ssh_config_path(cluster, ROOT))
     env = {**os.environ, "INVOKE_CLUSTERBOOK_CLUSTER": str(file)}
     ran, unrendered, hung = [], [], []
-    for trouble in cluster.troubleshooting:
+    from clusterbook.pure import troubles
+
+    for trouble in troubles.entries(cluster):  # an entry for every tier: each tier's
         for step in (s for s in trouble.fix if not s.act):
             try:
                 lines = fix_step_commands(cluster, trouble, step)

@@ -8,6 +8,7 @@ import pytest
 
 from clusterbook.effects.ssh import ssh_config_text
 from clusterbook.model.loader import load_cluster
+from clusterbook.pure import troubles
 from clusterbook.pure.fixsteps import fix_step_commands
 from clusterbook.pure.topology import quoted_for_people, ssh_route
 from tests.inprocess import run_invoke
@@ -32,7 +33,8 @@ def test_a_command_is_quoted_for_people_and_the_shell_hands_it_over_whole(remote
 
 def test_every_shown_ssh_line_uses_an_alias_of_the_ssh_config(beefcake2):
     hosts = set(re.findall(r"^Host (\S+)$", ssh_config_text(beefcake2, ROOT), re.M))
-    lines = [line for t in beefcake2.troubleshooting for step in t.fix for line in fix_step_commands(beefcake2, t, step)
+    lines = [line for t in troubles.entries(beefcake2) for step in t.fix
+             for line in fix_step_commands(beefcake2, t, step)
              if line.startswith("ssh ")]
     assert lines
     for line in lines:
