@@ -196,10 +196,17 @@ def tier_notes(c: Cluster, t: RouterTier | RpcTier, plan: TierPlan) -> list[str]
         offer = plan.flash
         reach = (f" With it and a {offer.cache_type_k} K and V cache the plan fits **{offer.ctx:,}** tokens."
                  if offer else "")
-        notes.append(f'!!! note "Flash attention on {names} is planned, not yet proven"\n    llama.cpp b'
-                     f"{c.engine.build} has flash-attention kernels for these cards, but no run on them has shown "
-                     f"it yet.{reach} Turn it on with `invoke apply` of the solver's diff, then `invoke bench`: "
-                     "apply runs the tier's scenarios before and after and rolls back a failure.\n")
+        if t.flash_attn == "on":  # one statement per fact (issue 67 row 5): it is on, and what proves it is not
+            notes.append(f'!!! note "Flash attention is on for {text(t.name)}, not yet run on {names} itself"\n'
+                         f"    llama.cpp b{c.engine.build} has flash-attention kernels for these cards; the full-size "
+                         "runs held another GPU to this card's memory and prompt path, but ran that GPU's own "
+                         "kernels. The tier's first `invoke verify` on these cards is the proof; `invoke apply` "
+                         "rolls a failed change back.\n")
+        else:
+            notes.append(f'!!! note "Flash attention on {names} is planned, not yet proven"\n    llama.cpp b'
+                         f"{c.engine.build} has flash-attention kernels for these cards, but no run on them has shown "
+                         f"it yet.{reach} Turn it on with `invoke apply` of the solver's diff, then `invoke bench`: "
+                         "apply runs the tier's scenarios before and after and rolls back a failure.\n")
     recovery = predict_load(c, t, plan)
     if isinstance(t, RpcTier):
         net = c.rpc_network
