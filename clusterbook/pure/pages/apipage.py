@@ -17,6 +17,7 @@ from clusterbook.pure.planner.loadtime import (
     cold_start_at_most_s,
     cold_start_s,
     hold_s,
+    new_job_hold_s,
     predict_load,
     wait_cap_s,
     whole_s,
@@ -206,10 +207,12 @@ def api(c: Cluster) -> str:
             routed = c.gateway and any(r.tier == t.name for r in c.gateway.routes)
             if routed:
                 hold = hold_s(c, t, plans[t.name])
+                after = new_job_hold_s(c, t, plans[t.name]) if load.new_job_recovery_s is not None else None
                 seen = (f"through the gateway a request waits instead: one in flight that got no answer yet is sent "
                         f"again once the tier is back, in the order the requests came, and every new one is held "
                         f"until then, at most {hold} s from the tier's failure "
-                        f"(the prediction and `gateway.hold_margin_s`), then answered: the client sees latency, not "
+                        + (f"({after} s after a preemption ends) " if after else "")
+                        + f"(the prediction and `gateway.hold_margin_s`), then answered: the client sees latency, not "
                         f"an error. Past {hold} s it gets `503` with `Retry-After: {seconds}` and a JSON "
                         "`unavailable_error`. A stream cut in the middle goes on: the gateway holds it likewise and "
                         "continues it from the text already sent (an assistant prefill for a chat, with the "
