@@ -50,3 +50,20 @@ def test_a_decision_that_states_figures_says_they_are_of_its_date_and_where_toda
     assert "Its figures are those of 2026-11-26" in entries["D18"] and "[Capacity](capacity.md)" in entries["D18"]
     assert "Its figures are those of" not in entries["D14"]  # superseded: it says so instead
     assert "Superseded by [D18]" in entries["D14"]
+
+
+def test_the_rpc_note_names_the_firewall_the_workers_have():
+    """Issue 67 row 5: the Tiers page said the workers' nftables rules guard the RPC port; beefcake2's Rocky
+    workers get firewalld rich rules, the lab's Debian workers nftables."""
+    from pathlib import Path
+
+    from clusterbook.model.loader import load_cluster
+    from clusterbook.pure.pages.tierpages import tier_notes
+    from clusterbook.pure.planner.capacity import plan_tier
+
+    root = Path(__file__).resolve().parents[2]
+    for file, words in (("cluster.yaml", "firewalld rich rules"), ("lab/cluster.yaml", "nftables rules")):
+        c = load_cluster(root / file)
+        tier = c.tier("reasoning")
+        note = next(n for n in tier_notes(c, tier, plan_tier(c, tier)) if "RPC has no authentication" in n)
+        assert f"each worker's {words} accept the port" in note, note

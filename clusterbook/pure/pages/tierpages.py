@@ -186,6 +186,13 @@ def job_asks(c: Cluster) -> str:
             + table(["tier", "CPUs", "because", "memory", "because", "cores left to other jobs"], rows))
 
 
+def firewall_of(c: Cluster, nodes: list[str]) -> str:
+    """What guards the RPC port on these nodes, by their OS family (issue 67: the page said nftables on EL workers)."""
+    families = {c.node(n).os.family for n in nodes}
+    names = {"debian": "nftables rules", "el": "firewalld rich rules"}
+    return " or ".join(names.get(f, "firewall rules") for f in sorted(families))
+
+
 def tier_notes(c: Cluster, t: RouterTier | RpcTier, plan: TierPlan) -> list[str]:
     """The warnings that matter for a tier, as admonitions, from its hardware, kind and manager."""
     notes = []
@@ -212,8 +219,8 @@ def tier_notes(c: Cluster, t: RouterTier | RpcTier, plan: TierPlan) -> list[str]
         net = c.rpc_network
         notes.append(f'!!! danger "RPC has no authentication"\n    Anyone who reaches port {t.rpc_port} on the '
                      f"{net} network can use the workers' GPUs and memory. The workers listen on their {net} "
-                     f"address only, and each worker's nftables rules accept the port from the tier's own nodes "
-                     f"only ({', '.join(t.nodes)}).\n")
+                     f"address only, and each worker's {firewall_of(c, t.workers)} accept the port from the "
+                     f"tier's own nodes only ({', '.join(t.nodes)}).\n")
         then = (f"systemd starts it again after {recovery.restart_s:g} s" if t.manager == "systemd" else
                 "its job's script starts the ended worker and then the head again inside the job (at most "
                 f"{t.slurm.step_restarts} times in a row without the tier answering; after that the job ends and "
