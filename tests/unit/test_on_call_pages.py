@@ -67,3 +67,18 @@ def test_the_rpc_note_names_the_firewall_the_workers_have():
         tier = c.tier("reasoning")
         note = next(n for n in tier_notes(c, tier, plan_tier(c, tier)) if "RPC has no authentication" in n)
         assert f"each worker's {words} accept the port" in note, note
+
+
+def test_an_operating_system_the_file_does_not_give_is_assumed_on_every_page_that_shows_it():
+    """Issue 67 row 5: slurm-ctl's OS read "(assumed)" on the guide and not on the Hardware page."""
+    from pathlib import Path
+
+    from clusterbook.model.loader import load_cluster
+    from clusterbook.pure.pages.bringuppages import prerequisites
+    from clusterbook.pure.pages.tierpages import hardware
+
+    c = load_cluster(Path(__file__).resolve().parents[2] / "cluster.yaml")
+    for page in (hardware(c), prerequisites(c)):
+        line = next(line for line in page.splitlines() if line.startswith("| **slurm-ctl**") or
+                    line.startswith("| slurm-ctl"))
+        assert "debian 12" in line and "(assumed: the file does not say)" in line, line

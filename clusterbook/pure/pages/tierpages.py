@@ -105,7 +105,8 @@ def hardware(c: Cluster) -> str:
     addrs = [[n.name] + [f"`{n.addresses.get(net, '–')}`" for net in c.networks] for n in c.nodes]
     jumps = [[name, j.address, j.user or c.access.user, j.port, j.via or "–", text(j.description)]
              for name, j in c.access.jump_hosts.items()]
-    systems = [[f"**{n.name}**", f"{n.os.id} {n.os.version} ({n.os.family})",
+    systems = [[f"**{n.name}**", f"{n.os.id} {n.os.version} ({n.os.family})"
+                + ("" if "os" in n.model_fields_set else " (assumed: the file does not say)"),  # as the guide says
                 f"gcc-toolset-{n.os.gcc_toolset}" if n.os.gcc_toolset else "the system's",
                 n.nvidia_driver or "–", text(n.cpu_model) if n.cpu_model else "–", text(n.nic) if n.nic else "–"]
                for n in c.nodes]
