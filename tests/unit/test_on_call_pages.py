@@ -80,4 +80,4 @@ def test_an_operating_system_the_file_does_not_give_is_assumed_on_every_page_tha
     c = load_cluster(Path(__file__).resolve().parents[2] / "cluster.yaml")
     for page in (hardware(c), prerequisites(c)):
         line = next(line for line in page.splitlines() if "slurm-ctl" in line and "debian 12" in line)
-        assert "(assumed: the file does not say)" in line, line
+        assert "(assumed: the file does not say)" in line.replace("\\", ""), line  # markdown escapes the parens
