@@ -37,8 +37,9 @@ def prerequisites(c: Cluster) -> str:
     lines = ["- **Where clusterbook runs**: a Linux machine with this repository, Python 3.11 or newer and the "
              "OpenSSH client (`./setup` installs the rest on Debian). It reaches every node as "
              f"`{c.access.user}` with a key (no passwords), checking host keys against "
-             f"`{c.access.known_hosts}`: put each node's and jump host's key there first "
-             "(`ssh-keyscan`, compared with the host's own `ssh-keygen -lf`)."]
+             f"`{c.access.known_hosts}`: a key not seen before is accepted once (`StrictHostKeyChecking "
+             "accept-new`), then checked on every connection; to trust no first connection, put each node's and "
+             "jump host's key there first (`ssh-keyscan`, compared with the host's own `ssh-keygen -lf`)."]
     if c.storage.shared_dir:
         lines.append(f"- **Shared file system**: `{c.storage.shared_dir}` mounted on every node (the build, the batch "
                      f"scripts and the endpoint registry `{c.storage.endpoint_dir}` live there).")
