@@ -297,7 +297,8 @@ def test_what_the_seeds_knew_is_on_the_site(beefcake2_site):
                      "A tier's SLURM job stays PENDING", "takes many seconds; later ones are fast",
                      "GGML_RPC_DEBUG=1", "dmesg -T", "oom|kill|xid",
                      "nvidia-smi --query-gpu=memory.used,memory.total,utilization.gpu --format=csv", "28,708 MiB",
-                     "Flash attention is on for reasoning, not yet run on Tesla V100S-PCIE-32GB (compute capability 7.0) itself",
+                     "Flash attention is on for reasoning, not yet run on Tesla V100S-PCIE-32GB (compute "
+                     "capability 7.0) itself",
                      "measured at full size", "RPC has no authentication",
                      "A lost worker means a full reload", "VASP jobs preempt this tier", "During a recovery"):
         assert expected in text, expected

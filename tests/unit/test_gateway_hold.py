@@ -500,7 +500,8 @@ class Recording(Tier):
 
 
 def test_held_requests_go_back_to_the_tier_in_the_order_they_came():
-    """Three requests 0.2 s apart find the tier down; it is back at 1.05 s. Each polls the tier every 0.5 s from its
+    """Three requests 0.2 s apart (each in the hold's line before the next: under a loaded CI machine, timers 0.2 s
+    apart once arrived out of order) find the tier down; it is back at 1.05 s. Each polls the tier every 0.5 s from its
     own arrival, so the second and third see it first (1.2 s, 1.4 s): they wait for the first (1.5 s), as
     llama-server's queue had them (a request that queued longest is not served last after a crash)."""
     spec = importlib.util.spec_from_file_location("clusterbook_order", NODE / "hold.py")
@@ -512,11 +513,16 @@ def test_held_requests_go_back_to_the_tier_in_the_order_they_came():
     service = module.ThreadingServer(("127.0.0.1", 0), module.HoldHandler)
     threading.Thread(target=service.serve_forever, daemon=True).start()
     Recording.order, answers, servers = [], [], []
-    threads = [threading.Timer(0.2 * i, lambda i=i: answers.append(ask(service.server_address[1], {"prompt": i})))
-               for i in range(3)]
-    for thread in threads:
-        thread.start()
-    time.sleep(1.05)
+    route, started, threads = module.HoldHandler.routes["reasoning"], time.monotonic(), []
+    for i in range(3):  # each in line before the next is sent: the order they came is the test's, not the scheduler's
+        threads.append(threading.Thread(target=lambda i=i: answers.append(ask(service.server_address[1],
+                                                                              {"prompt": i}))))
+        threads[-1].start()
+        deadline = time.monotonic() + 5
+        while len(route.line) < i + 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.2)
+    time.sleep(max(0.0, 1.05 - (time.monotonic() - started)))
     servers.append(start(port, Recording))
     for thread in threads:
         thread.join(10)
