@@ -213,6 +213,17 @@ def test_the_status_banner_shows_the_alerts_firing_now_as_text(served, browser):
         browser.get(served + "/")
         assert browser.find_element(By.CSS_SELECTOR, ".clusterbook-status--clear").text == \
             "No alert firing (as of 2026-11-29T07:05:00Z)."
+        status.write_text(json.dumps({"as_of": "2026-11-29T07:10:00Z", "firing": [
+            {"alert": name, "tier": "reasoning", "node": "vasp-01", "severity": "critical", "since": "",
+             "summary": "a summary of the kind Alertmanager sends, long enough to wrap on a phone's screen",
+             "troubleshooting": "rpc-worker-down, job-not-starting-reasoning"} for name in ("A", "B", "C", "D")]}))
+        browser.set_window_size(390, 844)  # a phone: the banner keeps to a few lines (issue 67: it took 305 px)
+        try:
+            browser.get(served + "/tiers/")
+            height = browser.find_element(By.CSS_SELECTOR, ".clusterbook-status--firing").size["height"]
+            assert height <= 160, height
+        finally:
+            browser.set_window_size(1400, 1000)
         status.unlink()  # the published site whose receiver does not answer (nginx: 502; here: 404): news, not a copy
         browser.get(served + "/")
         down = browser.find_element(By.CSS_SELECTOR, ".clusterbook-status--firing").text

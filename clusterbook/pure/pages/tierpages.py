@@ -98,8 +98,8 @@ def hardware(c: Cluster) -> str:
                            f"{g.bandwidth_gbs:g} GB/s{', NUMA ' + str(g.numa_node) if g.numa_node is not None else ''})"
                            for g in n.gpus) or "–"
         route = topo.ssh_route(c, n.name)
-        rows.append([f"**{n.name}**", n.hostname, ", ".join(n.roles) or "–", gpus, n.cpu_cores, f"{n.ram_gb:g} GB",
-                     f"`{route.command()}`"])
+        rows.append([f"**{n.name}**", f"`{route.command()}`", n.hostname, ", ".join(n.roles) or "–", gpus,
+                     n.cpu_cores, f"{n.ram_gb:g} GB"])  # the key column second: a phone shows it unscrolled
     nets = [[f"**{name}**", net.role, net.link, f"`{net.subnet}`", net.mtu, f"{net.bandwidth_gbps:g} Gb/s",
              "yes" if name == c.rpc_network else "no"] for name, net in c.networks.items()]
     addrs = [[n.name] + [f"`{n.addresses.get(net, '–')}`" for net in c.networks] for n in c.nodes]
@@ -110,7 +110,7 @@ def hardware(c: Cluster) -> str:
                 f"gcc-toolset-{n.os.gcc_toolset}" if n.os.gcc_toolset else "the system's",
                 n.nvidia_driver or "–", text(n.cpu_model) if n.cpu_model else "–", text(n.nic) if n.nic else "–"]
                for n in c.nodes]
-    out = "## Nodes\n\n" + table(["node", "host name", "roles", "GPUs", "CPU cores", "RAM", "SSH"], rows)
+    out = "## Nodes\n\n" + table(["node", "SSH", "host name", "roles", "GPUs", "CPU cores", "RAM"], rows)
     out += ("\n## Operating systems and drivers\n\n" + table(["node", "operating system", "compilers for the build",
                                                               "NVIDIA driver", "CPU", "fast network adapter"],
                                                              systems)
