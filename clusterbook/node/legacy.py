@@ -244,7 +244,7 @@ def find_processes(look, units, ours, owners):
     outside the recorded units, clusterbook's own and SLURM jobs (a unit brings its own back; SLURM its jobs); another
     user's llama-server is that user's."""
     skip, sockets, found = ancestors(), listening(), []
-    kept = {u["unit"] for u in units} | set(ours)
+    kept = {u["unit"] for u in units} | set(ours) | {u for u, body in unit_files().items() if OURS_MARK in body}
     for name in listdir("/proc"):
         if not name.isdigit() or int(name) in skip:
             continue

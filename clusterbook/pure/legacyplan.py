@@ -40,7 +40,7 @@ def record_command(c: Cluster, host: str) -> str:
     named = [u.name for u in c.legacy.units if host in u.nodes]
     if named:
         argv += ["--unit", *named]
-    argv += ["--ours", *ours(c), "--owner", *sorted({"root", c.legacy.slurm_user or "root"})]
+    argv += ["--owner", *sorted({"root", c.legacy.slurm_user or "root"})]  # clusterbook's units: by their header
     if c.legacy.slurm_jobs and host == c.slurm_controller:
         argv += ["--job", *c.legacy.slurm_jobs, "--user", c.legacy.slurm_user or "root",
                  "--partition", *sorted({t.slurm.partition for t in c.tiers if t.slurm})]

@@ -148,7 +148,7 @@ def node(tmp_path, monkeypatch):
 
 
 def options(*extra: str) -> dict:
-    return legacy.options(["--look", *LOOK, "--unit", "llama-rpc", "--ours", "llama-fast.service", *extra])
+    return legacy.options(["--look", *LOOK, "--unit", "llama-rpc", *extra])  # llama-fast: clusterbook's by its header
 
 
 FOLDER = "/var/lib/clusterbook/generations/legacy"
