@@ -61,22 +61,7 @@ OPTIONS = {
 FIND_TESTS = {"-name", "-iname", "-path", "-ipath", "-type", "-maxdepth", "-mindepth", "-mmin", "-mtime", "-newer",
               "-size", "-user", "-group", "-perm", "-print", "-print0", "-ls", "-L", "-H", "-xdev", "-empty", "-not",
               "-o", "-a", "-and", "-or", "-readable", "-writable", "-executable"}
-PREFIXES = {  # programs whose options all read when each starts with one of these
-    "firewall-cmd": ("--list", "--get", "--query", "--zone", "--state", "--info"),
-    "nvidia-smi": ("--query", "--format", "-q", "-L", "-i", "--id", "-d", "-x", "-c"),
-    "journalctl": ("-u", "--unit", "-t", "--identifier", "-n", "--lines", "--no-pager", "-b", "--boot", "--since",
-                   "--until", "-p", "--priority", "-k", "--dmesg", "-o", "--output", "-q", "--quiet", "-x", "-e",
-                   "-g", "--grep", "-r", "--reverse", "--no-hostname", "-S", "-U"),
-    "dmesg": ("-T", "--ctime", "-l", "--level", "-k", "--kernel", "-x", "--decode", "-t", "--notime", "-H",
-              "--human", "--color", "-L", "-f", "--facility", "-P", "--nopager"),
-    "curl": ("-s", "-S", "-f", "-sf", "-sS", "-fsS", "-sSf", "-m", "--max-time", "--connect-timeout", "-w",
-             "--write-out", "-H", "--header", "-i", "--include", "-I", "--head", "-v", "-k", "-L", "-g",
-             "--fail", "--silent", "--show-error", "-o"),
-    "find": ("-name", "-iname", "-path", "-type", "-maxdepth", "-mindepth", "-mmin", "-mtime", "-newer", "-size",
-             "-user", "-group", "-perm", "-print", "-print0", "-ls", "-L", "-H", "-xdev", "-empty", "-not", "-o",
-             "-a", "-and", "-or"),
-}
-PREFIXES = {"timeout", "xargs", "nice", "stdbuf", "watch", "env"}  # run the next program: that one is checked
+WRAPPERS = {"timeout", "xargs", "nice", "stdbuf", "watch", "env"}  # run the next program: that one is checked
 WRITE_TARGETS = {"/dev/null", "&1", "&2"}  # where a diagnosis may redirect output
 SEPARATORS = {";", "&&", "||", "|", "&", "(", ")", "|&", ";;"}
 
@@ -168,7 +153,7 @@ def not_read_only(run: str) -> str | None:
             i += 1
         if i < len(segment) and segment[i] in ("for", "case"):
             continue  # its list of words; the body is its own segment
-        while i < len(segment) and segment[i] in PREFIXES:
+        while i < len(segment) and segment[i] in WRAPPERS:
             i += 1
             while i < len(segment) and (segment[i].startswith("-") or re.fullmatch(r"[0-9.]+[smhd]?", segment[i])):
                 i += 1
