@@ -6,7 +6,7 @@ import ipaddress
 from collections import Counter
 
 from clusterbook.model.fixlint import fix_lint
-from clusterbook.model.hosts import build_node, resolve_hosts
+from clusterbook.model.hosts import build_node, resolve_hosts, trouble_hosts, trouble_tiers
 from clusterbook.model.ownedpaths import apart_findings, folder_findings, legacy_findings
 from clusterbook.model.pathroles import path_role_findings
 from clusterbook.model.portcheck import port_findings
@@ -511,11 +511,10 @@ def _targets(c: Cluster) -> list[Finding]:
         if trouble.tier and trouble.tier not in tiers:
             out.append((("troubleshooting", i, "tier"), f"unknown tier '{trouble.tier}'"))
         for j, step in enumerate(trouble.fix):
-            each = [t.name for t in c.tiers if trouble.each_tier is True or t.manager == trouble.each_tier]
-            for tier in each if trouble.each_tier else [trouble.tier]:
+            each = [t.name for t in trouble_tiers(c, trouble)] if trouble.each_tier else [trouble.tier]
+            for tier in each:
                 try:  # `tier.nodes` and the like: the entry's tier's (every tier's, for an entry for each)
-                    resolve_hosts(c, step.hosts.replace("tier.", f"{tier}.", 1)
-                                  if tier and step.hosts.startswith("tier.") else step.hosts)
+                    resolve_hosts(c, trouble_hosts(step.hosts, tier))
                 except ValueError as exc:
                     out.append((("troubleshooting", i, "fix", j, "hosts"), str(exc)))
                     break

@@ -5,6 +5,20 @@ from __future__ import annotations
 
 from clusterbook.model.schema import Cluster, RouterTier, RpcTier
 
+TIER_SELECTOR = "tier."  # a troubleshooting step's hosts `tier.nodes`, `tier.head`, `tier.workers`: its entry's tier's
+
+
+def trouble_tiers(c: Cluster, trouble) -> list:
+    """The tiers a troubleshooting entry written for every tier is shown for: all, or those of the manager it names."""
+    return [t for t in c.tiers if trouble.each_tier is True or t.manager == trouble.each_tier]
+
+
+def trouble_hosts(selector: str, tier: str | None) -> str:
+    """A fix step's host selector with `tier.` made the entry's tier's (`tier.nodes` -> `reasoning.nodes`)."""
+    if tier and selector.startswith(TIER_SELECTOR):
+        return tier + "." + selector[len(TIER_SELECTOR):]
+    return selector
+
 
 def candidate_nodes(c: Cluster, tier: RouterTier | RpcTier) -> list[str]:
     """Nodes that may run the tier: its own nodes, or for a router tier under SLURM every node of its partition."""

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from clusterbook.model.hosts import resolve_hosts
+from clusterbook.model.hosts import resolve_hosts, trouble_hosts, trouble_tiers
 from clusterbook.model.schema import Cluster, RpcTier
 from clusterbook.model.templating import render_command
-from clusterbook.pure import layout, troubles
+from clusterbook.pure import layout
 from clusterbook.pure import topology as topo
 
 
@@ -14,7 +14,7 @@ def fix_step_commands(c: Cluster, trouble, step) -> list[str]:
     on a node)."""
     tier = c.tier(trouble.tier) if trouble.tier else None
     lines = []
-    hosts = resolve_hosts(c, troubles.hosts_of(step.hosts, trouble.tier))
+    hosts = resolve_hosts(c, trouble_hosts(step.hosts, trouble.tier))
     for host in hosts or [None]:
         ctx = {"cluster": c, "tier": tier, "node": c.node(host) if host else None, "engine": c.engine,
                "units": topo.units(tier) if tier else None,
@@ -31,7 +31,7 @@ def fix_findings(c: Cluster) -> list[tuple[tuple, str]]:
     """Every troubleshooting command that does not render (a variable that is not there, a value it cannot use)."""
     out = []
     for i, written in enumerate(c.troubleshooting):  # an entry for every tier: rendered for each of them
-        shown = ([written.model_copy(update={"tier": t.name}) for t in troubles.tiers_of(c, written)]
+        shown = ([written.model_copy(update={"tier": t.name}) for t in trouble_tiers(c, written)]
                  if written.each_tier else [written])
         for j, step in enumerate(written.fix):
             for trouble in shown:

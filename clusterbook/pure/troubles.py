@@ -4,10 +4,9 @@ leads to its own tier's commands."""
 
 from __future__ import annotations
 
+from clusterbook.model.hosts import trouble_tiers
 from clusterbook.model.recordschema import Trouble
 from clusterbook.model.schema import Cluster
-
-TIER_SELECTOR = "tier."  # a fix step's hosts `tier.nodes`, `tier.head`, `tier.workers`: the entry's own tier's
 
 
 def entries(c: Cluster) -> list[Trouble]:
@@ -17,22 +16,10 @@ def entries(c: Cluster) -> list[Trouble]:
         if not t.each_tier:
             out.append(t)
             continue
-        for tier in tiers_of(c, t):
+        for tier in trouble_tiers(c, t):
             out.append(t.model_copy(update={"id": f"{t.id}-{tier.name}", "tier": tier.name, "each_tier": False,
                                             "symptom": f"{t.symptom} (tier {tier.name})"}))
     return out
-
-
-def tiers_of(c: Cluster, trouble: Trouble) -> list:
-    """The tiers an entry written for every tier is shown for: all, or those of the manager it names."""
-    return [t for t in c.tiers if trouble.each_tier is True or t.manager == trouble.each_tier]
-
-
-def hosts_of(selector: str, tier: str | None) -> str:
-    """A fix step's host selector with `tier.` made the entry's tier's (`tier.nodes` -> `reasoning.nodes`)."""
-    if tier and selector.startswith(TIER_SELECTOR):
-        return tier + "." + selector[len(TIER_SELECTOR):]
-    return selector
 
 
 def linked(c: Cluster, entry: str, tier: str | None) -> list[str]:
@@ -42,6 +29,6 @@ def linked(c: Cluster, entry: str, tier: str | None) -> list[str]:
     if written is None:
         return [entry]  # not in the file: alert_findings says so
     if written.each_tier:
-        shown = [t.name for t in tiers_of(c, written)]
+        shown = [t.name for t in trouble_tiers(c, written)]
         return ([f"{entry}-{tier}"] if tier in shown else []) if tier else [f"{entry}-{name}" for name in shown]
     return [entry] if written.tier in (None, tier) or tier is None else []
