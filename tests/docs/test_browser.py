@@ -161,6 +161,13 @@ def test_on_a_phone_no_page_scrolls_sideways_and_every_chart_opens_on_its_own(se
                 ".map(th => [th.textContent, th.getBoundingClientRect().right])")
             keyed = [(name, right) for name, right in cells if name.startswith(header)]
             assert keyed and all(right <= 390 for _, right in keyed), f"/{page}: {cells}"
+        # the troubleshooting page's "When you see" index fits two screens (issue 67: it filled the first 4,600 px)
+        browser.get(f"{served}/troubleshooting/")
+        index = browser.execute_script("let e = document.getElementById('when'); while (e.tagName != 'UL') "
+                                       "{ e = e.nextElementSibling; } return e.getBoundingClientRect().height")
+        browser.execute_script("document.getElementById('when').scrollIntoView()")
+        browser.save_screenshot(str(ARTIFACTS / "when-phone.png"))
+        assert index <= 2 * 844, f"the When you see index is {index:.0f} px tall on a phone"
         # the architecture diagram keeps its own size (its text readable: useMaxWidth off, as the page's source says)
         # and is one column, whole on the phone (issue 47: it showed 39 % of its width, both reasoning nodes hidden)
         browser.get(f"{served}/architecture/")
@@ -168,11 +175,15 @@ def test_on_a_phone_no_page_scrolls_sideways_and_every_chart_opens_on_its_own(se
             "const m = document.querySelector('.mermaid'); return m && m.scrollWidth > 0"))
         inner, wide = browser.execute_script("const m = document.querySelector('.mermaid');"
                                              "return [m.clientWidth, m.scrollWidth]")
+        browser.save_screenshot(str(ARTIFACTS / "architecture-phone.png"))
         assert wide <= inner, f"the diagram is {wide} px wide on a {inner} px column"
         with urllib.request.urlopen(f"{served}/architecture/") as answer:
             source = answer.read().decode()
         assert "useMaxWidth&quot;: false" in source or '"useMaxWidth": false' in source
         assert all(n in source for n in ("vasp-01", "vasp-03", "Prometheus", "endpoint registry", "tailscale serve"))
+        # the request paths (issue 67: the gateway-to-tier arrows were lost): each route an arrow to its tier's node
+        assert "n_slurm_ctl --&gt; n_vasp_01" in source and "n_slurm_ctl --&gt; n_vasp_02" in source
+        browser.save_screenshot(str(ARTIFACTS / "architecture-phone.png"))
     finally:
         browser.set_window_size(1400, 1000)
 

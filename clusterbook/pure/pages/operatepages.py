@@ -142,24 +142,25 @@ def owner(c: Cluster) -> str:
 
 
 def when_index(c: Cluster) -> str:
-    """What an operator sees, each line leading to its troubleshooting entry: HTTP statuses, then alerts, then
-    every entry's symptom in the words it is written in."""
+    """What an operator sees, each once with the troubleshooting entries it leads to (a phone shows it in a screen or
+    two, issue 67): HTTP statuses with the entries whose symptom names them, each alert with its causes (for each tier),
+    then the symptom of every entry no status led to, in the words it is written in (once for all its tiers)."""
     shown = troubles.entries(c)
     ids = {t.id for t in shown}
-    rows: list[tuple[int, str, str]] = []
-    for t in shown:
-        for status in sorted(set(re.findall(r"\b([45]\d\d)\b", t.symptom))):
-            rows.append((0, f"HTTP {status}: {text(t.symptom)}", t.id))
-    for rule in mon.alerts(c) if c.monitoring else []:
-        for entry in (e for e in mon.entries_of(rule) if e in ids):  # each of its causes
-            tier = rule["labels"].get("tier")
-            rows.append((1, f"alert {code_span(rule['alert'])}" + (f" (tier {text(tier)})" if tier else "")
-                         + f": {text(rule['annotations']['summary'])}", entry))
-    rows += [(2, text(t.symptom), t.id) for t in shown]
-    if not rows:
-        return ""
-    return table(["when you see", "go to"], [[what, f"[{entry}](#{entry})"] for _, what, entry in
-                                            sorted(rows, key=lambda r: r[0])])
+    seen: dict[str, list[str]] = {}  # what is seen -> its entries, in order
+    for status in sorted({s for t in shown for s in re.findall(r"\b([45]\d\d)\b", t.symptom)}):
+        seen[f"HTTP {status}"] = [t.id for t in shown if status in re.findall(r"\b([45]\d\d)\b", t.symptom)]
+    for rule in mon.alerts(c) if c.monitoring else []:  # an alert of every tier once: its entries name their tier
+        what = f"alert {code_span(rule['alert'])}"
+        seen.setdefault(what, []).extend(e for e in mon.entries_of(rule) if e in ids and e not in seen.get(what, []))
+    led = {e for what, entries in seen.items() if what.startswith("HTTP") for e in entries}
+    rows = [[what, " · ".join(f"[{e}](#{e})" for e in entries)] for what, entries in seen.items() if entries]
+    for t in c.troubleshooting:  # an entry written for every tier: one row, its tiers' entries in it
+        entries = [e for e in troubles.linked(c, t.id, None) if e in ids and e not in led]
+        if entries:
+            rows.append([text(t.symptom), " · ".join(f"[{e.removeprefix(t.id + '-') if t.each_tier else e}](#{e})"
+                                                     for e in entries)])  # an entry of every tier: its tier's name
+    return "".join(f"- {what} → {go}\n" for what, go in rows)  # a list: a phone gives each line its whole width
 
 
 def troubleshooting(c: Cluster) -> str:

@@ -27,10 +27,12 @@ from clusterbook.pure.slurmjob import job_nice
 
 def architecture(c: Cluster) -> str:
     """A Mermaid diagram of every node (its GPUs, addresses and what runs there: tiers, gateway, hold service,
-    tailscale serve, Prometheus, SLURM's controller and keeper), the endpoint registry, the gateway's routes and the
-    RPC links; drawn at its own size (its text readable) in one column (invisible links put each box below the one
-    before), so a phone shows it whole."""
-    lines = ["```mermaid", '%%{init: {"flowchart": {"useMaxWidth": false}}}%%', "flowchart TB"]
+    tailscale serve, Prometheus, SLURM's controller and keeper), the endpoint registry, the request paths (clients to
+    the gateway, each route to its tier) and the RPC links; drawn at its own size (its text readable) in one column
+    (invisible links put each box below the one before), so a phone shows it whole."""
+    # small paddings: with the routes' arrows beside the boxes the column still fits a phone
+    lines = ["```mermaid", '%%{init: {"flowchart": {"useMaxWidth": false, "diagramPadding": 2, "padding": 6}}}%%',
+             "flowchart TB"]
     order: list[str] = []
     if c.gateway:
         via = f"<br/>{c.gateway.tailscale_name}" if c.gateway.tailscale_name else ""
@@ -52,8 +54,11 @@ def architecture(c: Cluster) -> str:
     for t in c.tiers:
         if isinstance(t, RpcTier):
             lines += [f'  {_id(t.head)} -. "{t.name} RPC, {c.rpc_network}" .-> {_id(w)}' for w in t.workers]
-    if c.gateway:  # the routes are in the gateway's box: an edge past the next box would widen the column
+    if c.gateway:  # the request paths: clients to the gateway, each route to its tier's server
         lines.append(f"  clients --> {_id(c.gateway.node)}")
+        for r in c.gateway.routes:
+            t = c.tier(r.tier)
+            lines.append(f"  {_id(c.gateway.node)} --> {_id(t.nodes[0])}")  # unlabelled: the column stays narrow
     lines.append("```")
     nets = "; ".join(f"**{name}** {net.subnet} ({net.link}, {net.bandwidth_gbps:g} Gb/s)"
                      for name, net in c.networks.items())
@@ -67,16 +72,16 @@ def _runs_on(c: Cluster, node: str) -> list[str]:
     out = []
     for t in c.tiers:
         where = "SLURM job" if t.manager == "slurm" else "systemd"
+        path = next((f", the gateway's {r.path}" for r in (c.gateway.routes if c.gateway else []) if r.tier == t.name),
+                    "")
         if isinstance(t, RouterTier) and t.node == node:
-            out.append(f"{t.name}: router :{t.port} ({where})")
+            out.append(f"{t.name}: router :{t.port} ({where}{path})")
         elif isinstance(t, RpcTier) and t.head == node:
-            out.append(f"{t.name}: head :{t.port} ({where})")
+            out.append(f"{t.name}: head :{t.port} ({where}{path})")
         elif isinstance(t, RpcTier) and node in t.workers:
             out.append(f"{t.name}: RPC worker :{t.rpc_port}")
     if c.gateway and c.gateway.node == node:
         out.append("gateway: nginx" + (", tailscale serve" if c.gateway.tailscale_name else ""))
-        out += [f"{r.path} → {r.tier}" + (" (where its job runs: the registry)" if c.tier(r.tier).manager == "slurm"
-                                           else f" on {c.tier(r.tier).nodes[0]}") for r in c.gateway.routes]
         out.append(f"hold and wake service :{c.gateway.wake_port}")
     if c.monitoring and c.monitoring.node == node:
         out.append(f"Prometheus :{c.monitoring.port}, Alertmanager")
