@@ -61,7 +61,8 @@ from clusterbook.effects import rehearsal
 from clusterbook.effects.rehearsal import Rehearsal
 from clusterbook.model.loader import load_cluster
 from clusterbook.model.schema import Cluster
-from clusterbook.pure.planner.capacity import GIB, plan_rpc_tier, plan_tier
+from clusterbook.pure.kinds import plan_tier
+from clusterbook.pure.planner.capacity import GIB, plan_rpc_tier
 from clusterbook.pure.planner.loadtime import hold_s, predict_load, whole_s
 from clusterbook.pure.planner.shape import from_gguf
 

@@ -42,10 +42,10 @@ from clusterbook.effects.splitcost import markdown as split_markdown
 from clusterbook.effects.tuning import change_to_make
 from clusterbook.effects.tuning import tune as run_tune
 from clusterbook.model.loader import load_cluster
-from clusterbook.model.schema import RpcTier
 from clusterbook.pure import topology as topo
+from clusterbook.pure.kinds import plan_tier
 from clusterbook.pure.planner import reach
-from clusterbook.pure.planner.capacity import GIB, plan_tier
+from clusterbook.pure.planner.capacity import GIB
 from clusterbook.pure.planner.loadtime import (
     admitted,
     cold_start_s,
@@ -92,14 +92,14 @@ def _card() -> str:
 
 def _bench_tier(cluster, tier_name: str | None):
     tiers = [tier_named(cluster, tier_name)] if tier_name else list(cluster.tiers)
-    rpc = [t for t in tiers if isinstance(t, RpcTier)]
+    rpc = [t for t in tiers if t.workers]
     return (rpc or tiers)[0]
 
 
 def _prompt_options(cluster, tier, plan, quick: bool) -> dict:
     """An RPC tier's context sweep: the API page's prompt lengths (where they leave room for the answer), each
     beside the planner's estimate."""
-    if not isinstance(tier, RpcTier):
+    if not tier.workers:
         return {}
 
     def planned(tokens: int) -> float | None:
@@ -118,7 +118,7 @@ def bench(s: Settings, cluster_file: str, tier_name: str | None, quick: bool) ->
 
     cluster = load_cluster(cluster_file)
     tier = _bench_tier(cluster, tier_name)
-    model = tier.models[0] if tier.kind == "router" else tier.model
+    model = tier.served_models[0]
     key = api_key(connect(cluster), cluster, tier)
     plan = plan_tier(cluster, tier)
     options = {"repeats": 1, "tokens": 32, "clients": (1, 2), "contexts": (128,)} if quick else {}
@@ -256,7 +256,7 @@ def recovery(s: Settings, cluster_file: str, tier_name: str | None, cases: tuple
 
     cluster = load_cluster(cluster_file)
     tier = _bench_tier(cluster, tier_name)
-    if not isinstance(tier, RpcTier):
+    if not tier.workers:
         raise Failed(f"tier {tier.name} has no RPC workers: bench.recovery disrupts an RPC tier")
     transport = connect(cluster)
     predicted = load_json(cluster, tier, plan_tier(cluster, tier))
@@ -422,7 +422,7 @@ def fabric(s: Settings, cluster_file: str, tier_name: str | None, seconds: int) 
 
 
     cluster = load_cluster(cluster_file)
-    tiers = [t for t in cluster.tiers if isinstance(t, RpcTier) and tier_name in (None, t.name)]
+    tiers = [t for t in cluster.tiers if t.workers and tier_name in (None, t.name)]
     if not tiers:
         raise Failed(f"no RPC tier{' named ' + tier_name if tier_name else ''} in {cluster_file}: the fabric carries "
                      "RPC traffic between a head and its workers")

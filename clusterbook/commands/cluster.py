@@ -23,8 +23,9 @@ from clusterbook.model.loader import load_cluster, load_cluster_document
 from clusterbook.model.problems import InputError, Problem
 from clusterbook.model.schema import CacheType
 from clusterbook.pure.fixsteps import fix_findings
+from clusterbook.pure.kinds import plan_cluster
 from clusterbook.pure.planner import solver
-from clusterbook.pure.planner.capacity import GIB, plan_cluster, plan_json
+from clusterbook.pure.planner.capacity import GIB, plan_json
 from clusterbook.pure.planner.findings import plan_findings
 from clusterbook.pure.planner.loadtime import load_json, recovery_text
 from clusterbook.pure.planner.prompt import prompt_estimate
@@ -135,7 +136,7 @@ def plan(cluster_file: str, tier: str | None, as_json: bool, models_dir: str | N
         if prompt:
             facts.append(f"a full prompt ({prompt.tokens:,} tokens): {prompt.seconds:,.0f} s to its first token")
         console.print("  " + " · ".join(facts + p.notes))
-        if cluster.tier(p.tier).kind == "rpc":
+        if cluster.tier(p.tier).workers:
             console.print("  " + recovery_text(cluster, cluster.tier(p.tier), p))
     if not tier:
         _print_residency(cplan)

@@ -18,8 +18,9 @@ from clusterbook.pure import charts, layout
 from clusterbook.pure import docpages as pages
 from clusterbook.pure.apply_history import from_json
 from clusterbook.pure.charts import node_pictures
+from clusterbook.pure.kinds import plan_cluster
 from clusterbook.pure.operations import bringup, operations
-from clusterbook.pure.planner.capacity import TierPlan, plan_cluster
+from clusterbook.pure.planner.capacity import TierPlan
 from clusterbook.pure.planner.residency import plan_residency
 from clusterbook.pure.render.artifacts import Artifact, published, render_artifacts
 from clusterbook.pure.runbooks import RUNBOOK_DIR, available, expand

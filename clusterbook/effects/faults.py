@@ -35,9 +35,9 @@ def faults_for(c: Cluster, tier: RouterTier | RpcTier) -> tuple[str, ...]:
     preemptor is ended once the tier answers again. A tier on demand is also released as its keeper releases it
     when idle, and its clients' next requests wake it. The control does nothing, for the noise beside them."""
     slurm = tier.manager == "slurm"
-    return (CONTROL,) + (("worker killed",) if isinstance(tier, RpcTier) else ()) + ("head killed",) + \
+    return (CONTROL,) + (("worker killed",) if tier.workers else ()) + ("head killed",) + \
         (("job ended",) if slurm else ()) + \
-        (("preempted",) if slurm and isinstance(tier, RouterTier) and preempting_partition(c) else ()) + \
+        (("preempted",) if slurm and tier.floats and preempting_partition(c) else ()) + \
         (("released",) if tier.on_demand else ()) + ("overload",)
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from clusterbook.model.schema import Cluster, RouterTier, RpcTier
 from clusterbook.pure import slurmjob
 from clusterbook.pure import topology as topo
-from clusterbook.pure.flags import server_argv
+from clusterbook.pure.kinds import server_argv
 from clusterbook.pure.render.artifacts import ld_library_path
 
 MIB = 2**20

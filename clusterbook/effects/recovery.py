@@ -56,8 +56,8 @@ def disrupt(c: Cluster, transport, tier: RouterTier | RpcTier, case: str) -> flo
     if case == "head killed":  # SIGKILL to the server: systemd restarts its unit, the job's supervisor its step
         binary = c.engine.server_binary
         command = f"{now}; pkill -KILL -f '[{binary[0]}]{binary[1:]} .*--port {tier.port}'"
-        node = tier.head if isinstance(tier, RpcTier) else tier.node
-        if tier.manager == "slurm" and not isinstance(tier, RpcTier):  # a router tier's job may run elsewhere
+        node = tier.head
+        if tier.manager == "slurm" and tier.floats:  # a router tier's job may run elsewhere
             where = transport.run(c.slurm_controller, slurmjob.jobs(c, tier, "squeue", "-t", "RUNNING", "-o", "%N")
                                   + " | head -n 1")
             node = where.stdout.strip() or node

@@ -18,9 +18,7 @@ from clusterbook.model.schema import (
     LATEST_KNOWN_BUILD,
     PYPI_SDIST_BUILDS,
     QUANTIZED_CACHE_TYPES,
-    ROUTER_MODE_BUILD,
     Cluster,
-    RouterTier,
     RpcTier,
 )
 from clusterbook.model.servicecheck import service_findings
@@ -140,8 +138,8 @@ def _engine(c: Cluster) -> list[Finding]:
     out += [(("engine", "patches", i, "file"), f"{f} is listed twice") for i, f in enumerate(files)
             if f in files[:i]]
     for i, tier in enumerate(c.tiers):
-        if isinstance(tier, RouterTier) and c.engine.build < ROUTER_MODE_BUILD:
-            out.append((("tiers", i, "kind"), f"router mode needs llama.cpp build {ROUTER_MODE_BUILD} or newer; "
+        if c.engine.build < tier.min_build:
+            out.append((("tiers", i, "kind"), f"a {tier.kind} tier needs llama.cpp build {tier.min_build} or newer; "
                                               f"engine.build is {c.engine.build}"))
         if tier.backend_sampling and c.engine.build < BACKEND_SAMPLING_BUILD:
             out.append((("tiers", i, "backend_sampling"),
@@ -233,30 +231,23 @@ def _tiers(c: Cluster) -> list[Finding]:
         if tier.listen_network and tier.listen_network not in c.networks:
             out.append((base + ("listen_network",), f"unknown network '{tier.listen_network}' "
                                                     f"(networks: {', '.join(c.networks)})"))
-        for field, name in _tier_node_refs(tier):
+        for field, name in tier.node_refs():
             if name not in nodes:
                 out.append((base + field, f"unknown node '{name}' (nodes: {', '.join(nodes)})"))
             elif listen in c.networks and field[0] in ("node", "head") and listen not in nodes[name].addresses:
                 out.append((base + field, f"node '{name}' has no address on network '{listen}'"))
-        if isinstance(tier, RouterTier):
-            for j, mid in enumerate(tier.models):
-                if mid not in models:
-                    out.append((base + ("models", j), f"unknown model '{mid}' (models: {', '.join(sorted(models))})"))
-        else:
-            out.extend(_rpc_tier(c, tier, base, nodes, models, rpc_net))
+        out += [(base + field, f"unknown model '{mid}' (models: {', '.join(sorted(models))})")
+                for field, mid in tier.model_refs() if mid not in models]
+        out.extend(KIND_CHECKS.get(tier.kind, _none)(c, tier, base, nodes, models, rpc_net))
     return out
 
 
-def _tier_node_refs(tier: RouterTier | RpcTier) -> list[tuple[Path, str]]:
-    if isinstance(tier, RouterTier):
-        return [(("node",), tier.node)]
-    return [(("head",), tier.head)] + [(("workers", j), w) for j, w in enumerate(tier.workers)]
+def _none(*_) -> list[Finding]:
+    return []
 
 
 def _rpc_tier(c: Cluster, tier: RpcTier, base: Path, nodes: dict, models: set, rpc_net: str | None) -> list[Finding]:
     out: list[Finding] = []
-    if tier.model not in models:
-        out.append((base + ("model",), f"unknown model '{tier.model}' (models: {', '.join(sorted(models))})"))
     if tier.head in tier.workers:
         out.append((base + ("workers", tier.workers.index(tier.head)),
                     f"'{tier.head}' is the head of this tier; a head cannot also be one of its RPC workers"))
@@ -302,6 +293,9 @@ def _rpc_tier(c: Cluster, tier: RpcTier, base: Path, nodes: dict, models: set, r
             out.append((base + ("numa_bind",),
                         f"numa_bind needs the NUMA node of {tier.head}'s GPU (gpus[].numa_node)"))
     return out
+
+
+KIND_CHECKS = {"rpc": _rpc_tier}  # what a tier of a kind is checked for beyond what every tier is
 
 
 def _router(c: Cluster) -> list[Finding]:
@@ -493,7 +487,7 @@ def _targets(c: Cluster) -> list[Finding]:
     for i, seen in enumerate(c.observations):
         if seen.tier and seen.tier not in tiers:
             out.append((("observations", i, "tier"), f"unknown tier '{seen.tier}'"))
-    rpc = {t.name: t for t in c.tiers if isinstance(t, RpcTier)}
+    rpc = {t.name: t for t in c.tiers if t.workers}
     for i, r in enumerate(c.rehearsals):
         if r.tier not in rpc:
             out.append((("rehearsals", i, "tier"), f"'{r.tier}' is not an RPC tier (RPC tiers: "
@@ -548,10 +542,10 @@ def _memory_max(c: Cluster) -> list[Finding]:
     models = {m.id: m for m in c.models}
     for i, tier in enumerate(c.tiers):
         limit = tier.systemd.memory_max
-        if isinstance(tier, RpcTier) and tier.mlock and limit and tier.model in models \
-                and size_bytes(limit) <= models[tier.model].bytes:
+        locked = sum(models[m].bytes for m in tier.served_models if m in models)
+        if tier.mlock and limit and size_bytes(limit) <= locked:
             out.append((("tiers", i, "systemd", "memory_max"),
-                        f"MemoryMax={limit} is below the {models[tier.model].bytes / 2**30:.1f} GiB the head locks in "
+                        f"MemoryMax={limit} is below the {locked / 2**30:.1f} GiB the head locks in "
                         "RAM (mlock of the model file): raise it or turn mlock off"))
     return out
 

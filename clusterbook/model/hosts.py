@@ -22,7 +22,7 @@ def trouble_hosts(selector: str, tier: str | None) -> str:
 
 def candidate_nodes(c: Cluster, tier: RouterTier | RpcTier) -> list[str]:
     """Nodes that may run the tier: its own nodes, or for a router tier under SLURM every node of its partition."""
-    if isinstance(tier, RouterTier) and tier.manager == "slurm" and c.slurm and tier.slurm:
+    if tier.floats and tier.manager == "slurm" and c.slurm and tier.slurm:
         part = next((p for p in c.slurm.partitions if p.name == tier.slurm.partition), None)
         if part:
             return list(part.nodes)

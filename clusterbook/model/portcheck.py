@@ -4,7 +4,7 @@ deploys or knows is there (sshd, SLURM's daemons, Alertmanager's cluster port)."
 from __future__ import annotations
 
 from clusterbook.model.problems import Path
-from clusterbook.model.schema import Cluster, RouterTier
+from clusterbook.model.schema import Cluster
 
 Finding = tuple[Path, str]
 SSH_PORT = 22
@@ -49,12 +49,8 @@ def port_claims(c: Cluster) -> list[Claim]:
         for node in c.nodes:
             claim(node.name, m.node_exporter_port, "the node exporter", ("monitoring", "node_exporter_port"))
     for i, tier in enumerate(c.tiers):
-        if isinstance(tier, RouterTier):
-            claim(tier.node, tier.port, f"tier {tier.name}", ("tiers", i, "port"))
-        else:
-            claim(tier.head, tier.port, f"tier {tier.name} (head)", ("tiers", i, "port"))
-            for w in tier.workers:
-                claim(w, tier.rpc_port, f"tier {tier.name} (RPC worker)", ("tiers", i, "rpc_port"))
+        for node, port, what, field in tier.listeners():
+            claim(node, port, what, ("tiers", i, field))
     return claims
 
 

@@ -150,7 +150,7 @@ class Cluster(Strict):
         """How long a tier's RPC workers keep a head's weights after it went: its keep_weights_s where an engine
         patch speeds up kept_weights (the one that reads it), else 0."""
         patched = self.engine.patched_for("kept_weights")
-        return tier.keep_weights_s if patched and isinstance(tier, RpcTier) else 0
+        return tier.keep_weights_s if patched else 0
 
     def targets_for(self, tier: str) -> Targets | None:
         return next((t for t in self.targets if t.tier == tier), None)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import (
     AfterValidator,
@@ -15,7 +15,7 @@ from pydantic import (
 )
 
 from clusterbook.model.nodeschema import ApiKeyRef
-from clusterbook.model.schemabase import MAX_CONTEXT, CacheType, Port, Share, Strict
+from clusterbook.model.schemabase import MAX_CONTEXT, ROUTER_MODE_BUILD, CacheType, Port, Share, Strict
 from clusterbook.model.valuetypes import (
     AbsPath,
     Gres,
@@ -160,6 +160,33 @@ class RouterTier(TierBase):
     models: list[Name] = Field(min_length=1, description="model ids served")
     models_max: int = Field(2, ge=0, le=256, description="models resident at once (--models-max; 0 = unlimited)")
 
+    # what the other kinds' settings are for this kind: the rest of clusterbook reads them on any tier
+    workers: ClassVar[tuple[str, ...]] = ()  # no RPC workers
+    mlock: ClassVar[bool] = False
+    numa_bind: ClassVar[bool] = False
+    keep_weights_s: ClassVar[int] = 0
+    rpc_port: ClassVar[int] = 0  # no RPC port
+    floats: ClassVar[bool] = True  # under SLURM, any node of its partition may run it
+    router_mode: ClassVar[bool] = True  # llama-server loads its models on demand; /metrics per model
+    min_build: ClassVar[int] = ROUTER_MODE_BUILD  # router mode (--models-preset) appeared at this build
+
+    @property
+    def head(self) -> str:
+        """The node that serves the HTTP API (in the file; a SLURM job may run elsewhere in its partition)."""
+        return self.node
+
+    def node_refs(self) -> list[tuple[tuple, str]]:
+        """(field, node) of each node the tier names."""
+        return [(("node",), self.node)]
+
+    def model_refs(self) -> list[tuple[tuple, str]]:
+        """(field, model id) of each model the tier names."""
+        return [(("models", j), m) for j, m in enumerate(self.models)]
+
+    def listeners(self) -> list[tuple[str, int, str, str]]:
+        """(node, port, what, field) of every port the tier listens on."""
+        return [(self.node, self.port, f"tier {self.name}", "port")]
+
     @property
     def served_models(self) -> list[str]:
         """Model ids this tier serves."""
@@ -197,6 +224,11 @@ class RpcTier(TierBase):
                                             "engine patch that speeds up kept_weights), s; 0: never. A head then "
                                             "hashes the workers' share on every load (planner.weights_hash_gbs)")
 
+    floats: ClassVar[bool] = False  # its nodes are the file's, under SLURM too
+    models_max: ClassVar[int] = 1  # its one model
+    router_mode: ClassVar[bool] = False
+    min_build: ClassVar[int] = 0
+
     @property
     def served_models(self) -> list[str]:
         """Model ids this tier serves."""
@@ -206,6 +238,19 @@ class RpcTier(TierBase):
     def nodes(self) -> list[str]:
         """Nodes the tier runs on, head first."""
         return [self.head, *self.workers]
+
+    def node_refs(self) -> list[tuple[tuple, str]]:
+        """(field, node) of each node the tier names."""
+        return [(("head",), self.head)] + [(("workers", j), w) for j, w in enumerate(self.workers)]
+
+    def model_refs(self) -> list[tuple[tuple, str]]:
+        """(field, model id) of each model the tier names."""
+        return [(("model",), self.model)]
+
+    def listeners(self) -> list[tuple[str, int, str, str]]:
+        """(node, port, what, field) of every port the tier listens on."""
+        return [(self.head, self.port, f"tier {self.name} (head)", "port")] + [
+            (w, self.rpc_port, f"tier {self.name} (RPC worker)", "rpc_port") for w in self.workers]
 
     @model_validator(mode="after")
     def _batches(self) -> RpcTier:

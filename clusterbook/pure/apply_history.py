@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 
+from clusterbook.pure import kinds
 from clusterbook.pure.docpages import table
 from clusterbook.pure.generations import KEPT
 from clusterbook.pure.operations import rollback_restart
@@ -124,7 +125,7 @@ def apply_overview(c) -> str:
             op = rollback_restart(c.tier(p.tier))
             back = (f"files back, then `{op.runbook}`" + (f" (its {op.part} steps)" if op.part else "")
                     + (" (the job submitted again from the restored script)" if c.tier(p.tier).manager == "slurm"
-                       else " (workers, then head)" if c.tier(p.tier).kind == "rpc" else ""))
+                       else kinds.of(c.tier(p.tier)).restart_order))
         else:
             back = "files (and the engine link) back" if p.name == "engine" else "files back"
         rows.append([p.name, f"`{p.runbook}`", tag.get(p.scenarios or "", "the tiers' scenarios after it"), back])

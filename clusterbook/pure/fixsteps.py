@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from clusterbook.model.hosts import resolve_hosts, trouble_hosts, trouble_tiers
-from clusterbook.model.schema import Cluster, RpcTier
+from clusterbook.model.schema import Cluster
 from clusterbook.model.templating import render_command
 from clusterbook.pure import layout
 from clusterbook.pure import topology as topo
@@ -21,7 +21,7 @@ def fix_step_commands(c: Cluster, trouble, step) -> list[str]:
                "tier_url": topo.client_url(c, tier) if tier else None,  # where its clients ask it
                "jobs": layout.path(c, "jobs"),  # clusterbook-jobs: a tier's own jobs, never another user's
                "rpc_addresses": [e.split(":")[0] for e in topo.rpc_endpoints(c, tier)]
-               if isinstance(tier, RpcTier) else []}
+               if tier else []}
         command = render_command(step.run, **ctx)
         lines.append(topo.ssh_route(c, host).short(command) if host else command)
     return lines

@@ -103,9 +103,9 @@ def tier_paths(c: Cluster, tier: RouterTier | RpcTier) -> dict[str, str]:
     """Every generated file of one tier by artifact id."""
     names = topo.units(tier)
     paths = {"env": env_file(c, tier), "head_unit": unit_file(names.head), "sbatch": sbatch_path(c, tier)}
-    if isinstance(tier, RouterTier):
+    if tier.router_mode:
         paths["models_preset"] = models_preset_path(c, tier)
-    else:
+    if tier.workers:
         paths |= {"worker_unit": unit_file(names.worker), "rpc_rules": f"/etc/nftables.d/llama-rpc-{tier.name}.nft",
                   "firewall_unit": unit_file(names.firewall),
                   "firewalld_script": f"{SBIN}/clusterbook-rpc-firewalld-{tier.name}"}

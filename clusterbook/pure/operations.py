@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from clusterbook.model.schema import Cluster, RouterTier, RpcTier
+from clusterbook.pure import kinds
 
 
 @dataclass(frozen=True)
@@ -46,10 +47,10 @@ def tier_operations(c: Cluster) -> list[Operation]:
     ops: list[Operation] = []
     for t in c.tiers:
         how = ("a SLURM job: submitted unless the current script already runs" if t.manager == "slurm"
-               else "RPC workers, then the head" if isinstance(t, RpcTier) else "router mode, models on demand")
+               else kinds.of(t).deploys)
         ops.append(Operation("deploy", t.name, tier_runbook(t, "deploy"),
                              f"Deploy the {t.name} tier ({how}); wait for /health 200.", t.name))
-        if isinstance(t, RpcTier) and t.manager == "systemd":
+        if t.workers and t.manager == "systemd":
             ops.append(Operation("deploy", f"{t.name}-workers", "deploy-rpc",
                                  f"Deploy only the {t.name} tier's RPC workers.", t.name, "workers"))
         stopping = "cancel its SLURM job" if t.manager == "slurm" else "head first, then disable the units"
@@ -61,8 +62,7 @@ def tier_operations(c: Cluster) -> list[Operation]:
                                  "its endpoint answers.", t.name))
         else:
             ops.append(Operation("restart", t.name, "restart",
-                                 f"Restart the {t.name} tier" + (" (workers, then head)" if isinstance(t, RpcTier)
-                                                                 else "") + "; wait for health.", t.name))
+                                 f"Restart the {t.name} tier{kinds.of(t).restart_order}; wait for health.", t.name))
     return ops
 
 

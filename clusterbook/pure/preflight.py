@@ -9,7 +9,7 @@ import shlex
 from dataclasses import dataclass
 
 from clusterbook.model.portcheck import SLURMCTLD_PORT, SLURMD_PORT, SLURMDBD_PORT, SSH_PORT, port_claims
-from clusterbook.model.schema import Cluster, RpcTier
+from clusterbook.model.schema import Cluster
 from clusterbook.pure import topology as topo
 from clusterbook.pure.engine_build import build_node
 from clusterbook.pure.runbooks import models_for_host
@@ -181,7 +181,7 @@ def judge(c: Cluster, node: str, facts: dict[str, list[str]], asked_at: float) -
     out.append(Check(node, f"free space in {c.storage.models_dir}",
                      f"≥ {_gb(needed)} for {', '.join(wanted)}" if wanted else "nothing to fetch", _gb(avail),
                      "ok" if avail >= needed else "failed"))
-    in_rpc = any(isinstance(t, RpcTier) and node in t.nodes for t in c.tiers)
+    in_rpc = any(t.workers and node in t.nodes for t in c.tiers)
     if in_rpc:
         net = c.networks[c.rpc_network]
         rows = [r.split("|") for r in facts.get("iface", [])]

@@ -55,7 +55,7 @@ def planned_for(c: Cluster, r: Rehearsal) -> float | None:
     """The planner's figure for the rehearsed tier with the rehearsal's settings (a speed on the card it ran on:
     None where the rehearsal does not say that card's speeds)."""
     tier = c.tier(r.tier)
-    if not isinstance(tier, RpcTier):
+    if not tier.workers:
         return None
     s = r.settings
     tier = tier.model_copy(update={**s.model_dump(), "batch_size": s.ubatch_size})

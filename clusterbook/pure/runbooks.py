@@ -10,7 +10,7 @@ from pathlib import Path
 
 import jinja2
 
-from clusterbook.model.hosts import candidate_nodes, resolve_hosts
+from clusterbook.model.hosts import resolve_hosts
 from clusterbook.model.loader import validate_document
 from clusterbook.model.problems import InputError, Problem
 from clusterbook.model.runbook_schema import (
@@ -32,7 +32,7 @@ from clusterbook.model.runbook_schema import (
 from clusterbook.model.schema import Cluster, RouterTier, RpcTier
 from clusterbook.model.templating import render_string
 from clusterbook.model.yamlsource import YamlDocument, load_yaml
-from clusterbook.pure import allocation, layout, legacyplan, services, slurmjob, waits
+from clusterbook.pure import allocation, kinds, layout, legacyplan, services, slurmjob, waits
 from clusterbook.pure import engine_build as eb
 from clusterbook.pure import flags as fl
 from clusterbook.pure import topology as topo
@@ -231,10 +231,8 @@ def models_for_host(c: Cluster, host: str, tier: RouterTier | RpcTier | None = N
     """Models a node must hold: the RPC head's model, the router node's models (workers get tensors over RPC)."""
     wanted = []
     for t in ([tier] if tier else c.tiers):
-        if isinstance(t, RpcTier) and t.head == host:
-            wanted.append(t.model)
-        elif isinstance(t, RouterTier) and host in candidate_nodes(c, t):
-            wanted += t.models
+        if host in kinds.of(t).http_servers(c, t):  # the servers read the files; workers get tensors over RPC
+            wanted += t.served_models
     return [c.model(m) for m in dict.fromkeys(wanted)]
 
 
@@ -281,7 +279,7 @@ def template_context(c: Cluster, tier: RouterTier | RpcTier | None, host: str | 
                                       if t.on_demand and t.api_key and t.api_key.file],
                  "endpoint_of": lambda t: topo.endpoint_url(c, t)}
     if c.monitoring:  # what deploy.monitoring checks: the scrape jobs that must be up, the key files it reads
-        routers = [mon.job(t) for t in c.tiers if isinstance(t, RouterTier)]
+        routers = [mon.job(t) for t in c.tiers if t.router_mode]
         ctx.update(textfile_dir=layout.TEXTFILE_DIR, node_exporter_el=layout.NODE_EXPORTER_EL,
                    releases_dir=layout.RELEASES_DIR, probe_textfile=mon.PROBE_TEXTFILE)
         ctx["monitoring"] = {"router_jobs": "|".join(routers), "jobs": 1 + len(c.tiers) - len(routers),
@@ -301,9 +299,8 @@ def template_context(c: Cluster, tier: RouterTier | RpcTier | None, host: str | 
         ctx["files"] = {**ctx["files"], **layout.tier_paths(c, tier)}
         ctx.update(units=topo.units(tier), endpoint=topo.endpoint_url(c, tier),
                    http_address=topo.http_address(c, tier),
-                   rpc_endpoints=topo.rpc_endpoints(c, tier) if isinstance(tier, RpcTier) else [],
-                   rpc_addresses=[a.split(":")[0] for a in topo.rpc_endpoints(c, tier)]
-                   if isinstance(tier, RpcTier) else [])
+                   rpc_endpoints=topo.rpc_endpoints(c, tier),  # none: a tier without RPC workers
+                   rpc_addresses=[a.split(":")[0] for a in topo.rpc_endpoints(c, tier)])
     return ctx
 
 

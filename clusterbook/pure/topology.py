@@ -164,7 +164,7 @@ class Units:
 
 
 def units(tier: RouterTier | RpcTier) -> Units:
-    rpc = isinstance(tier, RpcTier)
+    rpc = bool(tier.workers)
     return Units(head=f"llama-{tier.name}", worker=f"llama-rpc-{tier.name}" if rpc else None,
                  job=f"llama-{tier.name}", firewall=f"llama-rpc-{tier.name}-firewall" if rpc else None)
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from clusterbook.model.loader import load_cluster
+from clusterbook.pure.kinds import plan_tier
 from clusterbook.pure.planner import loadtime as lt
-from clusterbook.pure.planner.capacity import plan_tier
 from clusterbook.pure.planner.prompt import prompt_estimate
 
 from .test_site import ROOT

@@ -5,7 +5,8 @@ import pytest
 
 from clusterbook.effects.lab.lab import Lab
 from clusterbook.effects.probes import load_report, model_load_report
-from clusterbook.pure.planner.capacity import plan_router_tier, plan_tier
+from clusterbook.pure.kinds import plan_tier
+from clusterbook.pure.planner.capacity import plan_router_tier
 from clusterbook.pure.planner.residency import plan_residency
 from clusterbook.pure.planner.shape import from_gguf
 

@@ -36,7 +36,7 @@ def test_a_long_jump_chain_is_refused_once_at_the_hop_past_the_limit():
 
 def plans_made(monkeypatch, claims: int) -> int:
     """How many plans plan_findings makes for beefcake2 with D01's first claim written `claims` times."""
-    from clusterbook.pure.planner.capacity import plan_cluster
+    from clusterbook.pure.kinds import plan_cluster
     from clusterbook.pure.planner.residency import plan_residency
     data = copy.deepcopy(BASE)
     data["decisions"][0]["claims"] = [dict(data["decisions"][0]["claims"][0]) for _ in range(claims)]

@@ -6,7 +6,7 @@ import pytest
 
 from clusterbook.model.hosts import resolve_hosts
 from clusterbook.model.schema import Engine
-from clusterbook.pure import flags, topology
+from clusterbook.pure import flags, kinds, topology
 from clusterbook.pure.layersplit import place_layers
 from clusterbook.pure.render.artifacts import render_artifacts
 
@@ -26,13 +26,13 @@ def test_rpc_binary_name_can_be_given():
 @pytest.mark.parametrize("build, spelled", [(7760, ["--mlock"]), (11434, ["--load-mode", "mmap+mlock"])])
 def test_mlock_spelling_follows_build(beefcake2, build, spelled):
     cluster = beefcake2.model_copy(update={"engine": beefcake2.engine.model_copy(update={"build": build})})
-    argv = flags.server_argv(cluster, cluster.tier("reasoning"))
+    argv = kinds.server_argv(cluster, cluster.tier("reasoning"))
     assert " ".join(spelled) in " ".join(argv)
     assert ("--mlock" in argv) == (build < 10105)
 
 
 def test_head_command_has_one_ngl(beefcake2):
-    argv = flags.server_argv(beefcake2, beefcake2.tier("reasoning"))
+    argv = kinds.server_argv(beefcake2, beefcake2.tier("reasoning"))
     assert sum(a in ("-ngl", "--n-gpu-layers", "--gpu-layers") for a in argv) == 1
 
 
@@ -157,6 +157,6 @@ def test_the_rpc_tiers_variables_reach_head_and_workers_in_both_managers(beefcak
 
 def test_backend_sampling_is_a_flag_of_each_tier_that_asks_for_it(beefcake2):
     for name in ("fast", "reasoning"):
-        assert "--backend-sampling" in flags.server_argv(beefcake2, beefcake2.tier(name))
+        assert "--backend-sampling" in kinds.server_argv(beefcake2, beefcake2.tier(name))
     tier = beefcake2.tier("reasoning").model_copy(update={"backend_sampling": False})
-    assert "--backend-sampling" not in flags.server_argv(beefcake2, tier)
+    assert "--backend-sampling" not in kinds.server_argv(beefcake2, tier)

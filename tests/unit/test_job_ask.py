@@ -9,7 +9,8 @@ import pytest
 from clusterbook.commands.cluster import checked_cluster
 from clusterbook.model.loader import load_cluster
 from clusterbook.model.problems import InputError
-from clusterbook.pure.planner.capacity import GIB, plan_tier
+from clusterbook.pure.kinds import plan_tier
+from clusterbook.pure.planner.capacity import GIB
 from clusterbook.pure.planner.jobask import job_ask, proposed_mem
 from clusterbook.pure.planner.solver import job_requests
 

@@ -9,7 +9,7 @@ import yaml
 
 from clusterbook.model.loader import load_cluster
 from clusterbook.model.schema import Cluster
-from clusterbook.pure.planner.capacity import plan_cluster
+from clusterbook.pure.kinds import plan_cluster
 from clusterbook.pure.planner.findings import plan_findings
 from clusterbook.pure.planner.loadtime import hold_s, new_job_hold_s, predict_load
 from clusterbook.pure.render.artifacts import render_artifacts

@@ -58,8 +58,8 @@ def test_the_rpc_note_names_the_firewall_the_workers_have():
     from pathlib import Path
 
     from clusterbook.model.loader import load_cluster
+    from clusterbook.pure.kinds import plan_tier
     from clusterbook.pure.pages.tierpages import tier_notes
-    from clusterbook.pure.planner.capacity import plan_tier
 
     root = Path(__file__).resolve().parents[2]
     for file, words in (("cluster.yaml", "firewalld rich rules"), ("lab/cluster.yaml", "nftables rules")):

@@ -11,7 +11,7 @@ import pytest
 
 from clusterbook.effects.validators import TOOLS, validate
 from clusterbook.model.loader import load_cluster
-from clusterbook.pure.planner.capacity import plan_tier
+from clusterbook.pure.kinds import plan_tier
 from clusterbook.pure.planner.loadtime import cold_start_at_most_s, cold_start_s, wait_cap_s, whole_s
 from clusterbook.pure.render.artifacts import render_artifacts
 from clusterbook.pure.slurmjob import DEMAND_MARKS, MARKS

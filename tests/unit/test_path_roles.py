@@ -29,7 +29,7 @@ def problems_of(text: str) -> list[str]:
         return [str(p) for p in e.problems]
     found = check_cluster(cluster)
     if not found:  # then the plan's findings, as invoke check adds them
-        from clusterbook.pure.planner.capacity import plan_cluster
+        from clusterbook.pure.kinds import plan_cluster
         from clusterbook.pure.planner.findings import plan_findings
         found = plan_findings(cluster, plan_cluster(cluster))
     return [str(doc.problem(p, m)) for p, m in found]

@@ -7,16 +7,9 @@ import pytest
 
 from clusterbook.effects.lab.models import TinyModel, write_model
 from clusterbook.model.loader import load_cluster
-from clusterbook.pure import flags
-from clusterbook.pure.planner.capacity import (
-    GIB,
-    compute_bytes,
-    kv_bytes_per_layer,
-    plan_cluster,
-    plan_tier,
-    row_size,
-    rpc_device_plans,
-)
+from clusterbook.pure import kinds
+from clusterbook.pure.kinds import plan_cluster, plan_tier
+from clusterbook.pure.planner.capacity import GIB, compute_bytes, kv_bytes_per_layer, row_size, rpc_device_plans
 from clusterbook.pure.planner.findings import evaluate_claim, plan_findings
 from clusterbook.pure.planner.loadtime import predict_load
 from clusterbook.pure.planner.shape import from_declared, from_gguf
@@ -141,7 +134,7 @@ def test_the_load_and_recovery_are_the_full_size_rehearsal_within_25_percent():
     assert rendered["load_s"] == pytest.approx(load.load_s, rel=0.25)
     assert rendered["recovery"]["healthy_s"] == pytest.approx(load.recovery_s, rel=0.25)
     assert rendered["recovery"]["healthy_s"] <= 30
-    assert "mmap+mlock" in flags.server_argv(beefcake2, tier)
+    assert "mmap+mlock" in kinds.server_argv(beefcake2, tier)
     assert runs["mlock"]["load_s"] > 2 * rendered["load_s"]
     fa = next(r for r in json.loads((results / "fa128k-and-one-gpu.json").read_text()) if r["name"] == "fa128k")
     plan = {d["device"]: d for d in fa["plan"]}

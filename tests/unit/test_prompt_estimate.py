@@ -8,7 +8,8 @@ import json
 import pytest
 
 from clusterbook.model.loader import load_cluster
-from clusterbook.pure.planner.capacity import decode_copies, kv_cells, plan_rpc_tier, plan_tier
+from clusterbook.pure.kinds import plan_tier
+from clusterbook.pure.planner.capacity import decode_copies, kv_cells, plan_rpc_tier
 from clusterbook.pure.planner.prompt import prompt_lengths, prompt_time
 from clusterbook.pure.planner.shape import block_params, from_declared
 from clusterbook.pure.rehearsed import on_card
@@ -116,8 +117,8 @@ def test_the_full_size_prompts_are_the_plan_within_25_percent_at_32k():
 def test_the_api_page_puts_the_estimate_beside_the_rehearsal_with_the_tiers_settings(beefcake2):
     """beefcake2's rows: the plan on its V100S, the rehearsed prompt with the file's settings (D30), the plan for
     the H200 it ran on; D26's rehearsed prompts (other settings) are the capacity page's. The lab: the plan alone."""
+    from clusterbook.pure.kinds import plan_cluster
     from clusterbook.pure.pages.apipage import prompt_section
-    from clusterbook.pure.planner.capacity import plan_cluster
 
     tier = beefcake2.tier("reasoning")
     page = prompt_section(beefcake2, tier, plan_cluster(beefcake2)["reasoning"])

@@ -7,7 +7,8 @@ import yaml
 
 from clusterbook.model.loader import load_cluster
 from clusterbook.model.schema import Cluster
-from clusterbook.pure.planner.capacity import GIB, plan_cluster
+from clusterbook.pure.kinds import plan_cluster
+from clusterbook.pure.planner.capacity import GIB
 from clusterbook.pure.planner.findings import plan_findings
 from clusterbook.pure.planner.residency import exclusion_text, plan_residency
 

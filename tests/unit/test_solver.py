@@ -237,7 +237,7 @@ def test_a_slurm_jobs_mem_and_gres_are_fitted_to_its_plan(tmp_path, beefcake2):
     """--mem: the planned host memory and the margin `invoke check` asks for; --gres: the GPUs the tier uses on its
     busiest node (a router tier: every GPU of its node), the gres type kept."""
     from clusterbook.model.schema import SlurmJob
-    from clusterbook.pure.planner.capacity import plan_tier
+    from clusterbook.pure.kinds import plan_tier
     from clusterbook.pure.planner.jobask import slurm_need
     from clusterbook.pure.planner.residency import parse_mem
 

@@ -5,14 +5,14 @@ import pytest
 from clusterbook.effects.rehearsal import head_argv, one_device_argv
 from clusterbook.effects.splitcost import SplitCost, fits_one_device, markdown
 from clusterbook.effects.tuning import llama_bench_argv
-from clusterbook.pure import flags as fl
-from clusterbook.pure.planner.capacity import plan_tier
+from clusterbook.pure import kinds
+from clusterbook.pure.kinds import plan_tier
 from clusterbook.pure.render.artifacts import server_exec
 
 
 def test_one_device_argv_drops_exactly_the_rpc_workers_and_the_split(beefcake2):
     tier = beefcake2.tier("reasoning")
-    argv = fl.server_argv(beefcake2, tier)
+    argv = kinds.server_argv(beefcake2, tier)
     one = one_device_argv(argv)
     assert "--rpc" not in one and "--tensor-split" not in one
     removed = [a for a in argv if a not in one]
@@ -25,7 +25,7 @@ def test_rehearsed_head_is_the_units_line_without_numa_binding(beefcake2):
     unit = server_exec(beefcake2, tier)
     assert unit[0] == "/usr/bin/numactl"
     head = head_argv(beefcake2, tier)
-    assert head == unit[unit.index(fl.server_argv(beefcake2, tier)[0]):]
+    assert head == unit[unit.index(kinds.server_argv(beefcake2, tier)[0]):]
     assert head_argv(beefcake2, tier, one_device=True) == one_device_argv(head)
 
 

@@ -6,7 +6,6 @@ from pytest_bdd import given, then
 
 from clusterbook.effects import probes
 from clusterbook.effects.faults import Clients
-from clusterbook.model.schema import RouterTier
 from clusterbook.pure import topology as topo
 
 CLIENTS_PER_TIER = 2  # one streaming, one not: few enough that the scenario's own checks are not queued behind them
@@ -22,7 +21,7 @@ def _clients(cluster, transport, context, request):
 @given("clients send chat completions through the gateway to the first single-node SLURM tier")
 def _clients_of_the_moved_tier(cluster, transport, context, request):
     """The tier a preemption moves to another node (a tier over every node waits for the node, past its hold)."""
-    tiers = [t for t in cluster.tiers if t.manager == "slurm" and isinstance(t, RouterTier)]
+    tiers = [t for t in cluster.tiers if t.manager == "slurm" and not t.workers]
     routed = {r.tier for r in cluster.gateway.routes} if cluster.gateway else set()
     start_clients(cluster, transport, context, request, [t for t in tiers[:1] if t.name in routed])
 

@@ -5,7 +5,7 @@ import httpx
 from pytest_bdd import given
 
 from clusterbook.acceptance.steps.helpers import through_gateway, wake_state
-from clusterbook.pure.planner.capacity import plan_tier
+from clusterbook.pure.kinds import plan_tier
 from clusterbook.pure.planner.loadtime import wait_cap_s
 
 

@@ -7,8 +7,8 @@ from clusterbook.acceptance.steps.helpers import rpc_tiers, run_invoke, until_an
 from clusterbook.effects import probes
 from clusterbook.effects.fabric import measure
 from clusterbook.pure import topology as topo
+from clusterbook.pure.kinds import plan_tier
 from clusterbook.pure.planner import reach
-from clusterbook.pure.planner.capacity import plan_tier
 
 
 @then("every RPC tier head has an established connection to each of its workers")

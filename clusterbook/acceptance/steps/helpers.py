@@ -14,14 +14,13 @@ from clusterbook.commands.settings import PROJECT
 from clusterbook.effects import probes
 from clusterbook.effects.lab.machines import Machine
 from clusterbook.model.loader import load_cluster
-from clusterbook.model.schema import RpcTier
 from clusterbook.pure import slurmjob
 from clusterbook.pure import topology as topo
 
 
 def rpc_tiers(cluster, manager=None, among=None):
     """The RPC tiers (of one manager), among the tiers under test when given."""
-    return [t for t in cluster.tiers if isinstance(t, RpcTier) and manager in (None, t.manager)
+    return [t for t in cluster.tiers if t.workers and manager in (None, t.manager)
             and (among is None or t.name in {x.name for x in among})]
 
 

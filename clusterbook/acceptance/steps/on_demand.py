@@ -15,7 +15,7 @@ from clusterbook.acceptance.steps.helpers import (
     wake_state,
 )
 from clusterbook.pure import topology as topo
-from clusterbook.pure.planner.capacity import plan_tier
+from clusterbook.pure.kinds import plan_tier
 from clusterbook.pure.planner.loadtime import cold_start_at_most_s, cold_start_s, wait_cap_s, whole_s
 
 

@@ -19,7 +19,7 @@ from clusterbook.effects import probes
 from clusterbook.effects.lab.lab import Lab
 from clusterbook.effects.recovery import disrupt
 from clusterbook.pure import topology as topo
-from clusterbook.pure.planner.capacity import plan_tier
+from clusterbook.pure.kinds import plan_tier
 from clusterbook.pure.planner.loadtime import predict_load
 
 

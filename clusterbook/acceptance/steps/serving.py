@@ -10,7 +10,7 @@ from pytest_bdd import then
 
 from clusterbook.acceptance.steps.helpers import url_of
 from clusterbook.effects import probes
-from clusterbook.pure.planner.capacity import plan_cluster
+from clusterbook.pure.kinds import plan_cluster
 from clusterbook.pure.planner.residency import plan_residency
 from clusterbook.pure.render.artifacts import selector_nodes, selector_rows
 

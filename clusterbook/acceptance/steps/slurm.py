@@ -22,10 +22,9 @@ from clusterbook.acceptance.steps.helpers import (
 )
 from clusterbook.effects import probes
 from clusterbook.effects.recovery import disrupt, end_preemption
-from clusterbook.model.schema import RouterTier
 from clusterbook.pure import slurmjob
 from clusterbook.pure import topology as topo
-from clusterbook.pure.planner.capacity import plan_cluster, plan_tier
+from clusterbook.pure.kinds import plan_cluster, plan_tier
 from clusterbook.pure.planner.loadtime import hold_s, new_job_hold_s, predict_load, whole_s
 from clusterbook.pure.planner.residency import plan_residency
 
@@ -68,7 +67,7 @@ def _gateway_paths(cluster, transport):
 
 @when("a higher-priority job takes the node of the first single-node SLURM tier")
 def _preempt(cluster, transport, context, request):
-    tiers = [t for t in slurm_tiers(cluster) if isinstance(t, RouterTier)]
+    tiers = [t for t in slurm_tiers(cluster) if not t.workers]
     if not tiers or not cluster.slurm:
         pytest.skip("no single-node SLURM tier in a SLURM cluster that clusterbook configures")
     tier = tiers[0]

@@ -7,10 +7,12 @@ import json
 import math
 
 from clusterbook.model.schema import Cluster, RouterTier, RpcTier
+from clusterbook.pure import kinds
 from clusterbook.pure import topology as topo
+from clusterbook.pure.kinds import plan_cluster
 from clusterbook.pure.mdtext import text
 from clusterbook.pure.pages.markdown import code, slot_context, table, tabs
-from clusterbook.pure.planner.capacity import TierPlan, plan_cluster
+from clusterbook.pure.planner.capacity import TierPlan
 from clusterbook.pure.planner.loadtime import (
     BUSY_RETRY_AFTER_S,
     admitted,
@@ -33,7 +35,7 @@ def tier_summary(c: Cluster) -> str:
     for t in c.tiers:
         nodes = ", ".join(t.nodes)
         what = ", ".join(t.served_models)
-        kind = "router mode" if t.kind == "router" else "split over RPC"
+        kind = kinds.of(t).what
         manager = "SLURM job" if t.manager == "slurm" else "systemd"
         rows.append([f"**{t.name}**", f"`{topo.client_url(c, t)}`", f"{kind}, {manager}", what, nodes])
     # the key column second: a phone shows the first two without scrolling the table
@@ -168,7 +170,7 @@ def api(c: Cluster) -> str:
         out.append(table(["model id", "context (tokens)", "reasoning_content"],
                          [[f"`{m}`", slot_context(t), "yes" if c.model(m).reasoning_content else "no"]
                           for m in t.served_models]))
-        if isinstance(t, RouterTier):
+        if t.router_mode:
             most = f"at most {t.models_max} at once" if t.models_max else "no limit on how many at once"
             out.append(f"\nRouter mode: a model loads on its first request ({most}); "
                        "`GET /v1/models` shows which are loaded. A model id the tier does not serve gets an error "
@@ -176,22 +178,22 @@ def api(c: Cluster) -> str:
         out.append("\n**Endpoints**\n")
         rows = [["`POST`", f"`{base}/v1/chat/completions`", "OpenAI-compatible chat completion"],
                 ["`GET`", f"`{base}/v1/models`", "models this tier serves" + (" (and their load state)"
-                                                                              if isinstance(t, RouterTier) else "")],
+                                                                              if t.router_mode else "")],
                 ["`GET`", f"`{base}/health`", "200 when ready, 503 while loading; never needs the API key"]]
-        if isinstance(t, RpcTier):
+        if not t.router_mode:  # router mode answers /metrics per model only
             rows.append(["`GET`", f"`{base}/metrics`", "Prometheus metrics (`--metrics` is on)"])
         out.append(table(["method", "URL", "what"], rows))
         if t.api_key:
             out.append("\nRequests need `Authorization: Bearer <key>`; without it the tier answers 401. The key "
                        f"is in {_example_request(c, t)[3]}.\n")
         load = predict_load(c, t, plans[t.name])
-        recovery = load.recovery_s if isinstance(t, RpcTier) or t.manager == "slurm" else None
+        recovery = load.recovery_s if t.workers or t.manager == "slurm" else None
         out.append("\n**Examples**\n")
         out.append(tabs({"curl": curl_example(c, t), "Python (openai)": python_example(c, t, recovery),
                          "Streaming (curl)": curl_example(c, t, stream=True),
                          "Streaming (Python)": python_example(c, t, recovery, stream=True),
                          "Example response": example_response(c, t)}))
-        if isinstance(t, RpcTier):
+        if t.workers:
             out.append(prompt_section(c, t, plans[t.name]))
         reasoning = [m for m in t.served_models if c.model(m).reasoning_content]
         if reasoning:
@@ -200,7 +202,7 @@ def api(c: Cluster) -> str:
                        "in `content`. The chain of thought comes first: give `max_tokens` room for both (500 or "
                        "more), or the answer is cut off before it starts.\n")
         if recovery is not None:
-            cause = "a worker crash" if isinstance(t, RpcTier) else "a crash of its server"
+            cause = "a worker crash" if t.workers else "a crash of its server"
             seconds = whole_s(recovery)
             preempted = ("" if load.new_job_recovery_s is None else "; after a preemption it waits until SLURM "
                          f"gives its GPUs back, and is back about {whole_s(load.new_job_recovery_s)} s after that")
@@ -230,7 +232,7 @@ def api(c: Cluster) -> str:
                         "long (the `openai` client retries a 503 only twice by default: the Python examples raise its "
                         "`max_retries`)")
             head = (f" (after a crash of the head alone about {whole_s(load.head_recovery_s)} s: its workers keep "
-                    "their shares)" if isinstance(t, RpcTier) and load.kept else "")
+                    "their shares)" if load.kept else "")
             out.append(f'\n!!! note "During a recovery"\n    After {cause} the tier is gone for about '
                        f"{seconds} s{head} (the capacity plan's prediction){preempted}: {seen}; `/health` answers "
                        "200 again when the tier is back.\n")

@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import posixpath
 
-from clusterbook.model.schema import Cluster, RouterTier
+from clusterbook.model.schema import Cluster
 from clusterbook.pure import engine_build as eb
+from clusterbook.pure import kinds, troubles
 from clusterbook.pure import topology as topo
-from clusterbook.pure import troubles
+from clusterbook.pure.kinds import plan_cluster
 from clusterbook.pure.mdtext import code as code_span
 from clusterbook.pure.mdtext import text
 from clusterbook.pure.operations import bringup, cluster_command, tier_command
 from clusterbook.pure.pages.markdown import code, table
-from clusterbook.pure.planner.capacity import plan_cluster
 from clusterbook.pure.planner.residency import plan_residency
 from clusterbook.pure.render import monitoring as mon
 
@@ -173,7 +173,7 @@ def bringup_text(c: Cluster, op, patched: str, notes: dict[str, str], tier: str 
     if tier:
         t = c.tier(tier)
         return (f"{tier_command(c, 'deploy', tier)} — the {tier} tier"
-                + (" (RPC workers first, then the head)" if t.kind == "rpc" else "") + "." + notes.get(tier, ""))
+                + kinds.of(t).deploy_order + "." + notes.get(tier, ""))
     if op.task == "deploy.install":
         return (f"{cluster_command(c, 'deploy.install')} — llama.cpp {c.engine.tag}{patched} on every tier node: "
                 f"{engine_install(c)}, into `{posixpath.dirname(c.engine.install_dir.rstrip('/'))}` (its own "
@@ -296,7 +296,7 @@ def monitoring(c: Cluster) -> str:
     for t in c.tiers:
         how = ("where its SLURM job runs: the endpoint registry, rewritten into a target file every "
                f"{m.scrape_interval_s} s" if t.manager == "slurm" else f"`{topo.endpoint_url(c, t)}`")
-        if isinstance(t, RouterTier):
+        if t.router_mode:
             how += "; one target per model (`?model=ID&autoload=false`: scraping never loads a model)"
         rows.append([f"`{mon.job(t)}`", t.name, f"llama-server's `/metrics`, {how}"])
     out.append(table(["job", "what", "how"], rows))
@@ -324,7 +324,7 @@ def monitoring(c: Cluster) -> str:
     out.append("\nTheir expressions:\n")
     out.append(code("\n".join(f"# {r['alert']}{' (' + r['labels']['tier'] + ')' if 'tier' in r['labels'] else ''}"
                                f"\n{r['expr']}" for r in mon.alerts(c)), "text"))
-    if any(isinstance(t, RouterTier) for t in c.tiers):
+    if any(t.router_mode for t in c.tiers):
         out.append('\n!!! note "Router mode"\n    A router-mode tier serves metrics per loaded model, so one with '
                    "nothing loaded has no scrape target up without being down: its TierDown reads the probe's "
                    "`/health` instead.\n")

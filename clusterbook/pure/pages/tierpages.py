@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from clusterbook.model.schema import FLASH_ATTN_MIN_CC, FLASH_ATTN_PROVEN_CC, Cluster, RouterTier, RpcTier
 from clusterbook.pure import flags as fl
+from clusterbook.pure import kinds
 from clusterbook.pure import topology as topo
+from clusterbook.pure.kinds import plan_cluster, plan_tier
 from clusterbook.pure.mdtext import mermaid_text, prose_inline, text, title
 from clusterbook.pure.pages.apipage import on_demand_note
 from clusterbook.pure.pages.markdown import gb, gib, picture, slot_context, table
-from clusterbook.pure.planner.capacity import TierPlan, plan_cluster, plan_tier
+from clusterbook.pure.planner.capacity import TierPlan
 from clusterbook.pure.planner.findings import evaluate_claim
 from clusterbook.pure.planner.jobask import job_ask
 from clusterbook.pure.planner.loadtime import (
@@ -52,7 +54,7 @@ def architecture(c: Cluster) -> str:
         order.append("registry")
     lines.append("  " + " ~~~ ".join(order))  # one column: each box below the one before
     for t in c.tiers:
-        if isinstance(t, RpcTier):
+        if t.workers:
             lines += [f'  {_id(t.head)} -. "{t.name} RPC, {c.rpc_network}" .-> {_id(w)}' for w in t.workers]
     if c.gateway:  # the request paths: clients to the gateway, each route to its tier's server
         lines.append(f"  clients --> {_id(c.gateway.node)}")
@@ -74,11 +76,9 @@ def _runs_on(c: Cluster, node: str) -> list[str]:
         where = "SLURM job" if t.manager == "slurm" else "systemd"
         path = next((f", the gateway's {r.path}" for r in (c.gateway.routes if c.gateway else []) if r.tier == t.name),
                     "")
-        if isinstance(t, RouterTier) and t.node == node:
-            out.append(f"{t.name}: router :{t.port} ({where}{path})")
-        elif isinstance(t, RpcTier) and t.head == node:
-            out.append(f"{t.name}: head :{t.port} ({where}{path})")
-        elif isinstance(t, RpcTier) and node in t.workers:
+        if t.head == node:
+            out.append(f"{t.name}: {kinds.of(t).server_word} :{t.port} ({where}{path})")
+        elif node in t.workers:
             out.append(f"{t.name}: RPC worker :{t.rpc_port}")
     if c.gateway and c.gateway.node == node:
         out.append("gateway: nginx" + (", tailscale serve" if c.gateway.tailscale_name else ""))
@@ -204,7 +204,7 @@ def tier_notes(c: Cluster, t: RouterTier | RpcTier, plan: TierPlan) -> list[str]
     notes = []
     volta = sorted({(g.model, g.compute_capability) for n in t.nodes for g in c.node(n).gpus
                     if FLASH_ATTN_MIN_CC <= g.cc < FLASH_ATTN_PROVEN_CC})
-    if volta and isinstance(t, RpcTier):
+    if volta and kinds.of(t).one_model:
         names = ", ".join(f"{title(m)} (compute capability {cc})" for m, cc in volta)
         offer = plan.flash
         reach = (f" With it and a {offer.cache_type_k} K and V cache the plan fits **{offer.ctx:,}** tokens."
@@ -221,7 +221,7 @@ def tier_notes(c: Cluster, t: RouterTier | RpcTier, plan: TierPlan) -> list[str]
                          f"it yet.{reach} Turn it on with `invoke apply` of the solver's diff, then `invoke bench`: "
                          "apply runs the tier's scenarios before and after and rolls back a failure.\n")
     recovery = predict_load(c, t, plan)
-    if isinstance(t, RpcTier):
+    if t.workers:
         net = c.rpc_network
         notes.append(f'!!! danger "RPC has no authentication"\n    Anyone who reaches port {t.rpc_port} on the '
                      f"{net} network can use the workers' GPUs and memory. The workers listen on their {net} "
@@ -264,8 +264,8 @@ def tier_flags(c: Cluster) -> str:
         out.append(f"**llama-server** on {t.nodes[0]} (`{fl.binary(c, c.engine.server_binary)}`):\n")
         out.append(table(["flag", "value", "what it does", "why this value"],
                          [[f"`{f.flag}`", f"`{f.value}`" if f.value is not None else "", f.what, f.why]
-                          for f in fl.server_flags(c, t)]))
-        if isinstance(t, RpcTier):
+                          for f in kinds.server_flags(c, t)]))
+        if t.workers:
             w = t.workers[0]
             out.append(f"\n**RPC worker** on {', '.join(t.workers)} (`{fl.binary(c, c.engine.rpc_worker_binary)}`, "
                        f"shown for {w}):\n")
@@ -324,10 +324,10 @@ def capacity(c: Cluster, plans: dict[str, TierPlan] | None = None) -> str:
             facts.append(f"A prompt that fills the context ({prompt.tokens:,} tokens): **{prompt.seconds:,.0f} s** "
                          f"before its first token ({prompt.tps:,.0f} tok/s; the API page has shorter ones).")
         facts += p.notes
-        if c.tier(name).kind == "rpc":
+        if c.tier(name).workers:
             facts.append(recovery_text(c, c.tier(name), p))
         out.append("\n" + " ".join(facts) + "\n")
-        if c.tier(name).kind == "rpc":
+        if c.tier(name).workers:
             out.append(rehearsed_section(c, name))
             out.append(quantization_choice(c, c.tier(name)))
     out.append(whole_cluster(c, plans))

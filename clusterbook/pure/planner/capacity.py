@@ -9,7 +9,7 @@ from clusterbook.model.schema import FLASH_ATTN_MIN_CC, Cluster, RouterTier, Rpc
 from clusterbook.model.schema import QUANTIZED_CACHE_TYPES as QUANTIZED_TYPES
 from clusterbook.pure import topology as topo
 from clusterbook.pure.layersplit import CPU, place_layers
-from clusterbook.pure.planner.shape import Shape, from_declared, shape_of
+from clusterbook.pure.planner.shape import Shape, from_declared
 
 GIB = 2**30
 KV_PAD = 256  # llama.cpp pads the KV cache to a multiple of 256 cells
@@ -243,7 +243,7 @@ def rpc_spin_us(c: Cluster, tier: RouterTier | RpcTier) -> int:
     decoding side never sleeps; 0 without that patch, on a router tier, or where a device is a CPU (its poll would
     take a core from the computation)."""
     patched = c.engine.patched_for("rpc_wait")
-    if not patched or not isinstance(tier, RpcTier) or not all(d.gpu for d in topo.tier_devices(c, tier)):
+    if not patched or not tier.workers or not all(d.gpu for d in topo.tier_devices(c, tier)):
         return 0
     full = plan_rpc_tier(c, tier).decode_bound_full_ctx_tps
     return min(RPC_SPIN_MAX_US, 1000 * math.ceil(2e3 / full)) if full else RPC_SPIN_MAX_US  # whole ms
@@ -331,22 +331,6 @@ def plan_router_tier(c: Cluster, tier: RouterTier, shapes: dict[str, Shape] | No
     notes = [f"worst case: {len(resident)} model(s) resident ({', '.join(m.id for m in resident)})"]
     return TierPlan(tier.name, models[0].id, tier.ctx_size, "declared", devices, None,
                     1 / bound if bound else None, None, 0, notes)
-
-
-def plan_tier(c: Cluster, tier: RouterTier | RpcTier, shape: Shape | None = None) -> TierPlan:
-    if isinstance(tier, RpcTier):
-        return plan_rpc_tier(c, tier, shape)
-    return plan_router_tier(c, tier)
-
-
-def plan_cluster(c: Cluster, models_dir=None) -> dict[str, TierPlan]:
-    """Plans of every tier; RPC tiers read the GGUF header when the model file is in models_dir."""
-
-    plans = {}
-    for tier in c.tiers:
-        shape = shape_of(c.model(tier.model), models_dir) if isinstance(tier, RpcTier) else None
-        plans[tier.name] = plan_tier(c, tier, shape)
-    return plans
 
 
 def plan_json(plan: TierPlan) -> dict:

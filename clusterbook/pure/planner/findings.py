@@ -6,8 +6,9 @@ from dataclasses import dataclass
 
 from clusterbook.model.problems import Path
 from clusterbook.model.quantization import weights_bytes
-from clusterbook.model.schema import Claim, Cluster, RpcTier
-from clusterbook.pure.planner.capacity import GIB, TierPlan, plan_tier
+from clusterbook.model.schema import Claim, Cluster
+from clusterbook.pure.kinds import plan_tier
+from clusterbook.pure.planner.capacity import GIB, TierPlan
 from clusterbook.pure.planner.jobask import job_ask, mem_text, slurm_need
 from clusterbook.pure.planner.loadtime import (
     cold_start_s,
@@ -51,7 +52,7 @@ def evaluate_claim(c: Cluster, claim: Claim, plans: dict[str, TierPlan]) -> Clai
             computed = size / 1e9 if size else None
         return ClaimVerdict(claim, computed, None if computed is None else claim.claimed < 0.9 * computed)
     tier = c.tier(claim.tier) if claim.tier else None
-    if not isinstance(tier, RpcTier) or not claim.model:
+    if not (tier and tier.workers) or not claim.model:
         return ClaimVerdict(claim, None, None)
     key = f"{tier.name}:{claim.model}"
     plan = plans.get(key) or plan_tier(c, tier.model_copy(update={"model": claim.model}),
@@ -80,7 +81,7 @@ def plan_findings(c: Cluster, plans: dict[str, TierPlan], cplan=None) -> list[tu
     for i, tier in enumerate(c.tiers):
         plan = plans[tier.name]
         idle = [d for d in plan.devices if d.blocks == 0 and not d.output]
-        if isinstance(tier, RpcTier) and idle:
+        if tier.workers and idle:
             out.append((("tiers", i, "tensor_split"), f"tier {tier.name}'s split gives {idle[0].device} on "
                         f"{idle[0].node} no layer: a worker that holds nothing still costs a hop per token"))
         if tier.ctx_size // tier.parallel < MIN_SLOT_CTX:
@@ -107,7 +108,7 @@ def plan_findings(c: Cluster, plans: dict[str, TierPlan], cplan=None) -> list[tu
                             f"cache, KV cache, buffers); give at least {mem_text(ask.planned)}"))
     for i, targets in enumerate(c.targets):
         tier = next((t for t in c.tiers if t.name == targets.tier), None)
-        if tier is None or not targets.recovery_s or tier.name not in plans or tier.kind != "rpc":
+        if tier is None or not targets.recovery_s or tier.name not in plans or not tier.workers:
             continue
         load = predict_load(c, tier, plans[tier.name])
         if load.recovery_s > targets.recovery_s.target:

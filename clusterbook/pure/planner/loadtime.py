@@ -95,7 +95,7 @@ def predict_load(c: Cluster, tier: RouterTier | RpcTier, plan: TierPlan) -> Load
     remote = sum(d.weights for d in plan.devices if d.node != head)
     fast = c.engine.patched_for("rpc_load")
     rate = p.rpc_fast_load_gbs if fast else p.rpc_load_gbs
-    if isinstance(tier, RpcTier):
+    if tier.workers:
         rate = min(rate, c.networks[c.rpc_network].bandwidth_gbps / 8)
     new_job, new_kind = None, None
     if tier.manager == "slurm":
@@ -106,7 +106,7 @@ def predict_load(c: Cluster, tier: RouterTier | RpcTier, plan: TierPlan) -> Load
                          (new_job, new_kind))
     else:
         restart, kind = max([tier.systemd.restart_sec] + ([tier.worker_systemd.restart_sec]
-                                                          if isinstance(tier, RpcTier) else [])), "restart"
+                                                          if tier.workers else [])), "restart"
     rpc_s = remote / (rate * 1e9)
     head_restart = (p.slurm_step_restart_s if tier.slurm.step_restarts else new_job) if tier.manager == "slurm" \
         else tier.systemd.restart_sec
@@ -117,7 +117,7 @@ def predict_load(c: Cluster, tier: RouterTier | RpcTier, plan: TierPlan) -> Load
     shares = sorted((sum(d.weights for d in plan.devices if d.node == w) for w in tier.nodes[1:]), reverse=True)
     largest, second = (shares + [0, 0])[:2]
     locked = sum(c.model(m).bytes for m in tier.served_models) / (p.mlock_gbs * 1e9) if \
-        isinstance(tier, RpcTier) and tier.mlock else 0.0  # the whole file, before any tensor loads
+        tier.mlock else 0.0  # the whole file, before any tensor loads
     hashed, reread = p.weights_hash_gbs * 1e9, p.weights_rehash_gbs * 1e9
     if c.engine.patched_for("hash_on_arrival"):
         reread = float("inf")  # the workers hashed each weight as it arrived: nothing to read back
@@ -170,7 +170,7 @@ BUSY_RETRY_AFTER_S = 1  # the Retry-After of a request beyond what a tier admits
 def admitted(c: Cluster, tier: RouterTier | RpcTier) -> int:
     """Requests the gateway lets reach a tier at once: its slots (per resident model, router mode) and the queue
     the file allows per slot (gateway.queue_per_slot); the next one gets 429."""
-    slots = tier.parallel * (max(tier.models_max, 1) if isinstance(tier, RouterTier) else 1)
+    slots = tier.parallel * max(tier.models_max, 1)
     return slots * (1 + (c.gateway.queue_per_slot if c.gateway else 0))
 
 

@@ -122,4 +122,4 @@ def prompt_lengths(tier: RpcTier) -> list[int]:
 def prompt_estimate(c: Cluster, tier: RouterTier | RpcTier, plan: TierPlan) -> PromptTime | None:
     """The plan's prompt estimate: a prompt that fills an RPC tier's context (None for a router tier, or a device
     without a declared speed)."""
-    return prompt_time(c, tier, prompt_lengths(tier)[-1], plan=plan) if isinstance(tier, RpcTier) else None
+    return prompt_time(c, tier, prompt_lengths(tier)[-1], plan=plan) if tier.workers else None

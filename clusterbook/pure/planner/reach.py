@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from clusterbook.model.schema import Cluster, RouterTier, RpcTier
-from clusterbook.pure.planner.capacity import plan_tier
+from clusterbook.pure.kinds import plan_tier
 
 UTIL_MARGIN = 0.8  # nvidia-smi's utilisation is the share of its sample period with a kernel running: kernel launch
 # gaps, sampling and the head's HTTP side cost a GPU up to a fifth of its planned share
@@ -68,7 +68,7 @@ def judged_fabric(c: Cluster, tier: RouterTier | RpcTier) -> Judged | None:
     """The bandwidth verify asks of one stream from the head to each worker (None: the file asks none, or the tier
     has no workers)."""
     targets = c.targets_for(tier.name)
-    if not (targets and targets.fabric_gbps) or not isinstance(tier, RpcTier):
+    if not (targets and targets.fabric_gbps) or not tier.workers:
         return None
     asked, reach = targets.fabric_gbps.target, planned_fabric_gbps(c, tier)
     return Judged(min(asked, reach), reach, asked)

@@ -9,6 +9,7 @@ from itertools import combinations
 
 from clusterbook.model.hosts import candidate_nodes
 from clusterbook.model.schema import Cluster, RouterTier, RpcTier
+from clusterbook.pure import kinds
 from clusterbook.pure.planner.capacity import GIB, DevicePlan, TierPlan
 
 RAM = "RAM"
@@ -122,12 +123,12 @@ def tier_shares(c: Cluster, tier: RouterTier | RpcTier, plan: TierPlan) -> dict[
     shares: dict[tuple[str, str], list[Share]] = {}
     head = tier.nodes[0]
     for node, device, d in _physical(plan):
-        what = ("RPC worker" if node != head else "head") if isinstance(tier, RpcTier) else "router mode"
+        what = kinds.of(tier).role(tier, node, head)
         if d.total:
             shares.setdefault((node, device), []).append(Share(tier.name, d.weights, d.kv, d.compute, d.overhead,
                                                                what, d.pool))
-    if isinstance(tier, RpcTier) and tier.mlock:
-        size = c.model(tier.model).bytes
+    if tier.mlock:
+        size = sum(c.model(m).bytes for m in tier.served_models)
         shares.setdefault((head, RAM), []).append(Share(tier.name, size, 0, 0, 0, "mlock of the model file"))
     return shares
 
@@ -154,7 +155,7 @@ def exclusion(c: Cluster, a: RouterTier | RpcTier, b: RouterTier | RpcTier) -> s
         return None
 
     def placements(t):
-        return [[n] for n in candidate_nodes(c, t)] if isinstance(t, RouterTier) else [t.nodes]
+        return [[n] for n in candidate_nodes(c, t)] if t.floats else [t.nodes]
 
     reasons = []
     for nodes_a in placements(a):

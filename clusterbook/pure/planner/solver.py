@@ -15,7 +15,8 @@ from itertools import combinations, product
 import yaml
 
 from clusterbook.model.schema import FLASH_ATTN_MIN_CC, QUANTIZED_CACHE_TYPES, Cluster, RouterTier, RpcTier
-from clusterbook.pure.planner.capacity import GIB, plan_tier
+from clusterbook.pure.kinds import plan_tier
+from clusterbook.pure.planner.capacity import GIB
 from clusterbook.pure.planner.findings import plan_findings
 from clusterbook.pure.planner.jobask import job_ask, mem_text, proposed_mem
 from clusterbook.pure.planner.loadtime import predict_load
@@ -153,7 +154,7 @@ def _caches(c: Cluster, tier, allowed: list[str] | None) -> list[dict]:
     """The tier's KV cache types, then every pair from the allowed set (none given: the tier keeps its own). A
     quantized V cache needs flash attention, whose kernels start at compute capability 7.0 (Volta; crosscheck):
     where every GPU of the cluster has it, the pair comes with flash attention on; elsewhere only K is quantized."""
-    if not allowed or not isinstance(tier, RpcTier):
+    if not allowed or not tier.workers:
         return [{}]
     own = {"cache_type_k": tier.cache_type_k, "cache_type_v": tier.cache_type_v, "flash_attn": tier.flash_attn}
     fa_ok = all(g.cc >= FLASH_ATTN_MIN_CC for n in c.nodes for g in n.gpu_devices)
@@ -278,7 +279,7 @@ def solve(c: Cluster, min_ctx: dict[str, int] | None = None, best: int = 5,
     per_tier = []
     for t in c.tiers:
         floor = (min_ctx or {}).get(t.name)
-        shapes = _rpc_options(c, t) if isinstance(t, RpcTier) else _router_options(c, t)
+        shapes = (_rpc_options if t.workers else _router_options)(c, t)
         per_tier.append((t, [{**shape, **cache, **sized} for shape, cache, sized in
                              product(shapes, _caches(c, t, cache_types), _sized(t, floor))]))
     judged: dict[str, Placement] = {}

@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from clusterbook.model.schema import Cluster, RpcTier
-from clusterbook.pure.planner.capacity import TierPlan, plan_tier
+from clusterbook.pure.kinds import plan_tier
+from clusterbook.pure.planner.capacity import TierPlan
 
 
 @dataclass(frozen=True)

@@ -11,10 +11,10 @@ from clusterbook.model.hosts import candidate_nodes, resolve_hosts, router_nodes
 from clusterbook.model.schema import Cluster, RouterTier, RpcTier
 from clusterbook.pure import engine_build as eb
 from clusterbook.pure import flags as fl
-from clusterbook.pure import layout, slurmjob
+from clusterbook.pure import kinds, layout, slurmjob
 from clusterbook.pure import topology as topo
+from clusterbook.pure.kinds import plan_tier
 from clusterbook.pure.layout import path as at
-from clusterbook.pure.planner.capacity import plan_tier
 from clusterbook.pure.planner.loadtime import (
     BUSY_RETRY_AFTER_S,
     admitted,
@@ -33,26 +33,12 @@ from clusterbook.pure.render.node_config import (
     keeper_config,
     wake_config,
 )
+from clusterbook.pure.render.tierkit import engine_env, ld_library_path, numa_exec
 
 
-def ld_library_path(c: Cluster) -> str:
-    return ":".join(p for p in (c.engine.install_dir, c.engine.cuda_lib_dir) if p)
-
-
-def server_exec(c: Cluster, tier: RouterTier | RpcTier, numa_fallback: bool = False) -> list[str]:
-    """The head's full argv, with numactl in front when the tier binds to the GPU's NUMA node. In a SLURM step
-    (numa_fallback) the binding is tried first: where SLURM gave the step CPUs of another NUMA node, numactl would
-    fail and the keeper resubmit the job forever, so the head runs unbound and says so."""
-    argv = fl.server_argv(c, tier)
-    if isinstance(tier, RpcTier) and tier.numa_bind:
-        numa = c.node(tier.head).gpu_devices[0].numa_node
-        numactl = f"/usr/bin/numactl --cpunodebind={numa} --membind={numa}"
-        if numa_fallback:
-            script = (f'{numactl} true 2>/dev/null && exec {numactl} "$@"; echo "NUMA node {numa} is outside the '
-                      'CPUs or memory SLURM gave this step: the head runs unbound" >&2; exec "$@"')
-            return ["bash", "-c", script, "numa"] + argv
-        argv = numactl.split() + argv
-    return argv
+def server_exec(c: Cluster, tier, numa_fallback: bool = False) -> list[str]:
+    """The head's full argv, numactl in front where the tier binds to its GPU's NUMA node (tierkit.numa_exec)."""
+    return numa_exec(c, tier, kinds.server_argv(c, tier), numa_fallback)
 
 
 def artifact_groups(c: Cluster) -> list[tuple[str | None, Callable[[], list[Artifact]]]]:
@@ -212,44 +198,13 @@ def _slurm_conf(c: Cluster) -> list[Artifact]:
             for n in names]
 
 
-def _unit(c: Cluster, tier: RouterTier | RpcTier, node: str, ids: str, role: str, argv: list[str],
-          settings: object, mlock: bool) -> Artifact:
-    text = template("server.service.j2", header=header(c), tier=tier, role=role, docs_url=c.cluster.docs_url,
-                    env_file=layout.env_file(c, tier), secrets_file=layout.secrets_file(c, tier), engine=c.engine,
-                    exec_start=Quoted(fl.shell_line(argv)), settings=settings, mlock=mlock)
-    return Artifact(node, at(c, ids, tier), text, "unit", about=f"{tier.name}: {role}", id=ids, tier=tier.name)
-
-
-def _rpc_env(c: Cluster, tier: RouterTier | RpcTier) -> list[tuple[str, str, Quoted]]:
-    """The tier's engine variables; what each does is clusterbook's own sentence, written as a comment."""
-    return [(key, value, Quoted(about)) for key, value, about in fl.rpc_env(c, tier)]
-
-
-def _tier_files(c: Cluster, tier: RouterTier | RpcTier) -> list[Artifact]:
-    head = tier.nodes[0]
-    env = template("tier.env.j2", header=header(c), ld_library_path=ld_library_path(c), extra=_rpc_env(c, tier))
+def _tier_files(c: Cluster, tier) -> list[Artifact]:
+    env = template("tier.env.j2", header=header(c), ld_library_path=ld_library_path(c), extra=engine_env(c, tier))
     files = [Artifact(n, at(c, "env", tier), env, "env", about=f"{tier.name}: environment", id="env", tier=tier.name)
              for n in candidate_nodes(c, tier)]
     # only the files of the tier's own manager: a SLURM tier has no systemd units that no deploy would install
     systemd = tier.manager == "systemd"
-    if isinstance(tier, RouterTier):
-        role = f"router mode, models on demand ({', '.join(tier.models)})"
-        if systemd:
-            files.append(_unit(c, tier, head, "head_unit", role, server_exec(c, tier), tier.systemd, False))
-        preset = template("models-preset.ini.j2", header=header(c), tier=tier, models_dir=c.storage.models_dir,
-                          models=[c.model(m) for m in tier.models])
-        files += [Artifact(n, at(c, "models_preset", tier), preset, "ini", about=f"{tier.name}: models",
-                           id="models_preset", tier=tier.name)
-                  for n in candidate_nodes(c, tier)]
-    else:
-        role = f"head serving {tier.model} over {len(tier.workers)} RPC worker(s)"
-        if systemd:
-            files.append(_unit(c, tier, head, "head_unit", role, server_exec(c, tier), tier.systemd, tier.mlock))
-        for w in tier.workers:
-            if systemd:
-                files.append(_unit(c, tier, w, "worker_unit", "RPC worker", fl.worker_argv(c, tier, w),
-                                   tier.worker_systemd, False))
-            files += _nftables(c, tier, w)
+    files += kinds.of(tier).files(c, tier, systemd)
     if not systemd:
         files.append(_sbatch(c, tier))
     return files + _http_firewalld(c, tier)
@@ -261,7 +216,7 @@ def _http_firewalld(c: Cluster, tier: RouterTier | RpcTier) -> list[Artifact]:
     the direct clients the API page names, "cluster networks only")."""
     network = topo.listen_network(c, tier)
     subnet = str(c.networks[network].subnet)
-    servers = candidate_nodes(c, tier) if isinstance(tier, RouterTier) else tier.nodes[:1]
+    servers = kinds.of(tier).http_servers(c, tier)
     return [Artifact(n, at(c, "http_firewalld", tier),
                      template("firewalld-open.sh.j2", header=header(c), network=network,
                               address=topo.address(c, n, network), rules=[{"port": tier.port, "sources": [subnet]}],
@@ -271,56 +226,24 @@ def _http_firewalld(c: Cluster, tier: RouterTier | RpcTier) -> list[Artifact]:
             for n in servers if c.node(n).os.family == "el" and network in c.node(n).addresses]
 
 
-def _nftables(c: Cluster, tier: RpcTier, worker: str) -> list[Artifact]:
-    """The RPC port's rules, and a unit that loads them at every boot (before the worker or slurmd starts); on an EL
-    node, where firewalld runs, a script that opens the port in firewalld instead (permanent rich rules)."""
-    allowed = [topo.address(c, n, c.rpc_network) for n in tier.nodes if c.rpc_network in c.node(n).addresses]
-    if c.node(worker).os.family == "el":
-        text = template("firewalld-open.sh.j2", header=header(c), network=c.rpc_network,
-                        address=topo.address(c, worker, c.rpc_network),
-                        rules=[{"port": tier.rpc_port, "sources": sorted(set(allowed))}],
-                        what=f"Only the nodes of the {tier.name} tier may reach this RPC worker: llama.cpp RPC has no "
-                             "authentication.")
-        return [Artifact(worker, at(c, "firewalld_script", tier), text, "script", 0o755,
-                         about=f"{tier.name}: RPC port open to the tier's nodes only (firewalld)",
-                         id="firewalld_script", tier=tier.name)]
-    rules = at(c, "rpc_rules", tier)
-    text = template("nftables-rpc.nft.j2", header=header(c), tier=tier, table=tier.name.replace("-", "_"),
-                    allowed=sorted(set(allowed)))
-    unit = template("firewall.service.j2", header=header(c), tier=tier, worker_unit=topo.units(tier).worker,
-                    rules=rules)
-    return [Artifact(worker, rules, text, "nftables", about=f"{tier.name}: RPC port open to the tier's nodes only",
-                     id="rpc_rules", tier=tier.name),
-            Artifact(worker, at(c, "firewall_unit", tier), unit, "unit",
-                     about=f"{tier.name}: loads the RPC port's rules at boot", id="firewall_unit", tier=tier.name)]
-
-
-def _sbatch(c: Cluster, tier: RouterTier | RpcTier) -> Artifact:
-    steps = []
-    if isinstance(tier, RpcTier):
-        for w, endpoint in zip(tier.workers, topo.rpc_endpoints(c, tier), strict=True):
-            steps.append({"name": f"rpc-worker-{w}", "node": w, "endpoint": endpoint,
-                          "command": Quoted(fl.shell_line(fl.worker_argv(c, tier, w), "        "))})
-        summary = f"{tier.model} on {tier.head} with RPC workers {', '.join(tier.workers)}"
-    else:
-        summary = f"router mode on {tier.node}"
+def _sbatch(c: Cluster, tier) -> Artifact:
+    job = kinds.of(tier).job(c, tier)
     head = tier.nodes[0]
     candidates = candidate_nodes(c, tier)
-    floating = isinstance(tier, RouterTier) and candidates != [head]
+    floating = tier.floats and candidates != [head]
     argv = server_exec(c, tier, numa_fallback=True)
     if floating:  # the address of whichever node SLURM chose, looked up at run time
         argv = [("${HTTP_ADDR}" if a == topo.http_address(c, tier) else a) for a in argv]
-    steps.append({"name": "head" if isinstance(tier, RpcTier) else "server",
-                  "node": Quoted("$SLURMD_NODENAME") if floating
-                  else head, "command": Quoted(fl.shell_line(argv, "        "))})
+    steps = [*job.before, {"name": job.server, "node": Quoted("$SLURMD_NODENAME") if floating else head,
+                           "command": Quoted(fl.shell_line(argv, "        "))}]
     addresses = {n: topo.address(c, n, topo.listen_network(c, tier)) for n in candidates}
-    text = template("tier.sbatch.j2", header=header(c), tier=tier, summary=summary, job=topo.units(tier).job,
+    text = template("tier.sbatch.j2", header=header(c), tier=tier, summary=job.summary, job=topo.units(tier).job,
                     slurm=tier.slurm, nodes=[] if floating else [s["node"] for s in steps], steps=steps,
                     count=len(steps), nice=slurmjob.job_nice(tier), log_dir=c.storage.log_dir,
                     endpoint_dir=c.storage.endpoint_dir,
                     http_addr=None if floating else topo.http_address(c, tier), addresses=addresses,
-                    ld_library_path=ld_library_path(c), rpc_env=_rpc_env(c, tier), cpus=tier.slurm_cpus,
-                    rpc_port=tier.rpc_port if isinstance(tier, RpcTier) else 0,
+                    ld_library_path=ld_library_path(c), rpc_env=engine_env(c, tier), cpus=tier.slurm_cpus,
+                    rpc_port=tier.rpc_port,
                     supervisor=node_include("step_supervisor.sh"))
     controller = c.slurm_controller or head
     return Artifact(controller, at(c, "sbatch", tier), text, "script", 0o755, about=f"{tier.name}: SLURM job",

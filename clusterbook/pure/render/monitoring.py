@@ -17,8 +17,8 @@ from clusterbook.model.schema import Cluster, RouterTier, RpcTier
 from clusterbook.model.siteschema import ALERT_REPEAT_S
 from clusterbook.pure import slurmjob, troubles
 from clusterbook.pure import topology as topo
+from clusterbook.pure.kinds import plan_cluster
 from clusterbook.pure.layout import RULES, SD_DIR, TEXTFILE_DIR
-from clusterbook.pure.planner.capacity import plan_cluster
 from clusterbook.pure.planner.residency import plan_residency
 
 GPU_METRICS = "clusterbook_gpu"
@@ -52,7 +52,7 @@ def job(tier: RouterTier | RpcTier) -> str:
 def target_labels(tier: RouterTier | RpcTier) -> list[dict]:
     """The labels of a tier's scrape targets: one target, or in router mode one per model (its metrics come from
     the model's own server: `?model=ID`)."""
-    if isinstance(tier, RouterTier):
+    if tier.router_mode:
         return [{"__param_model": m, "model": m} for m in tier.models]
     return [{}]
 
@@ -65,7 +65,7 @@ def probe_config(c: Cluster) -> str:
         targets = c.targets_for(tier.name)
         ttft = targets.ttft_s.critical if targets and targets.ttft_s else 15
         slurm = tier.manager == "slurm"
-        tiers.append({"name": tier.name, "router": isinstance(tier, RouterTier), "models": tier.served_models,
+        tiers.append({"name": tier.name, "router": tier.router_mode, "models": tier.served_models,
                       "url": None if slurm else topo.endpoint_url(c, tier),
                       "record": posixpath.join(c.storage.endpoint_dir, f"{tier.name}.json") if slurm else None,
                       "job": {"job": topo.units(tier).job, "user": c.access.user, "nodes": candidate_nodes(c, tier),
@@ -90,7 +90,7 @@ def prometheus_config(c: Cluster, header: str) -> str:
         for n in c.nodes]}]
     for tier in c.tiers:
         entry: dict = {"job_name": job(tier), "metrics_path": "/metrics"}
-        if isinstance(tier, RouterTier):  # router mode serves each model's metrics, never loading one for it
+        if tier.router_mode:  # router mode serves each model's metrics, never loading one for it
             entry["params"] = {"autoload": ["false"]}
         if tier.api_key and tier.api_key.file:  # /metrics needs the key (deploy.monitoring lets Prometheus read it)
             entry["authorization"] = {"type": "Bearer", "credentials_file": tier.api_key.file}
@@ -233,9 +233,9 @@ def _tier_alerts(c: Cluster, tier: RouterTier | RpcTier, targets, n: int, partne
     # demand that does not come back, a step the kernel killed, a GPU gone
     causes = [entry for entry, when in (("job-not-starting", tier.manager == "slurm"),
                                         ("on-demand-not-serving", bool(tier.on_demand)),
-                                        ("worker-oom-killed", tier.manager == "slurm" and isinstance(tier, RpcTier)),
+                                        ("worker-oom-killed", tier.manager == "slurm" and bool(tier.workers)),
                                         ("gpu-memory-or-xid", any(c.node(n).gpus for n in tier.nodes))) if when]
-    trouble = _entry(c, tier.name, "rpc-worker-down" if isinstance(tier, RpcTier) else "gateway-connection-refused",
+    trouble = _entry(c, tier.name, "rpc-worker-down" if tier.workers else "gateway-connection-refused",
                      *causes)
     probe = f'clusterbook_tier_healthy{{tier="{name}"}}'
     # down on purpose, so neither down, unregistered nor pending alerts fire: a tier on demand that the keeper
@@ -257,7 +257,7 @@ def _tier_alerts(c: Cluster, tier: RouterTier | RpcTier, targets, n: int, partne
     def left(series: str, value: int) -> dict:  # the last sample of a node exporter that left the configuration
         return _series(series.replace("}", ', instance="left"}'), f"{value} _x{n}")
 
-    if isinstance(tier, RouterTier):  # metrics come per loaded model: the probe's /health tells whether it is down
+    if tier.router_mode:  # metrics come per loaded model: the probe's /health tells whether it is down
         bad = [_series(probe, f"0x{n}")]
         cases = [Alert(_rule("TierDown", f"{fresh(c, probe, '== 0')}{unless}", hold, "critical", label,
                              down, trouble),
@@ -306,7 +306,7 @@ def _tier_alerts(c: Cluster, tier: RouterTier | RpcTier, targets, n: int, partne
                                  label, f"tier {name} decodes below {critical:g} tok/s (target "
                                  f"{targets.decode_tps.target:g})",
                                  _entry(c, tier.name, "rpc-on-ethernet", "gpu-memory-or-xid")
-                                 if isinstance(tier, RpcTier)
+                                 if tier.workers
                                  else _entry(c, tier.name, "gpu-memory-or-xid", "slow-first-response")),
                            bad, good, {"job": job(tier)}))
     if targets and targets.ttft_s:
@@ -349,7 +349,7 @@ def _minutes(duration: str) -> int:
 def rule_tests(c: Cluster, header: str) -> str:
     """promtool test rules: each alert fires on its bad series once its `for:` has passed, and never on its good
     ones; every other target is up meanwhile, so only the alert under test can fire."""
-    healthy = ([f'up{{job="{job(t)}"}}' for t in c.tiers if not isinstance(t, RouterTier)]
+    healthy = ([f'up{{job="{job(t)}"}}' for t in c.tiers if not t.router_mode]
                + [f'clusterbook_tier_healthy{{tier="{t.name}"}}' for t in c.tiers]
                + [f'clusterbook_tier_registered{{tier="{t.name}"}}' for t in c.slurm_tiers]
                + [f'up{{job="node", node="{n.name}"}}' for n in c.nodes])

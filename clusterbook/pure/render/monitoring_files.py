@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import shlex
 
-from clusterbook.model.schema import Cluster, RouterTier
+from clusterbook.model.schema import Cluster
 from clusterbook.pure import layout
 from clusterbook.pure import topology as topo
 from clusterbook.pure.layout import path as at
@@ -65,7 +65,7 @@ def monitoring_files(c: Cluster) -> list[Artifact]:
                            f"GPU figures every {m.scrape_interval_s} s",
                            "monitoring: nvidia-smi -> node exporter textfile", "monitoring: GPU collector")
     # model ids are Names (letters, digits, . _ -): their JSON array is safe inside the script's single quotes
-    slurm = [{"name": t.name, "models": Quoted(json.dumps(t.models)) if isinstance(t, RouterTier) else None}
+    slurm = [{"name": t.name, "models": Quoted(json.dumps(t.models)) if t.router_mode else None}
              for t in c.slurm_tiers]
     if slurm:
         files += periodic(c, m.node, "scrape_targets",

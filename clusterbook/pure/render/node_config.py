@@ -10,7 +10,7 @@ from clusterbook.model.hosts import candidate_nodes
 from clusterbook.model.schema import Cluster
 from clusterbook.pure import layout, slurmjob
 from clusterbook.pure import topology as topo
-from clusterbook.pure.planner.capacity import plan_tier
+from clusterbook.pure.kinds import plan_tier
 from clusterbook.pure.planner.loadtime import hold_s, new_job_hold_s, predict_load, wait_cap_s, whole_s
 
 

@@ -1,0 +1,38 @@
+"""The tier kinds, one module each (router, rpc), and the table through which the rest of clusterbook asks a tier's
+kind what differs between kinds: a new kind is a module here and one entry in KINDS."""
+
+from __future__ import annotations
+
+from clusterbook.model.schema import Cluster
+from clusterbook.pure import flags as fl
+from clusterbook.pure.kinds import router, rpc
+from clusterbook.pure.kinds.base import TierKind
+from clusterbook.pure.planner.capacity import TierPlan
+from clusterbook.pure.planner.shape import Shape, shape_of
+
+KINDS: dict[str, TierKind] = {k.name: k for k in (router.KIND, rpc.KIND)}
+
+
+def of(tier) -> TierKind:
+    """The kind of a tier."""
+    return KINDS[tier.kind]
+
+
+def plan_tier(c: Cluster, tier, shape: Shape | None = None) -> TierPlan:
+    """The tier's capacity plan (shape: its model's GGUF header, where read; else the file's declared shape)."""
+    return of(tier).plan(c, tier, shape)
+
+
+def plan_cluster(c: Cluster, models_dir=None) -> dict[str, TierPlan]:
+    """Plans of every tier; a kind that reads the GGUF header does so where the model file is in models_dir."""
+    return {t.name: plan_tier(c, t, shape_of(c.model(t.model), models_dir) if of(t).one_model else None)
+            for t in c.tiers}
+
+
+def server_flags(c: Cluster, tier) -> list[fl.Flag]:
+    """llama-server's flags for a tier, in a stable order."""
+    return of(tier).server_flags(c, tier)
+
+
+def server_argv(c: Cluster, tier) -> list[str]:
+    return [fl.binary(c, c.engine.server_binary)] + [a for f in server_flags(c, tier) for a in f.argv()]

@@ -1,0 +1,76 @@
+"""A tier kind is one module (issue 68): clusterbook/pure/kinds/ holds what differs between kinds, and the rest
+asks the table or the tier's own schema class; nothing else branches on which kind a tier is."""
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+from clusterbook.model.loader import load_cluster
+from clusterbook.pure import kinds
+
+ROOT = Path(__file__).resolve().parents[2]
+KIND_HOME = {ROOT / "clusterbook/pure/kinds", ROOT / "clusterbook/model/tierschema.py"}
+TIER_CLASSES = {"RouterTier", "RpcTier"}
+KIND_NAMES = {"router", "rpc"}
+
+
+def branches(source: str) -> list[int]:
+    """Lines that ask which kind a tier is: isinstance against a tier class, or `.kind` compared with a kind's name
+    (`kind` of something else, an artifact's or the cluster's, is not a tier's: its values are not kinds' names)."""
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "isinstance" and len(node.args) == 2:
+            if {n.id for n in ast.walk(node.args[1]) if isinstance(n, ast.Name)} & TIER_CLASSES:
+                out.append(node.lineno)
+        elif isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            if any(isinstance(s, ast.Attribute) and s.attr == "kind" for s in sides) and any(
+                    isinstance(s, ast.Constant) and s.value in KIND_NAMES for s in sides):
+                out.append(node.lineno)
+    return out
+
+
+def outside_kinds() -> dict[str, list[int]]:
+    found = {}
+    for path in sorted((ROOT / "clusterbook").rglob("*.py")):
+        if any(path == home or home in path.parents for home in KIND_HOME) or "node" in path.parent.name:
+            continue
+        if lines := branches(path.read_text()):
+            found[str(path.relative_to(ROOT))] = lines
+    for path in sorted((ROOT / "runbooks").rglob("*.yaml")):  # the runbooks' Jinja asks too
+        if lines := [i for i, line in enumerate(path.read_text().splitlines(), 1)
+                     if re.search(r"\.kind\s*[!=]=\s*['\"](?:%s)['\"]" % "|".join(KIND_NAMES), line)]:
+            found[str(path.relative_to(ROOT))] = lines
+    return found
+
+
+def test_nothing_outside_the_kinds_branches_on_a_tiers_kind():
+    assert outside_kinds() == {}
+
+
+@pytest.mark.parametrize("source, count", [
+    ("isinstance(t, RpcTier)", 1), ("isinstance(t, (RouterTier, Gpu))", 1), ("t.kind == 'rpc'", 1),
+    ("'router' != tier.kind", 1), ("a.kind == 'unit'", 0), ("isinstance(t, Gpu)", 0), ("t.workers", 0),
+])
+def test_the_count_finds_each_way_of_asking(source, count):
+    assert len(branches(source)) == count
+
+
+def test_every_kind_of_the_schema_has_a_module_in_the_table():
+    from typing import get_args
+
+    from clusterbook.model.tierschema import Tier
+    schema_kinds = {get_args(cls.model_fields["kind"].annotation)[0] for cls in get_args(get_args(Tier)[0])}
+    assert schema_kinds == set(kinds.KINDS) == KIND_NAMES
+
+
+@pytest.mark.parametrize("cluster", ["cluster.yaml", "lab/cluster.yaml", "lab/cluster-slurm.yaml"])
+def test_every_tier_is_planned_flagged_and_filed_through_its_kind(cluster):
+    c = load_cluster(ROOT / cluster)
+    for t in c.tiers:
+        kind = kinds.of(t)
+        assert kind.name == t.kind and kinds.plan_tier(c, t).tier == t.name
+        assert kinds.server_argv(c, t)[0].endswith(c.engine.server_binary)
+        assert set(kind.http_servers(c, t)) <= {n.name for n in c.nodes}
