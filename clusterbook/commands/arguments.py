@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from clusterbook.effects.console import Failed
-from clusterbook.model.schema import Cluster, RouterTier, RpcTier
+from clusterbook.model.schema import Cluster, Tier
 
 
-def tier_named(cluster: Cluster, name: str) -> RouterTier | RpcTier:
+def tier_named(cluster: Cluster, name: str) -> Tier:
     """The tier a --tier names; an unknown name fails with the tiers there are."""
     if name not in {t.name for t in cluster.tiers}:
         raise Failed(f"unknown tier '{name}' (tiers of {cluster.cluster.name}: "

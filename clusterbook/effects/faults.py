@@ -14,7 +14,7 @@ import httpx
 
 from clusterbook.effects.console import Failed
 from clusterbook.effects.recovery import disrupt, end_preemption, preempting_partition
-from clusterbook.model.schema import Cluster, RouterTier, RpcTier
+from clusterbook.model.schema import Cluster, Tier
 from clusterbook.pure import slurmjob
 from clusterbook.pure import topology as topo
 
@@ -28,7 +28,7 @@ CONTROL = "none (control)"  # the same clients and measurement with nothing done
 GATEWAY_TIME = "x-clusterbook-gateway-time"  # nginx's $request_time on a 429 (seconds, to the millisecond)
 
 
-def faults_for(c: Cluster, tier: RouterTier | RpcTier) -> tuple[str, ...]:
+def faults_for(c: Cluster, tier: Tier) -> tuple[str, ...]:
     """The faults a tier can be given: its server killed, an RPC worker killed; under SLURM its job ended (as a
     preemption ends a job that is not requeued: the keeper submits a new one), and a single-node tier preempted by a
     job of the partition that preempts it (where clusterbook configures SLURM): it moves to another node, and the
@@ -41,7 +41,7 @@ def faults_for(c: Cluster, tier: RouterTier | RpcTier) -> tuple[str, ...]:
         (("released",) if tier.on_demand else ()) + ("overload",)
 
 
-def release(c: Cluster, transport, tier: RouterTier | RpcTier, limit_s: float) -> None:
+def release(c: Cluster, transport, tier: Tier, limit_s: float) -> None:
     """Release an idle tier on demand as its keeper does once its idle time passed (the wake service marks it
     released when nothing is in flight, then its job is cancelled), and wait until the job has left the queue."""
     job = topo.units(tier).job
@@ -128,7 +128,7 @@ class FaultRun:
                          for r in sorted(self.requests, key=lambda r: r.sent_s)]}  # sent, took, stream, …
 
 
-def run_fault(c: Cluster, transport, tier: RouterTier | RpcTier, fault: str, url: str, key: str | None,
+def run_fault(c: Cluster, transport, tier: Tier, fault: str, url: str, key: str | None,
               clients: int, limit_s: float, progress: Callable[[str], None] = lambda text: None,
               model: str | None = None, act: Callable[[], None] | None = None,
               stream_tokens: int = 400, settle_s: float | None = None, headers: dict | None = None) -> FaultRun:

@@ -12,7 +12,7 @@ import httpx
 
 from clusterbook.effects import probes
 from clusterbook.effects.console import Failed
-from clusterbook.model.schema import Cluster, RouterTier, RpcTier
+from clusterbook.model.schema import Cluster, RpcTier, Tier
 from clusterbook.pure import slurmjob
 from clusterbook.pure import topology as topo
 from clusterbook.pure.recoverylog import journal_phases, last_load_s
@@ -50,7 +50,7 @@ def _node_time(result) -> float:
     return float(result.stdout.split()[0])
 
 
-def disrupt(c: Cluster, transport, tier: RouterTier | RpcTier, case: str) -> float:
+def disrupt(c: Cluster, transport, tier: Tier, case: str) -> float:
     """Do the disruption; the node's clock when it happened (the logs' timeline)."""
     now = "date +%s.%N"
     if case == "head killed":  # SIGKILL to the server: systemd restarts its unit, the job's supervisor its step

@@ -3,7 +3,7 @@ or get the model selector: derived facts of the cluster, defined once here."""
 
 from __future__ import annotations
 
-from clusterbook.model.schema import Cluster, RouterTier, RpcTier
+from clusterbook.model.schema import Cluster, Tier
 
 TIER_SELECTOR = "tier."  # a troubleshooting step's hosts `tier.nodes`, `tier.head`, `tier.workers`: its entry's tier's
 
@@ -20,7 +20,7 @@ def trouble_hosts(selector: str, tier: str | None) -> str:
     return selector
 
 
-def candidate_nodes(c: Cluster, tier: RouterTier | RpcTier) -> list[str]:
+def candidate_nodes(c: Cluster, tier: Tier) -> list[str]:
     """Nodes that may run the tier: its own nodes, or for a router tier under SLURM every node of its partition."""
     if tier.floats and tier.manager == "slurm" and c.slurm and tier.slurm:
         part = next((p for p in c.slurm.partitions if p.name == tier.slurm.partition), None)

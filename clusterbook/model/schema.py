@@ -143,10 +143,10 @@ class Cluster(Strict):
     def model(self, model_id: str) -> Model:
         return next(m for m in self.models if m.id == model_id)
 
-    def tier(self, name: str) -> RouterTier | RpcTier:
+    def tier(self, name: str) -> Tier:
         return next(t for t in self.tiers if t.name == name)
 
-    def kept_weights_s(self, tier: RouterTier | RpcTier) -> int:
+    def kept_weights_s(self, tier: Tier) -> int:
         """How long a tier's RPC workers keep a head's weights after it went: its keep_weights_s where an engine
         patch speeds up kept_weights (the one that reads it), else 0."""
         patched = self.engine.patched_for("kept_weights")
@@ -178,7 +178,7 @@ class Cluster(Strict):
         return SLURM_BATCH_SCHED_DELAY_S if site is None else site
 
     @property
-    def slurm_tiers(self) -> list[RouterTier | RpcTier]:
+    def slurm_tiers(self) -> list[Tier]:
         """The tiers that run as SLURM jobs."""
         return [t for t in self.tiers if t.manager == "slurm"]
 

@@ -7,7 +7,7 @@ import posixpath
 import shlex
 from dataclasses import dataclass
 
-from clusterbook.model.schema import Cluster, RouterTier, RpcTier
+from clusterbook.model.schema import Cluster, RpcTier, Tier
 from clusterbook.pure import topology as topo
 from clusterbook.pure.planner.capacity import rpc_spin_us
 
@@ -65,7 +65,7 @@ def worker_flags(c: Cluster, tier: RpcTier, node: str) -> list[Flag]:
     ]
 
 
-def rpc_env(c: Cluster, tier: RouterTier | RpcTier) -> list[tuple[str, str, str]]:
+def rpc_env(c: Cluster, tier: Tier) -> list[tuple[str, str, str]]:
     """An RPC tier's environment beyond the library path, for its head and workers alike: (name, value, what it
     does), each read by an engine patch and only where the cluster's series has it; numbers, safe in any file."""
     env = []

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import posixpath
 
-from clusterbook.model.schema import Cluster, RouterTier, RpcTier
+from clusterbook.model.schema import Cluster, RouterTier, Tier
 from clusterbook.pure import topology as topo
 from clusterbook.pure.engine_build import plan_build
 
@@ -99,7 +99,7 @@ def _family(c: Cluster, node: str) -> str:
     return next((n.os.family for n in c.nodes if n.name == node), "debian")
 
 
-def tier_paths(c: Cluster, tier: RouterTier | RpcTier) -> dict[str, str]:
+def tier_paths(c: Cluster, tier: Tier) -> dict[str, str]:
     """Every generated file of one tier by artifact id."""
     names = topo.units(tier)
     paths = {"env": env_file(c, tier), "head_unit": unit_file(names.head), "sbatch": sbatch_path(c, tier)}
@@ -115,16 +115,16 @@ def tier_paths(c: Cluster, tier: RouterTier | RpcTier) -> dict[str, str]:
     return paths
 
 
-def path(c: Cluster, artifact_id: str, tier: RouterTier | RpcTier | None = None) -> str:
+def path(c: Cluster, artifact_id: str, tier: Tier | None = None) -> str:
     """The node path of one artifact id (a tier's own files need the tier)."""
     return (tier_paths(c, tier) if tier is not None else {}).get(artifact_id) or cluster_paths(c)[artifact_id]
 
 
-def env_file(c: Cluster, tier: RouterTier | RpcTier) -> str:
+def env_file(c: Cluster, tier: Tier) -> str:
     return posixpath.join(c.storage.env_dir, f"{tier.name}.env")
 
 
-def secrets_file(c: Cluster, tier: RouterTier | RpcTier) -> str | None:
+def secrets_file(c: Cluster, tier: Tier) -> str | None:
     """Where an env-referenced API key is kept on the node (written by the operator, never rendered)."""
     if tier.api_key and tier.api_key.env:
         return posixpath.join(c.storage.env_dir, f"{tier.name}.secrets")
@@ -143,11 +143,11 @@ def keeper_marker_dir(c: Cluster) -> str:
 CHANGING_DIR = "/run/clusterbook-hold"  # on the gateway node: <tier>.changing while apply or rollback changes it
 
 
-def changing_mark(tier: RouterTier | RpcTier) -> str:
+def changing_mark(tier: Tier) -> str:
     """The gateway's mark that an apply or a rollback is changing the tier: it holds the node-clock second until
     which the hold waits for the tier (effects/change_hold.py writes it, the wake service reads it)."""
     return posixpath.join(CHANGING_DIR, f"{tier.name}.changing")
 
 
-def sbatch_path(c: Cluster, tier: RouterTier | RpcTier) -> str:
+def sbatch_path(c: Cluster, tier: Tier) -> str:
     return posixpath.join(keeper_marker_dir(c), f"{topo.units(tier).job}.sbatch")

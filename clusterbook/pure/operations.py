@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from clusterbook.model.schema import Cluster, RouterTier, RpcTier
+from clusterbook.model.schema import Cluster, Tier
 from clusterbook.pure import kinds
 
 
@@ -29,14 +29,14 @@ class Operation:
         return f"invoke {self.task}"
 
 
-def tier_runbook(tier: RouterTier | RpcTier, action: str) -> str | None:
+def tier_runbook(tier: Tier, action: str) -> str | None:
     """The runbook of an action on a tier, by its manager and kind; None where the manager has no such action."""
     if tier.manager == "slurm":
         return {"deploy": "deploy-slurm", "stop": "stop-slurm", "restart": "restart-slurm"}.get(action)
     return {"deploy": f"deploy-{tier.kind}", "stop": "stop", "restart": "restart"}.get(action)
 
 
-def unavailable_reason(tier: RouterTier | RpcTier, action: str) -> str:
+def unavailable_reason(tier: Tier, action: str) -> str:
     """Why an action has no runbook for a tier (shown where the step would be)."""
     return f"no {action} for tier {tier.name} ({tier.manager})"
 
@@ -66,7 +66,7 @@ def tier_operations(c: Cluster) -> list[Operation]:
     return ops
 
 
-def rollback_restart(tier: RouterTier | RpcTier) -> Operation:
+def rollback_restart(tier: Tier) -> Operation:
     """What starts a tier again on the files a rollback put back: systemd restarts its units (workers, then head);
     SLURM cancels the job and submits the restored script (restart-slurm)."""
     if tier.manager == "slurm":

@@ -29,7 +29,7 @@ from clusterbook.model.runbook_schema import (
     WaitJob,
     WaitPort,
 )
-from clusterbook.model.schema import Cluster, RouterTier, RpcTier
+from clusterbook.model.schema import Cluster, Tier
 from clusterbook.model.templating import render_string
 from clusterbook.model.yamlsource import YamlDocument, load_yaml
 from clusterbook.pure import allocation, kinds, layout, legacyplan, services, slurmjob, waits
@@ -227,7 +227,7 @@ class Expansion:
     page_explain: str = ""
 
 
-def models_for_host(c: Cluster, host: str, tier: RouterTier | RpcTier | None = None) -> list:
+def models_for_host(c: Cluster, host: str, tier: Tier | None = None) -> list:
     """Models a node must hold: the RPC head's model, the router node's models (workers get tensors over RPC)."""
     wanted = []
     for t in ([tier] if tier else c.tiers):
@@ -253,7 +253,7 @@ def _build_context(c: Cluster) -> dict:
             "sdist_url": eb.sdist_url(c.engine.build), "cpu_flags": eb.cpu_flags(c)}
 
 
-def template_context(c: Cluster, tier: RouterTier | RpcTier | None, host: str | None,
+def template_context(c: Cluster, tier: Tier | None, host: str | None,
                      variables: dict | None = None) -> dict:
     """What a runbook template sees; `variables` are a command's own: tiers_shown (the tiers logs and status report
     on; default all), build_id (docs.publish)."""
@@ -379,7 +379,7 @@ def expand(book: RunbookFile, c: Cluster, tier_name: str | None = None, only: li
                      page_explain)
 
 
-def _tier(c: Cluster, rb: Runbook, tier_name: str | None) -> RouterTier | RpcTier | None:
+def _tier(c: Cluster, rb: Runbook, tier_name: str | None) -> Tier | None:
     if rb.scope == "cluster":
         return None
     names = [t.name for t in c.tiers if t.kind in rb.kinds]
@@ -493,7 +493,7 @@ def _job_action(action, path, tpl, problems, doc, c, common) -> Concrete | None:
     return Command(command, None, "gateway:", **waiting, name=label)
 
 
-def _named_tier(text: str, path: tuple, c: Cluster, doc, problems: list) -> RouterTier | RpcTier | None:
+def _named_tier(text: str, path: tuple, c: Cluster, doc, problems: list) -> Tier | None:
     name = text.strip()
     if name not in {t.name for t in c.tiers}:
         problems.append(doc.problem(path, f"no tier named {name!r}"))

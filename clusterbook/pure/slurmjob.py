@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hashlib
 
-from clusterbook.model.schema import Cluster, RouterTier, RpcTier
+from clusterbook.model.schema import Cluster, Tier
 from clusterbook.pure import layout
 from clusterbook.pure import topology as topo
 
@@ -15,7 +15,7 @@ WAITING = "waiting:"  # what the serving wait prints while other jobs (VASP's) h
 CANCEL_WAIT_S = 120  # how long a deploy or restart waits for the tier's cancelled job to leave the queue
 
 
-def job_nice(tier: RouterTier | RpcTier) -> int:
+def job_nice(tier: Tier) -> int:
     """A tier job asking more nodes waits behind one asking fewer. SLURM's main scheduling pass stops at the first
     job of a partition that cannot start: after a preemption, the RPC tier's new job (waiting for the taken node)
     kept the router tier's, which could start on a free node at once, waiting 12 s for the backfill pass (lab,
@@ -48,7 +48,7 @@ MARKS = ("wanted", "released", "request", "lock", "tries", "completing", "ids", 
 DEMAND_MARKS = ("wanted", "released", "request")  # the unprivileged hold service writes these (layout.DEMAND_DIR)
 
 
-def marker(c: Cluster, tier: RouterTier | RpcTier, mark: str) -> str:
+def marker(c: Cluster, tier: Tier, mark: str) -> str:
     """A mark's file (MARKS): the hold service's in the demand folder, the others beside the batch scripts."""
     if mark not in MARKS:
         raise ValueError(mark)
@@ -56,7 +56,7 @@ def marker(c: Cluster, tier: RouterTier | RpcTier, mark: str) -> str:
     return f"{folder}/{topo.units(tier).job}.{mark}"
 
 
-def keeper_mark(c: Cluster, tier: RouterTier | RpcTier, state: str) -> tuple[str, str, str]:
+def keeper_mark(c: Cluster, tier: Tier, state: str) -> tuple[str, str, str]:
     """(command, unless, label) that marks a tier wanted (a tier on demand left released: its next request starts
     it) or removes its marks (the keeper leaves it stopped, and a request does not start it)."""
     wanted, released, job = marker(c, tier, "wanted"), marker(c, tier, "released"), topo.units(tier).job
@@ -69,18 +69,18 @@ def keeper_mark(c: Cluster, tier: RouterTier | RpcTier, state: str) -> tuple[str
             f"mark {job} wanted{on_demand}")
 
 
-def _unless_released(c: Cluster, tier: RouterTier | RpcTier) -> str:
+def _unless_released(c: Cluster, tier: Tier) -> str:
     """A shell test, true when an on-demand tier is released: a deploy changes its files and starts nothing."""
     return f"test -e {marker(c, tier, 'released')}" if tier.on_demand else "false"
 
 
-def jobs(c: Cluster, tier: RouterTier | RpcTier, command: str, *args: str) -> str:
+def jobs(c: Cluster, tier: Tier, command: str, *args: str) -> str:
     """A shell command over the tier's own jobs (node/slurm_jobs.py on the controller): `submit`, `squeue`, `cancel`
     or `others`; args are shell words (a format with spaces comes quoted)."""
     return " ".join([layout.path(c, "jobs"), command, tier.name, *args])
 
 
-def submit(c: Cluster, tier: RouterTier | RpcTier, replace: str) -> tuple[str, str | None, str]:
+def submit(c: Cluster, tier: Tier, replace: str) -> tuple[str, str | None, str]:
     """(command, unless, label) that submits the tier's job. The old job is cancelled and the new one submitted
     under the keeper's lock of the job (the keeper takes the same lock, so it cannot submit a second job in
     between); the tier stays marked wanted throughout, so the gateway holds its requests for the new job, and is
@@ -104,7 +104,7 @@ def submit(c: Cluster, tier: RouterTier | RpcTier, replace: str) -> tuple[str, s
             "one is cancelled first)")
 
 
-def serving(c: Cluster, tier: RouterTier | RpcTier) -> tuple[str, str]:
+def serving(c: Cluster, tier: Tier) -> tuple[str, str]:
     """(command, label): prints `serving: …` once the job runs and its registered endpoint answers /health,
     `waiting: …` while its job is pending because other jobs hold its nodes (beefcake2's VASP: a normal day, not a
     failure; the line names them and SLURM's estimate), and `exited: …` when the job left the queue before that."""
@@ -121,7 +121,7 @@ def serving(c: Cluster, tier: RouterTier | RpcTier) -> tuple[str, str]:
     return command, f"job {job} running and registered in {c.storage.endpoint_dir}"
 
 
-def gateway_points_at(c: Cluster, tier: RouterTier | RpcTier) -> tuple[str, str]:
+def gateway_points_at(c: Cluster, tier: Tier) -> tuple[str, str]:
     """(command, label): rewrite the gateway's upstreams now and print `gateway: …` once the tier's route answers
     /health (or once it is clear the gateway is not deployed yet)."""
     route = next(r for r in c.gateway.routes if r.tier == tier.name)

@@ -6,7 +6,7 @@ import re
 import shlex
 from dataclasses import dataclass
 
-from clusterbook.model.schema import Cluster, Gpu, Node, RouterTier, RpcTier
+from clusterbook.model.schema import Cluster, Gpu, Node, RpcTier, Tier
 from clusterbook.pure.layersplit import CPU, Placement, cpu_head_ngl, place_layers
 
 FULL_OFFLOAD = 999
@@ -32,16 +32,16 @@ def address(c: Cluster, node: str, network: str | None = None) -> str:
     return c.node(node).addresses[network or c.management_network]
 
 
-def http_address(c: Cluster, tier: RouterTier | RpcTier) -> str:
+def http_address(c: Cluster, tier: Tier) -> str:
     """Address the tier's HTTP API binds to and is reached at."""
     return address(c, tier.nodes[0], listen_network(c, tier))
 
 
-def listen_network(c: Cluster, tier: RouterTier | RpcTier) -> str:
+def listen_network(c: Cluster, tier: Tier) -> str:
     return tier.listen_network or c.management_network
 
 
-def endpoint_url(c: Cluster, tier: RouterTier | RpcTier) -> str:
+def endpoint_url(c: Cluster, tier: Tier) -> str:
     """Direct URL of a tier's API (not through the gateway)."""
     return f"http://{http_address(c, tier)}:{tier.port}"
 
@@ -56,7 +56,7 @@ def gateway_url(c: Cluster, tier_name: str) -> str | None:
     return None
 
 
-def client_url(c: Cluster, tier: RouterTier | RpcTier) -> str:
+def client_url(c: Cluster, tier: Tier) -> str:
     """Where clients should ask a tier: the gateway's Tailscale name, else the gateway's port for the tier, else the
     tier's own endpoint (for a SLURM tier, where its job runs when the cluster file pins it)."""
     published = gateway_url(c, tier.name)
@@ -163,7 +163,7 @@ class Units:
     firewall: str | None  # loads the RPC port's rules at boot, on every worker
 
 
-def units(tier: RouterTier | RpcTier) -> Units:
+def units(tier: Tier) -> Units:
     rpc = bool(tier.workers)
     return Units(head=f"llama-{tier.name}", worker=f"llama-rpc-{tier.name}" if rpc else None,
                  job=f"llama-{tier.name}", firewall=f"llama-rpc-{tier.name}-firewall" if rpc else None)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import math
 
-from clusterbook.model.schema import Cluster, RouterTier, RpcTier
+from clusterbook.model.schema import Cluster, RpcTier, Tier
 from clusterbook.pure import kinds
 from clusterbook.pure import topology as topo
 from clusterbook.pure.kinds import plan_cluster
@@ -45,7 +45,7 @@ def tier_summary(c: Cluster) -> str:
     return out
 
 
-def _example_request(c: Cluster, tier: RouterTier | RpcTier) -> tuple[str, str, int, str]:
+def _example_request(c: Cluster, tier: Tier) -> tuple[str, str, int, str]:
     """(base URL, model id, max_tokens, where the API key is found or "") of a tier's examples."""
     model = tier.served_models[0]
     url = topo.client_url(c, tier)
@@ -57,7 +57,7 @@ def _example_request(c: Cluster, tier: RouterTier | RpcTier) -> tuple[str, str, 
     return url, model, tokens, key
 
 
-def curl_example(c: Cluster, tier: RouterTier | RpcTier, stream: bool = False) -> str:
+def curl_example(c: Cluster, tier: Tier, stream: bool = False) -> str:
     url, model, tokens, key = _example_request(c, tier)
     auth = ' \\\n  -H "Authorization: Bearer $KEY"' if key else ""
     body = {"model": model, "messages": [{"role": "user", "content": "Hello!"}], "max_tokens": tokens}
@@ -74,7 +74,7 @@ def client_retries(seconds: float) -> int:
     return 4 + max(0, math.ceil((seconds - 7.5) / 8))
 
 
-def python_example(c: Cluster, tier: RouterTier | RpcTier, recovery_s: float | None, stream: bool = False) -> str:
+def python_example(c: Cluster, tier: Tier, recovery_s: float | None, stream: bool = False) -> str:
     """The same request through the `openai` client; with retries that outlast the tier's predicted recovery."""
     url, model, tokens, key = _example_request(c, tier)
     lines = (["import os", ""] if key else []) + ["from openai import OpenAI", ""]
@@ -101,7 +101,7 @@ def python_example(c: Cluster, tier: RouterTier | RpcTier, recovery_s: float | N
     return code("\n".join(lines), "python")
 
 
-def example_response(c: Cluster, tier: RouterTier | RpcTier) -> str:
+def example_response(c: Cluster, tier: Tier) -> str:
     """The shape of llama-server's answer to a non-streamed chat completion, with the tier's model id."""
     model = tier.served_models[0]
     message = {"role": "assistant", "content": "<the answer>"}
@@ -123,7 +123,7 @@ def quick_start(c: Cluster) -> str:
     return "\n".join(parts)
 
 
-def _base_urls(c: Cluster, t: RouterTier | RpcTier) -> list[list[str]]:
+def _base_urls(c: Cluster, t: Tier) -> list[list[str]]:
     rows = []
     if topo.gateway_url(c, t.name):
         rows.append(["through the gateway's Tailscale name (clients)", f"`{topo.gateway_url(c, t.name)}`"])
@@ -288,7 +288,7 @@ def prompt_section(c: Cluster, t: RpcTier, plan: TierPlan) -> str:
     return "\n".join(out)
 
 
-def on_demand_note(c: Cluster, t: RouterTier | RpcTier, plan: TierPlan) -> str:
+def on_demand_note(c: Cluster, t: Tier, plan: TierPlan) -> str:
     """What a tier on demand costs a client: its idle time, the wait of a first request, the cap and past it."""
     cold, cap = whole_s(cold_start_s(c, t, plan)), wait_cap_s(c, t, plan)
     after_pass = whole_s(cold_start_at_most_s(c, t, plan))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from clusterbook.model.schema import FLASH_ATTN_MIN_CC, FLASH_ATTN_PROVEN_CC, Cluster, RouterTier, RpcTier
+from clusterbook.model.schema import FLASH_ATTN_MIN_CC, FLASH_ATTN_PROVEN_CC, Cluster, RpcTier, Tier
 from clusterbook.pure import flags as fl
 from clusterbook.pure import kinds
 from clusterbook.pure import topology as topo
@@ -199,7 +199,7 @@ def firewall_of(c: Cluster, nodes: list[str]) -> str:
     return " or ".join(names.get(f, "firewall rules") for f in sorted(families))
 
 
-def tier_notes(c: Cluster, t: RouterTier | RpcTier, plan: TierPlan) -> list[str]:
+def tier_notes(c: Cluster, t: Tier, plan: TierPlan) -> list[str]:
     """The warnings that matter for a tier, as admonitions, from its hardware, kind and manager."""
     notes = []
     volta = sorted({(g.model, g.compute_capability) for n in t.nodes for g in c.node(n).gpus

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field, replace
 
-from clusterbook.model.schema import FLASH_ATTN_MIN_CC, Cluster, RouterTier, RpcTier
+from clusterbook.model.schema import FLASH_ATTN_MIN_CC, Cluster, RouterTier, RpcTier, Tier
 from clusterbook.model.schema import QUANTIZED_CACHE_TYPES as QUANTIZED_TYPES
 from clusterbook.pure import topology as topo
 from clusterbook.pure.layersplit import CPU, place_layers
@@ -237,7 +237,7 @@ def plan_rpc_tier(c: Cluster, tier: RpcTier, shape: Shape | None = None) -> Tier
 RPC_SPIN_MAX_US = 250_000  # no reader polls longer than this, whatever a token takes
 
 
-def rpc_spin_us(c: Cluster, tier: RouterTier | RpcTier) -> int:
+def rpc_spin_us(c: Cluster, tier: Tier) -> int:
     """How long an RPC tier's head and workers poll for the next message before they sleep (GGML_RPC_SPIN_US, read
     by the engine patch that speeds up rpc_wait): twice the plan's time per token at the tier's full context, so a
     decoding side never sleeps; 0 without that patch, on a router tier, or where a device is a CPU (its poll would

@@ -8,7 +8,7 @@ import math
 from dataclasses import dataclass
 
 from clusterbook.model.hosts import candidate_nodes
-from clusterbook.model.schema import Cluster, RouterTier, RpcTier
+from clusterbook.model.schema import Cluster, Tier
 from clusterbook.pure.planner.capacity import GIB, TierPlan
 from clusterbook.pure.planner.residency import parse_mem
 
@@ -46,13 +46,13 @@ class JobAsk:
                      "above it")
         return said
 
-    def cpus_basis(self, tier: RouterTier | RpcTier) -> str:
+    def cpus_basis(self, tier: Tier) -> str:
         if tier.slurm and tier.slurm.cpus:
             return "the file's slurm.cpus"
         return f"one per server thread (threads: {tier.threads})" if tier.threads else "one: the file names none"
 
 
-def job_ask(c: Cluster, tier: RouterTier | RpcTier, plan: TierPlan) -> JobAsk:
+def job_ask(c: Cluster, tier: Tier, plan: TierPlan) -> JobAsk:
     """The asks of a SLURM tier's job (a tier without a slurm section asks nothing: mem 0)."""
     planned = int(max(GIB, slurm_need(plan) * (1 + c.planner.slurm_mem_margin_pct / 100)))
     slurm = tier.slurm
@@ -63,7 +63,7 @@ def job_ask(c: Cluster, tier: RouterTier | RpcTier, plan: TierPlan) -> JobAsk:
                   {n: max(0, cores[n] - tier.slurm_cpus) for n in nodes if n in cores})
 
 
-def proposed_mem(c: Cluster, tier: RouterTier | RpcTier, plan: TierPlan) -> int:
+def proposed_mem(c: Cluster, tier: Tier, plan: TierPlan) -> int:
     """The --mem plan --solve proposes: the plan's charge; where that is at or below a measured failure, the file's
     own ask, the one measured to work (the plan has been wrong there once, so it is not trusted below it)."""
     ask = job_ask(c, tier, plan)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from clusterbook.model.schema import Cluster, RouterTier, RpcTier
+from clusterbook.model.schema import Cluster, Tier
 from clusterbook.pure.planner.capacity import TierPlan
 
 # SLURM never starts a batch job when it is submitted (slurm-wlm 22.05: job_allocate only tests it): slurmctld's
@@ -87,7 +87,7 @@ class LoadTime:
         return None if self.new_job_s is None else self.new_job_s + self.load_s
 
 
-def predict_load(c: Cluster, tier: RouterTier | RpcTier, plan: TierPlan) -> LoadTime:
+def predict_load(c: Cluster, tier: Tier, plan: TierPlan) -> LoadTime:
     """The plan's bytes per device over the planner's measured rates; RPC capped by the RPC network's bandwidth."""
     p = c.planner
     head = tier.nodes[0]
@@ -128,19 +128,19 @@ def predict_load(c: Cluster, tier: RouterTier | RpcTier, plan: TierPlan) -> Load
                     second / reread if kept else 0.0)
 
 
-def cold_start_s(c: Cluster, tier: RouterTier | RpcTier, plan: TierPlan) -> float:
+def cold_start_s(c: Cluster, tier: Tier, plan: TierPlan) -> float:
     """A released on-demand tier, from its first request until it answers: the gateway's wake service starts the
     keeper at once, so SLURM's submission and start, then the load."""
     return c.planner.slurm_submit_start_s + predict_load(c, tier, plan).load_s
 
 
-def cold_start_at_most_s(c: Cluster, tier: RouterTier | RpcTier, plan: TierPlan) -> float:
+def cold_start_at_most_s(c: Cluster, tier: Tier, plan: TierPlan) -> float:
     """The cold start when SLURM ran a scheduling pass just before the first request (the released job's own end,
     another job's, or its periodic full pass): the job waits batch_sched_delay more before SLURM starts it."""
     return cold_start_s(c, tier, plan) + c.slurm_batch_sched_delay_s
 
 
-def wait_cap_s(c: Cluster, tier: RouterTier | RpcTier, plan: TierPlan) -> int:
+def wait_cap_s(c: Cluster, tier: Tier, plan: TierPlan) -> int:
     """How long the gateway holds a request for a released tier: the file's cap, else the predicted cold start with
     half again and 10 s of margin."""
     if tier.on_demand and tier.on_demand.wait_cap_s:
@@ -148,13 +148,13 @@ def wait_cap_s(c: Cluster, tier: RouterTier | RpcTier, plan: TierPlan) -> int:
     return default_wait_cap_s(c, tier, plan)
 
 
-def hold_s(c: Cluster, tier: RouterTier | RpcTier, plan: TierPlan) -> int:
+def hold_s(c: Cluster, tier: Tier, plan: TierPlan) -> int:
     """How long the gateway holds a request its tier cannot answer now: the predicted recovery and the file's
     margin (gateway.hold_margin_s)."""
     return whole_s(predict_load(c, tier, plan).recovery_s) + (c.gateway.hold_margin_s if c.gateway else 0)
 
 
-def new_job_hold_s(c: Cluster, tier: RouterTier | RpcTier, plan: TierPlan) -> int | None:
+def new_job_hold_s(c: Cluster, tier: Tier, plan: TierPlan) -> int | None:
     """How long the gateway holds a request while a SLURM tier's job is away (preempted and requeued, or ended and
     submitted again by the keeper): until the new job is predicted to serve, and the file's margin. None: a tier
     whose job never moves (systemd)."""
@@ -167,18 +167,18 @@ def new_job_hold_s(c: Cluster, tier: RouterTier | RpcTier, plan: TierPlan) -> in
 BUSY_RETRY_AFTER_S = 1  # the Retry-After of a request beyond what a tier admits: a slot frees within seconds
 
 
-def admitted(c: Cluster, tier: RouterTier | RpcTier) -> int:
+def admitted(c: Cluster, tier: Tier) -> int:
     """Requests the gateway lets reach a tier at once: its slots (per resident model, router mode) and the queue
     the file allows per slot (gateway.queue_per_slot); the next one gets 429."""
     slots = tier.parallel * max(tier.models_max, 1)
     return slots * (1 + (c.gateway.queue_per_slot if c.gateway else 0))
 
 
-def default_wait_cap_s(c: Cluster, tier: RouterTier | RpcTier, plan: TierPlan) -> int:
+def default_wait_cap_s(c: Cluster, tier: Tier, plan: TierPlan) -> int:
     return math.ceil(1.5 * cold_start_s(c, tier, plan) + 10)
 
 
-def recovery_text(c: Cluster, tier: RouterTier | RpcTier, plan: TierPlan) -> str:
+def recovery_text(c: Cluster, tier: Tier, plan: TierPlan) -> str:
     """One sentence: the predicted load and recovery after a worker crash, beside the tier's recovery target."""
     load = predict_load(c, tier, plan)
     targets = c.targets_for(tier.name)
@@ -188,7 +188,7 @@ def recovery_text(c: Cluster, tier: RouterTier | RpcTier, plan: TierPlan) -> str
             f"about {whole_s(load.recovery_s)} s{target}, {load.restart_kind} {load.restart_s:g} s included.")
 
 
-def load_json(c: Cluster, tier: RouterTier | RpcTier, plan: TierPlan) -> dict:
+def load_json(c: Cluster, tier: Tier, plan: TierPlan) -> dict:
     load = predict_load(c, tier, plan)
     return {"local_bytes": load.local_bytes, "rpc_bytes": load.rpc_bytes, "local_s": round(load.local_s, 2),
             "rpc_s": round(load.rpc_s, 2), "load_s": round(load.load_s, 2), "restart_s": load.restart_s,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from clusterbook.model.schema import QUANTIZED_CACHE_TYPES, Cluster, RouterTier, RpcTier
+from clusterbook.model.schema import QUANTIZED_CACHE_TYPES, Cluster, RpcTier, Tier
 from clusterbook.pure.planner.capacity import DevicePlan, TierPlan, kv_cells, plan_rpc_tier, row_size
 from clusterbook.pure.planner.shape import Shape, block_params, from_declared
 
@@ -119,7 +119,7 @@ def prompt_lengths(tier: RpcTier) -> list[int]:
     return [n for n in PROMPT_LENGTHS if n < full] + [full]
 
 
-def prompt_estimate(c: Cluster, tier: RouterTier | RpcTier, plan: TierPlan) -> PromptTime | None:
+def prompt_estimate(c: Cluster, tier: Tier, plan: TierPlan) -> PromptTime | None:
     """The plan's prompt estimate: a prompt that fills an RPC tier's context (None for a router tier, or a device
     without a declared speed)."""
     return prompt_time(c, tier, prompt_lengths(tier)[-1], plan=plan) if tier.workers else None

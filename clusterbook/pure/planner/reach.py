@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from clusterbook.model.schema import Cluster, RouterTier, RpcTier
+from clusterbook.model.schema import Cluster, RpcTier, Tier
 from clusterbook.pure.kinds import plan_tier
 
 UTIL_MARGIN = 0.8  # nvidia-smi's utilisation is the share of its sample period with a kernel running: kernel launch
@@ -28,7 +28,7 @@ class Judged:
         return f"the plan's {self.reach:.3g}: the file's {self.asked:g} is more than the plan reaches"
 
 
-def gpu_busy_pct(c: Cluster, tier: RouterTier | RpcTier) -> dict[tuple[str, int], float]:
+def gpu_busy_pct(c: Cluster, tier: Tier) -> dict[tuple[str, int], float]:
     """(node, GPU index) -> the share of a generated token's time the plan has that GPU computing, in %: its weights
     read at its bandwidth, over the token's whole time (every device in turn, and the RPC hops)."""
     plan = plan_tier(c, tier)
@@ -53,7 +53,7 @@ def planned_fabric_gbps(c: Cluster, tier: RpcTier) -> float:
     return min(rate * 8, c.networks[c.rpc_network].bandwidth_gbps)
 
 
-def judged_gpu_util(c: Cluster, tier: RouterTier | RpcTier, node: str, index: int) -> Judged | None:
+def judged_gpu_util(c: Cluster, tier: Tier, node: str, index: int) -> Judged | None:
     """The utilisation verify asks of one GPU during generation (None: the file asks none, or the plan has no
     figure for that GPU)."""
     targets = c.targets_for(tier.name)
@@ -64,7 +64,7 @@ def judged_gpu_util(c: Cluster, tier: RouterTier | RpcTier, node: str, index: in
     return Judged(min(asked, reach), reach, asked)
 
 
-def judged_fabric(c: Cluster, tier: RouterTier | RpcTier) -> Judged | None:
+def judged_fabric(c: Cluster, tier: Tier) -> Judged | None:
     """The bandwidth verify asks of one stream from the head to each worker (None: the file asks none, or the tier
     has no workers)."""
     targets = c.targets_for(tier.name)
@@ -74,7 +74,7 @@ def judged_fabric(c: Cluster, tier: RouterTier | RpcTier) -> Judged | None:
     return Judged(min(asked, reach), reach, asked)
 
 
-def busy_summary(c: Cluster, tier: RouterTier | RpcTier) -> str:
+def busy_summary(c: Cluster, tier: Tier) -> str:
     """One line for the pages: each GPU's planned share of a token."""
     busy = gpu_busy_pct(c, tier)
     return ", ".join(f"{node} GPU{i} {pct:.0f} %" for (node, i), pct in busy.items())

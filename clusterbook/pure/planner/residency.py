@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from itertools import combinations
 
 from clusterbook.model.hosts import candidate_nodes
-from clusterbook.model.schema import Cluster, RouterTier, RpcTier
+from clusterbook.model.schema import Cluster, Tier
 from clusterbook.pure import kinds
 from clusterbook.pure.planner.capacity import GIB, DevicePlan, TierPlan
 
@@ -118,7 +118,7 @@ def _physical(plan: TierPlan) -> list[tuple[str, str, DevicePlan]]:
     return out
 
 
-def tier_shares(c: Cluster, tier: RouterTier | RpcTier, plan: TierPlan) -> dict[tuple[str, str], list[Share]]:
+def tier_shares(c: Cluster, tier: Tier, plan: TierPlan) -> dict[tuple[str, str], list[Share]]:
     """Every device a tier occupies and what it keeps there; mlock adds the whole model file to the head's RAM."""
     shares: dict[tuple[str, str], list[Share]] = {}
     head = tier.nodes[0]
@@ -133,7 +133,7 @@ def tier_shares(c: Cluster, tier: RouterTier | RpcTier, plan: TierPlan) -> dict[
     return shares
 
 
-def _gres_gpus(tier: RouterTier | RpcTier) -> int:
+def _gres_gpus(tier: Tier) -> int:
     """GPUs a SLURM tier's job asks for per node (--gres=gpu:N)."""
     m = re.match(r"^gpu(?::[^:]+)?:(\d+)$", (tier.slurm.gres or "") if tier.slurm else "")
     return int(m.group(1)) if m else 0
@@ -144,11 +144,11 @@ def parse_mem(text: str) -> int:
     return int(text[:-1]) * {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}[text[-1]]
 
 
-def _mem_bytes(tier: RouterTier | RpcTier) -> int:
+def _mem_bytes(tier: Tier) -> int:
     return parse_mem(tier.slurm.mem if tier.slurm else "0M")
 
 
-def exclusion(c: Cluster, a: RouterTier | RpcTier, b: RouterTier | RpcTier) -> str | None:
+def exclusion(c: Cluster, a: Tier, b: Tier) -> str | None:
     """Why SLURM cannot run two SLURM tiers at once (their requests on a shared node exceed it), or None.
     A router tier that SLURM may place on several nodes conflicts only when every placement does."""
     if a.manager != "slurm" or b.manager != "slurm":

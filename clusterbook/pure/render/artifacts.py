@@ -8,7 +8,7 @@ from functools import partial
 from urllib.parse import urlsplit
 
 from clusterbook.model.hosts import candidate_nodes, resolve_hosts, router_nodes
-from clusterbook.model.schema import Cluster, RouterTier, RpcTier
+from clusterbook.model.schema import Cluster, Tier
 from clusterbook.pure import engine_build as eb
 from clusterbook.pure import flags as fl
 from clusterbook.pure import kinds, layout, slurmjob
@@ -210,7 +210,7 @@ def _tier_files(c: Cluster, tier) -> list[Artifact]:
     return files + _http_firewalld(c, tier)
 
 
-def _http_firewalld(c: Cluster, tier: RouterTier | RpcTier) -> list[Artifact]:
+def _http_firewalld(c: Cluster, tier: Tier) -> list[Artifact]:
     """On an EL node that may serve the tier's API, where firewalld's zone rejects what it does not list: a script
     that opens the tier's HTTP port to its listen network's subnet (the gateway, Prometheus and the tier probe, and
     the direct clients the API page names, "cluster networks only")."""

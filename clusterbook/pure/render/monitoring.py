@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 import yaml
 
 from clusterbook.model.hosts import candidate_nodes
-from clusterbook.model.schema import Cluster, RouterTier, RpcTier
+from clusterbook.model.schema import Cluster, Tier
 from clusterbook.model.siteschema import ALERT_REPEAT_S
 from clusterbook.pure import slurmjob, troubles
 from clusterbook.pure import topology as topo
@@ -45,11 +45,11 @@ def fresh_up(c: Cluster, job_name: str) -> str:
     return fresh(c, f'up{{job="{job_name}"}}', "== 1")
 
 
-def job(tier: RouterTier | RpcTier) -> str:
+def job(tier: Tier) -> str:
     return f"llama-{tier.name}"
 
 
-def target_labels(tier: RouterTier | RpcTier) -> list[dict]:
+def target_labels(tier: Tier) -> list[dict]:
     """The labels of a tier's scrape targets: one target, or in router mode one per model (its metrics come from
     the model's own server: `?model=ID`)."""
     if tier.router_mode:
@@ -222,7 +222,7 @@ def waits_beside(c: Cluster) -> dict[str, list[str]]:
     return partners
 
 
-def _tier_alerts(c: Cluster, tier: RouterTier | RpcTier, targets, n: int, partners: list[str]) -> list[Alert]:
+def _tier_alerts(c: Cluster, tier: Tier, targets, n: int, partners: list[str]) -> list[Alert]:
     name, label = tier.name, {"tier": tier.name}
     recovery = c.recovery_level(name).critical
     hold = f"{math.ceil(recovery)}s"  # promtool reads whole seconds; 1e+06s it refuses
