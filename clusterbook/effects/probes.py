@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 
 from clusterbook.model.schema import Cluster, RouterTier, RpcTier
-from clusterbook.pure import slurmjob
+from clusterbook.pure import kinds, slurmjob
 from clusterbook.pure import topology as topo
 from clusterbook.pure.kinds import server_argv
 from clusterbook.pure.render.artifacts import ld_library_path
@@ -156,6 +156,22 @@ def chat(url: str, model: str, api_key: str | None = None, max_tokens: int = 32,
     response = httpx.post(f"{url}/v1/chat/completions", headers=headers, timeout=timeout, json={
         "model": model, "messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens,
         "ignore_eos": True, "seed": 42, "temperature": 0, **(extra or {})})
+    response.raise_for_status()
+    return response.json()
+
+
+def ask(url: str, tier, api_key: str | None = None, max_tokens: int = 4, timeout: float = 300,
+        model: str | None = None) -> dict:
+    """The tier's kind's one request to a model of it (its first unless named), the answer as JSON: a chat tier a
+    completion of max_tokens (as chat() sends it), another its kind's request (an embedding of one short input)."""
+    import httpx
+
+    model = model or tier.served_models[0]
+    if tier.api == "chat":
+        return chat(url, model, api_key, max_tokens, timeout)
+    path, body = kinds.of(tier).request(model)
+    response = httpx.post(url + path, headers={"Authorization": f"Bearer {api_key}"} if api_key else {},
+                          timeout=timeout, json=body)
     response.raise_for_status()
     return response.json()
 

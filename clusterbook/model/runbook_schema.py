@@ -3,11 +3,12 @@ steps written once and used by name, validated like the cluster file."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal, Union, get_args
 
 from pydantic import Discriminator, Field, Tag, model_validator
 
 from clusterbook.model.schema import Name, Strict
+from clusterbook.model.tierschema import TierKindName
 
 
 class ActionBase(Strict):
@@ -240,8 +241,8 @@ class Runbook(Strict):
     explain: str = Field("", description="Markdown introduction (a template)")
     scope: Literal["cluster", "tier"] = Field("cluster",
                                               description="tier: run once per tier given on the command line")
-    kinds: list[Literal["router", "rpc"]] = Field(default_factory=lambda: ["router", "rpc"],
-                                                  description="tier kinds it applies to (scope tier)")
+    kinds: list[TierKindName] = Field(default_factory=lambda: list(get_args(TierKindName)),
+                                      description="tier kinds it applies to (scope tier)")
     steps: list[Step] = Field(min_length=1)
     generation: bool = Field(False, description="keep every file it replaces (and the engine link it moves) as a "
                                                 "generation on each node, which `invoke rollback` restores")

@@ -80,6 +80,7 @@ from clusterbook.model.siteschema import (  # noqa: F401 (the schema's names, on
 )
 from clusterbook.model.tierschema import (  # noqa: F401 (the schema's names, one import for its users)
     RESERVED_TIER_NAMES,
+    EmbeddingsTier,
     Gateway,
     GatewayRoute,
     OnDemand,

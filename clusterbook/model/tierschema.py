@@ -117,6 +117,9 @@ TierName = Annotated[str, AfterValidator(_tier_name),
                                        "which a dot would split)")]
 
 
+TierKindName = Literal["router", "rpc", "embeddings"]  # the kinds below, each a class with its `kind`
+
+
 class TierBase(Strict):
     """Settings every tier has."""
 
@@ -169,6 +172,7 @@ class RouterTier(TierBase):
     floats: ClassVar[bool] = True  # under SLURM, any node of its partition may run it
     router_mode: ClassVar[bool] = True  # llama-server loads its models on demand; /metrics per model
     min_build: ClassVar[int] = ROUTER_MODE_BUILD  # router mode (--models-preset) appeared at this build
+    api: ClassVar[str] = "chat"  # what its clients ask: chat completions
 
     @property
     def head(self) -> str:
@@ -226,6 +230,7 @@ class RpcTier(TierBase):
 
     floats: ClassVar[bool] = False  # its nodes are the file's, under SLURM too
     models_max: ClassVar[int] = 1  # its one model
+    api: ClassVar[str] = "chat"
     router_mode: ClassVar[bool] = False
     min_build: ClassVar[int] = 0
 
@@ -259,7 +264,70 @@ class RpcTier(TierBase):
         return self
 
 
-Tier = Annotated[RouterTier | RpcTier, Field(discriminator="kind")]
+class EmbeddingsTier(TierBase):
+    """llama-server serving one embedding model on one node: /v1/embeddings, one vector for each input."""
+
+    kind: Literal["embeddings"] = Field(description="embeddings: one embedding model on one node, its vectors at "
+                                                    "/v1/embeddings")
+    node: Name = Field(description="node that runs it")
+    model: Name = Field(description="model id (an embedding model; any GGUF model gives vectors)")
+    pooling: Literal["mean", "cls", "last"] = Field("mean", description="how the tokens' vectors become the input's "
+                                                    "one (--pooling): mean for most embedding models, cls for "
+                                                    "BERT-style ones, last for decoder-based ones")
+    batch_size: int = Field(2048, ge=1, le=1_048_576, description="logical batch (--batch-size): tokens of one "
+                                                                  "request's inputs read together")
+    ubatch_size: int = Field(2048, ge=1, le=1_048_576, description="physical batch (--ubatch-size): the longest "
+                                                                   "input it embeds (an input must fit one)")
+
+    workers: ClassVar[tuple[str, ...]] = ()  # what the other kinds' settings are for this kind (RouterTier says why)
+    mlock: ClassVar[bool] = False
+    numa_bind: ClassVar[bool] = False
+    keep_weights_s: ClassVar[int] = 0
+    rpc_port: ClassVar[int] = 0
+    floats: ClassVar[bool] = True
+    router_mode: ClassVar[bool] = False
+    models_max: ClassVar[int] = 1
+    min_build: ClassVar[int] = 0
+    api: ClassVar[str] = "embeddings"  # what its clients ask: vectors
+
+    @property
+    def head(self) -> str:
+        """The node that serves the HTTP API (in the file; a SLURM job may run elsewhere in its partition)."""
+        return self.node
+
+    @property
+    def served_models(self) -> list[str]:
+        """Model ids this tier serves."""
+        return [self.model]
+
+    @property
+    def nodes(self) -> list[str]:
+        """Nodes the tier runs on, head first."""
+        return [self.node]
+
+    def node_refs(self) -> list[tuple[tuple, str]]:
+        """(field, node) of each node the tier names."""
+        return [(("node",), self.node)]
+
+    def model_refs(self) -> list[tuple[tuple, str]]:
+        """(field, model id) of each model the tier names."""
+        return [(("model",), self.model)]
+
+    def listeners(self) -> list[tuple[str, int, str, str]]:
+        """(node, port, what, field) of every port the tier listens on."""
+        return [(self.node, self.port, f"tier {self.name}", "port")]
+
+    @model_validator(mode="after")
+    def _batches(self) -> EmbeddingsTier:
+        if self.ubatch_size > self.batch_size:
+            raise ValueError(f"ubatch_size ({self.ubatch_size}) cannot exceed batch_size ({self.batch_size})")
+        if self.ubatch_size > self.ctx_size // self.parallel:
+            raise ValueError(f"ubatch_size ({self.ubatch_size}) is above a slot's context (ctx_size / parallel = "
+                             f"{self.ctx_size // self.parallel}): no input that long fits a slot")
+        return self
+
+
+Tier = Annotated[RouterTier | RpcTier | EmbeddingsTier, Field(discriminator="kind")]
 
 
 class RouterRule(Strict):

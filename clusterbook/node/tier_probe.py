@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """Probe every tier as a client does and write what it saw for the node exporter's textfile collector:
-clusterbook-tier-probe CONFIG.json. Per tier: /health answers 200; the time a one-token chat completion takes (the
-time to first token; a router-mode tier is asked only through a model it has loaded, never loading one); for a
+clusterbook-tier-probe CONFIG.json. Per tier: /health answers 200; the time its kind's one short request takes (a
+one-token chat completion: the time to first token; an embedding of one short input), a router-mode tier asked only
+through a model it has loaded, never loading one; for a
 SLURM tier, whether the endpoint registry has its record, whether its job is pending and whether it waits for nodes
 other jobs hold (VASP's, on beefcake2: an expected state, which the alerts name and do not page for)."""
 import json
@@ -22,12 +23,12 @@ def get(url, key=None, timeout=TIMEOUT_S):
         return response.status, response.read()
 
 
-def chat_seconds(url, key, model, timeout):
-    body = json.dumps({"model": model, "max_tokens": 1,
-                       "messages": [{"role": "user", "content": "Say OK."}]}).encode()
+def request_seconds(url, key, request, model, timeout):
+    """How long the tier's one request (its path, its JSON body with the model's id in it) took to answer."""
+    body = json.dumps({**request["body"], "model": model}).encode()
     headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
     started = time.monotonic()
-    with urllib.request.urlopen(urllib.request.Request(url + "/v1/chat/completions", body, headers),
+    with urllib.request.urlopen(urllib.request.Request(url + request["path"], body, headers),
                                 timeout=timeout) as response:
         response.read()
     return time.monotonic() - started
@@ -113,7 +114,7 @@ def probe(tier):
             model = loaded_model(url, key, tier)
             if model:
                 try:
-                    seconds = chat_seconds(url, key, model, tier["timeout_s"])
+                    seconds = request_seconds(url, key, tier["request"], model, tier["timeout_s"])
                 except OSError as exc:  # no answer in time: the timeout is what the figure is at least
                     if not isinstance(getattr(exc, "reason", exc), TimeoutError):
                         raise
@@ -129,7 +130,8 @@ def main(config_path):
         config = json.load(f)
     lines = ["# HELP clusterbook_tier_healthy the tier's /health answered 200",
              "# TYPE clusterbook_tier_healthy gauge",
-             "# HELP clusterbook_tier_ttft_seconds seconds a one-token chat completion took (time to first token)",
+             "# HELP clusterbook_tier_ttft_seconds seconds the tier's one short request took (a chat tier's: one "
+             "token, the time to first token)",
              "# TYPE clusterbook_tier_ttft_seconds gauge",
              "# HELP clusterbook_tier_registered a SLURM tier's endpoint record is in the registry",
              "# TYPE clusterbook_tier_registered gauge",

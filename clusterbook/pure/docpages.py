@@ -3,11 +3,7 @@ One name for the pages and the plugin: each section lives in clusterbook/pure/pa
 
 from clusterbook.pure.pages.apipage import (  # noqa: F401 (the sections, by page)
     api,
-    client_retries,
-    curl_example,
-    example_response,
     on_demand_note,
-    python_example,
     quick_start,
     tailnet_access,
     tier_summary,

@@ -6,7 +6,7 @@ import pytest
 from clusterbook.effects.lab.lab import Lab
 from clusterbook.effects.probes import load_report, model_load_report
 from clusterbook.pure.kinds import plan_tier
-from clusterbook.pure.planner.capacity import plan_router_tier
+from clusterbook.pure.planner.capacity import plan_one_node
 from clusterbook.pure.planner.residency import plan_residency
 from clusterbook.pure.planner.shape import from_gguf
 
@@ -44,7 +44,7 @@ def test_a_node_with_two_tiers_matches_the_planned_sum(deployed, lab_cluster, ss
     reasoning, fast = lab_cluster.tier("reasoning"), lab_cluster.tier("fast")
     shapes = {m: from_gguf(www / lab_cluster.model(m).file) for m in fast.models}
     plans = {"reasoning": plan_tier(lab_cluster, reasoning, from_gguf(www / "lab-reasoning.gguf")),
-             "fast": plan_router_tier(lab_cluster, fast, shapes)}
+             "fast": plan_one_node(lab_cluster, fast, shapes)}
     load = plan_residency(lab_cluster, plans).load("lab1", "RAM")
     assert load.tiers == ["fast", "reasoning"], load
     resident = max(fast.models, key=lambda m: lab_cluster.model(m).bytes)  # models_max 1: the larger one

@@ -411,10 +411,9 @@ def test_a_tier_on_demand_is_released_when_idle_and_started_by_its_first_request
     released tier changes its files and starts nothing."""
     demand = tmp_path / SLURM_LAB.name
     text = SLURM_LAB.read_text()
-    line = "    slurm: {partition: ai, mem: 1G, grace_seconds: 10, requeue: false, gres: null, keeper_interval_s: 3}\n"
-    assert text.count(line) == 2, "the SLURM lab's tiers changed: update this test"
-    head, tail = text.rsplit(line, 1)  # the last: reasoning's
-    demand.write_text(head + line + "    on_demand: {idle_s: 5}\n" + tail)
+    line = "    keep_weights_s: 60"  # the reasoning tier's (its last setting)
+    assert text.count(line) == 1, "the SLURM lab's tiers changed: update this test"
+    demand.write_text(text.replace(line, "    on_demand: {idle_s: 5}\n" + line))
     try:
         run = invoke("deploy.gateway", "deploy.reasoning", cluster=demand)
         assert run.returncode == 0, run.stdout[-3000:] + run.stderr

@@ -17,7 +17,7 @@ def test_known_names_pass_and_unknown_ones_fail_naming_what_there_is():
     assert node_named(c, "lab2") == "lab2"
     assert nodes_named(c, None) is None
     assert nodes_named(c, "lab1, lab3") == ["lab1", "lab3"]
-    with pytest.raises(Failed, match=r"unknown tier 'fats' \(tiers of .*: fast, reasoning\)"):
+    with pytest.raises(Failed, match=r"unknown tier 'fats' \(tiers of .*: fast, reasoning, embed\)"):
         tier_named(c, "fats")
     with pytest.raises(Failed, match=r"unknown node 'lab9' \(nodes: lab1, lab2, lab3\)"):
         node_named(c, "lab9")

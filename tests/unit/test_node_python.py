@@ -22,9 +22,8 @@ NEWER = {  # what 3.7+ added that these scripts would reach for first
 
 
 def scripts(tmp_path):
-    head, tail = SLURM_LAB.read_text().rsplit(LINE, 1)
-    path = tmp_path / "cluster.yaml"
-    path.write_text(head + LINE + "    on_demand: {idle_s: 10}\n" + tail)  # every script: the wake service too
+    path = tmp_path / "cluster.yaml"  # every script: the wake service too
+    path.write_text(SLURM_LAB.read_text().replace(LINE, "    on_demand: {idle_s: 10}\n" + LINE))
     return {a.path: a.text for a in render_artifacts(load_cluster(path)) if a.kind == "python"}
 
 

@@ -18,15 +18,14 @@ from clusterbook.pure.slurmjob import DEMAND_MARKS, MARKS
 
 ROOT = Path(__file__).resolve().parents[2]
 SLURM_LAB = ROOT / "lab/cluster-slurm.yaml"
-LINE = "    slurm: {partition: ai, mem: 1G, grace_seconds: 10, requeue: false, gres: null, keeper_interval_s: 3}\n"
+LINE = "    keep_weights_s: 60"  # the reasoning tier's (its last setting)
 
 
 @pytest.fixture
 def on_demand(tmp_path):
     """The SLURM lab with its reasoning tier on demand (as tests/lab/test_slurm.py deploys it)."""
-    head, tail = SLURM_LAB.read_text().rsplit(LINE, 1)
     path = tmp_path / "cluster.yaml"
-    path.write_text(head + LINE + "    on_demand: {idle_s: 10}\n" + tail)
+    path.write_text(SLURM_LAB.read_text().replace(LINE, "    on_demand: {idle_s: 10}\n" + LINE))
     return load_cluster(path)
 
 
@@ -59,7 +58,7 @@ def test_the_wake_service_and_the_keeper_share_the_tiers_figures(on_demand):
         "marks": {m: f"/{'var/lib/clusterbook/demand' if m in DEMAND_MARKS else 'etc/llama/slurm'}/llama-reasoning.{m}"
                   for m in MARKS}}}
     keeper = json.loads(rendered["/etc/clusterbook/keeper.json"])
-    assert {j["tier"]: j["idle_s"] for j in keeper["jobs"]} == {"fast": None, "reasoning": 10}
+    assert {j["tier"]: j["idle_s"] for j in keeper["jobs"]} == {"fast": None, "reasoning": 10, "embed": None}
     assert keeper["wake_port"] == on_demand.gateway.wake_port
     assert next(j for j in keeper["jobs"] if j["tier"] == "reasoning")["marks"] == config["tiers"]["reasoning"]["marks"]
 

@@ -35,7 +35,7 @@ def test_phases_follow_dependency_order():
     assert [p.name for p in ch.phases(load_cluster(ROOT / "cluster.yaml"))] == [
         "engine", "fast", "reasoning", "router", "gateway", "monitoring"]
     assert [p.name for p in ch.phases(load_cluster(ROOT / "lab/cluster.yaml"))] == [
-        "engine", "fast", "reasoning", "router", "gateway", "monitoring"]
+        "engine", "fast", "reasoning", "embed", "router", "gateway", "monitoring"]
     assert "gateway" not in [p.name for p in ch.phases(load_cluster(ROOT / "tests/clusters/mini.yaml"))]
 
 

@@ -12,8 +12,8 @@ from clusterbook.pure import kinds
 
 ROOT = Path(__file__).resolve().parents[2]
 KIND_HOME = {ROOT / "clusterbook/pure/kinds", ROOT / "clusterbook/model/tierschema.py"}
-TIER_CLASSES = {"RouterTier", "RpcTier"}
-KIND_NAMES = {"router", "rpc"}
+TIER_CLASSES = {"RouterTier", "RpcTier", "EmbeddingsTier"}
+KIND_NAMES = {"router", "rpc", "embeddings"}
 
 
 def branches(source: str) -> list[int]:
@@ -63,7 +63,8 @@ def test_every_kind_of_the_schema_has_a_module_in_the_table():
 
     from clusterbook.model.tierschema import Tier
     schema_kinds = {get_args(cls.model_fields["kind"].annotation)[0] for cls in get_args(get_args(Tier)[0])}
-    assert schema_kinds == set(kinds.KINDS) == KIND_NAMES
+    from clusterbook.model.tierschema import TierKindName
+    assert schema_kinds == set(kinds.KINDS) == KIND_NAMES == set(get_args(TierKindName))
 
 
 @pytest.mark.parametrize("cluster", ["cluster.yaml", "lab/cluster.yaml", "lab/cluster-slurm.yaml"])

@@ -119,6 +119,8 @@ def http_tier(tmp_path):
 def tier_at(url, tmp_path, router=True, timeout_s=5):
     (tmp_path / "key").write_text("sekrit\n")
     return {"name": "fast", "job": None, "url": url, "router": router, "models": ["a", "b"],
+            "request": {"path": "/v1/chat/completions", "body": {"model": "", "max_tokens": 1,
+                                                                 "messages": [{"role": "user", "content": "OK"}]}},
             "key_file": str(tmp_path / "key"), "timeout_s": timeout_s}
 
 
@@ -164,3 +166,18 @@ def test_the_textfile_is_replaced_whole_and_readable_by_the_exporter(probe, http
     assert text.startswith("# HELP clusterbook_tier_healthy") and 'clusterbook_tier_healthy{tier="fast"} 1' in text
     assert stat.S_IMODE(out.stat().st_mode) == 0o644
     assert [p.name for p in out.parent.iterdir()] == ["clusterbook-tiers.prom"]  # no temporary file left
+
+
+def test_an_embeddings_tier_is_asked_its_kinds_request(probe, http_tier, tmp_path):
+    """Issue 68: the probe asks each tier what its kind answers (the config carries the kind's request): an
+    embeddings tier one short input at /v1/embeddings, never a chat completion."""
+    from clusterbook.pure.kinds import embeddings
+
+    module = probe[0]
+    fake = http_tier()
+    path, body = embeddings.request("")
+    tier = {**tier_at(fake.url, tmp_path, router=False), "request": {"path": path, "body": body}}
+    lines = module.probe(tier)
+    assert any(line.startswith('clusterbook_tier_ttft_seconds{tier="fast", model="a"} ') for line in lines)
+    posted = [(p, b) for p, _, b in fake.asked if b is not None]
+    assert posted == [("/v1/embeddings", {"model": "a", "input": "Say OK."})]

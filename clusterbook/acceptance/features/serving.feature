@@ -1,5 +1,5 @@
 Feature: Serving
-  Every tier answers its API, lists its models, and every model answers a chat completion.
+  Every tier answers its API, lists its models, and every model answers its kind's request.
 
   @tier
   Scenario: Every tier is healthy and lists its models
@@ -8,14 +8,14 @@ Feature: Serving
     And every tier lists every model it serves
 
   @tier
-  Scenario: Every model of every tier answers a chat completion
+  Scenario: Every model of every tier answers
     Given the cluster file
-    Then every model of every tier answers a chat completion within the API response target
+    Then every model of every tier answers its kind's request within the API response target
 
   @tier
   Scenario: Every tier answers at the same time, as the plan places them
     Given the cluster file
-    Then a chat completion sent to every tier at the same moment is answered by each, unless the plan says the tiers cannot run together
+    Then a request sent to every tier at the same moment is answered by each, unless the plan says the tiers cannot run together
 
   Scenario: A request without the API key is refused
     Given the cluster file

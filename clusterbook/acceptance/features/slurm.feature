@@ -9,7 +9,7 @@ Feature: SLURM tiers and the gateway
   @gateway
   Scenario: The gateway reaches each tier by its path
     Given the cluster file
-    Then a chat completion through the gateway reaches each tier by its path
+    Then a request through the gateway reaches each tier by its path
 
   @disruptive
   Scenario: A preempted tier leaves the gateway and comes back on its own

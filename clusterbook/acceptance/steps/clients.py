@@ -14,14 +14,14 @@ STREAM_TOKENS = 64
 
 @given("clients send chat completions through the gateway to every tier behind it")
 def _clients(cluster, transport, context, request):
-    start_clients(cluster, transport, context, request, [cluster.tier(r.tier) for r in cluster.gateway.routes]
-                  if cluster.gateway else [])
+    routed = [cluster.tier(r.tier) for r in cluster.gateway.routes] if cluster.gateway else []
+    start_clients(cluster, transport, context, request, [t for t in routed if t.api == "chat"])  # chat clients
 
 
 @given("clients send chat completions through the gateway to the first single-node SLURM tier")
 def _clients_of_the_moved_tier(cluster, transport, context, request):
     """The tier a preemption moves to another node (a tier over every node waits for the node, past its hold)."""
-    tiers = [t for t in cluster.tiers if t.manager == "slurm" and not t.workers]
+    tiers = [t for t in cluster.tiers if t.manager == "slurm" and not t.workers and t.api == "chat"]
     routed = {r.tier for r in cluster.gateway.routes} if cluster.gateway else set()
     start_clients(cluster, transport, context, request, [t for t in tiers[:1] if t.name in routed])
 

@@ -52,13 +52,13 @@ def systemd_rpc_tier(cluster):
 
 
 def until_answers(cluster, transport, tier, deadline_s: float) -> float:
-    """Seconds until the tier answers a chat completion (polling), or fail after deadline_s."""
+    """Seconds until the tier answers its kind's request (polling), or fail after deadline_s."""
     started = time.monotonic()
     key = probes.api_key(transport, cluster, tier)
     last = ""
     while time.monotonic() - started < deadline_s:
         try:
-            probes.chat(url_of(cluster, transport, tier), tier.served_models[0], key, max_tokens=4, timeout=30)
+            probes.ask(url_of(cluster, transport, tier), tier, key, timeout=30)
             return time.monotonic() - started
         except (httpx.HTTPError, ValueError, pytest.fail.Exception) as exc:
             last = str(exc)
@@ -122,14 +122,13 @@ def through_gateway(cluster, tier, path_port: bool = True) -> str:
 
 
 def answers_through_gateway(cluster, transport, tier, since: float, after: str, limit: float | None = None) -> float:
-    """Seconds from `since` until the tier answers a chat completion through the gateway; fails past `limit`
+    """Seconds from `since` until the tier answers its kind's request through the gateway; fails past `limit`
     (the tier's recovery target unless given)."""
     limit = recovery_target(cluster, tier) if limit is None else limit
     url, last = through_gateway(cluster, tier), ""
     while time.monotonic() - since < limit:
         try:
-            probes.chat(url, tier.served_models[0], probes.api_key(transport, cluster, tier), max_tokens=4,
-                        timeout=20)
+            probes.ask(url, tier, probes.api_key(transport, cluster, tier), timeout=20)
             return round(time.monotonic() - since, 1)
         except httpx.HTTPError as exc:
             last = str(exc)

@@ -10,6 +10,7 @@ from pytest_bdd import then
 
 from clusterbook.acceptance.steps.helpers import url_of
 from clusterbook.effects import probes
+from clusterbook.pure import kinds
 from clusterbook.pure.kinds import plan_cluster
 from clusterbook.pure.planner.residency import plan_residency
 from clusterbook.pure.render.artifacts import selector_nodes, selector_rows
@@ -35,26 +36,25 @@ def _lists_models(cluster, transport, tiers):
                             f"it lists {sorted(ids)}"
 
 
-@then("a chat completion sent to every tier at the same moment is answered by each, unless the plan says the tiers "
-      "cannot run together")
+@then("a request sent to every tier at the same moment is answered by each, unless the plan says the tiers cannot "
+      "run together")
 def _all_at_once(cluster, transport, measured, tiers):
     """Issue 30: a placement that serves every tier is proven by serving them together, not one after another."""
     excluded = {frozenset((e.first, e.second)) for e in plan_residency(cluster, plan_cluster(cluster)).exclusions}
     together = [t for t in tiers if not any(frozenset((t.name, o.name)) in excluded for o in tiers)]
     if len(together) < 2:
         pytest.skip(f"fewer than two tiers the plan runs together among {', '.join(t.name for t in tiers)}")
-    jobs = {t.name: (url_of(cluster, transport, t), t.served_models[0], probes.api_key(transport, cluster, t))
-            for t in together}
+    jobs = {t.name: (url_of(cluster, transport, t), t, probes.api_key(transport, cluster, t)) for t in together}
     answers: dict[str, object] = {}
     start = threading.Barrier(len(jobs))
 
     def ask(name: str) -> None:
-        url, model, key = jobs[name]
+        url, tier, key = jobs[name]
         start.wait()  # every request leaves at the same moment
         began = time.monotonic()
         try:
-            answer = probes.chat(url, model, key, max_tokens=32, timeout=120)  # long enough to overlap
-            answers[name] = (answer["usage"]["completion_tokens"], began, time.monotonic())
+            answer = probes.ask(url, tier, key, max_tokens=32, timeout=120)  # a chat's long enough to overlap
+            answers[name] = (answered(tier, answer), began, time.monotonic())
         except httpx.HTTPError as exc:
             answers[name] = exc
 
@@ -65,9 +65,10 @@ def _all_at_once(cluster, transport, measured, tiers):
         thread.join(timeout=180)
     failed = {n: a for n, a in answers.items() if not isinstance(a, tuple)}
     assert not failed and len(answers) == len(jobs), f"expected every tier to answer together, got {failed or answers}"
-    overlap = min(a[2] for a in answers.values()) - max(a[1] for a in answers.values())
+    chats = [a for n, a in answers.items() if cluster.tier(n).api == "chat"]  # an embedding takes milliseconds
+    overlap = min(a[2] for a in chats) - max(a[1] for a in chats) if len(chats) > 1 else 1
     for name, (tokens, began, ended) in answers.items():
-        assert tokens > 0, f"tier {name}: answered with no token"
+        assert tokens > 0, f"tier {name}: answered with nothing (no token, no vector)"
         measured(f"{name} answer while the others ran (s)", round(ended - began, 2))
     assert overlap > 0, "the requests did not overlap: no proof that the tiers served at the same time"
     skipped = sorted({t.name for t in tiers} - set(jobs))
@@ -75,7 +76,7 @@ def _all_at_once(cluster, transport, measured, tiers):
         measured("not asked together (the plan's exclusion)", ", ".join(skipped))
 
 
-@then("every model of every tier answers a chat completion within the API response target")
+@then("every model of every tier answers its kind's request within the API response target")
 def _every_model_answers(cluster, transport, measured, tiers):
     for tier in tiers:
         targets = cluster.targets_for(tier.name)
@@ -83,10 +84,11 @@ def _every_model_answers(cluster, transport, measured, tiers):
         key = probes.api_key(transport, cluster, tier)
         for model in tier.served_models:
             started = time.monotonic()
-            answer = probes.chat(url_of(cluster, transport, tier), model, key, max_tokens=8)
+            answer = probes.ask(url_of(cluster, transport, tier), tier, key, max_tokens=8, model=model)
             seconds = time.monotonic() - started
             measured(f"{model} answer (s)", round(seconds, 2))
-            assert answer["usage"]["completion_tokens"] == 8, f"{model}: expected 8 tokens, got {answer['usage']}"
+            want = 8 if tier.api == "chat" else 1  # 8 tokens; one vector
+            assert answered(tier, answer) == want, f"{model}: expected {want}, got {answer.get('usage')}"
             if limit is not None:
                 # the first request to a router-mode model includes loading it
                 assert seconds <= limit, f"{model}: expected an answer within {limit:g} s, took {seconds:.1f} s"
@@ -98,8 +100,8 @@ def _needs_key(cluster, transport):
     if not tiers:
         pytest.skip("no tier has an API key configured")
     for tier in tiers:
-        r = httpx.post(url_of(cluster, transport, tier) + "/v1/chat/completions", timeout=30, json={
-            "model": tier.served_models[0], "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1})
+        path, body = kinds.of(tier).request(tier.served_models[0])
+        r = httpx.post(url_of(cluster, transport, tier) + path, timeout=30, json=body)
         assert r.status_code == 401, f"tier {tier.name}: expected 401 without the key, got {r.status_code}"
 
 
@@ -113,3 +115,8 @@ def _router(cluster, transport):
             assert out.ok, f"{node}: {cluster.router.script} {row['task']} failed: {out.tail()}"
             assert json.loads(out.stdout) == row, f"{node}: task {row['task']}: expected {row}, got {out.stdout}"
 
+
+
+def answered(tier, answer: dict) -> int:
+    """What an answer holds: a chat completion's tokens, an embeddings answer's vectors."""
+    return answer["usage"]["completion_tokens"] if tier.api == "chat" else len(answer["data"])

@@ -53,7 +53,7 @@ def _slurm_running(cluster, transport, measured, tiers):
         assert status == 200, f"tier {tier.name}: registered endpoint answers {status}, expected 200"
 
 
-@then("a chat completion through the gateway reaches each tier by its path")
+@then("a request through the gateway reaches each tier by its path")
 def _gateway_paths(cluster, transport):
     gateway_base(cluster)
     if not cluster.gateway.path_port and not cluster.gateway.tailscale_name:
@@ -61,13 +61,13 @@ def _gateway_paths(cluster, transport):
     for route in cluster.gateway.routes:
         tier = cluster.tier(route.tier)
         url = through_gateway(cluster, tier)
-        answer = probes.chat(url, tier.served_models[0], probes.api_key(transport, cluster, tier), max_tokens=4)
+        answer = probes.ask(url, tier, probes.api_key(transport, cluster, tier))  # its kind's: chat, embedding
         assert answer["model"] == tier.served_models[0], f"{url}: expected {tier.served_models[0]}, got {answer}"
 
 
 @when("a higher-priority job takes the node of the first single-node SLURM tier")
 def _preempt(cluster, transport, context, request):
-    tiers = [t for t in slurm_tiers(cluster) if not t.workers]
+    tiers = [t for t in slurm_tiers(cluster) if not t.workers and t.api == "chat"]  # the clients' tier
     if not tiers or not cluster.slurm:
         pytest.skip("no single-node SLURM tier in a SLURM cluster that clusterbook configures")
     tier = tiers[0]
@@ -125,7 +125,7 @@ def _back_elsewhere(cluster, transport, context, measured):
     deadline = context["started"] + max(limit * 2, 300)
     while time.monotonic() < deadline:
         try:
-            probes.chat(url, tier.served_models[0], probes.api_key(transport, cluster, tier), max_tokens=4, timeout=20)
+            probes.ask(url, tier, probes.api_key(transport, cluster, tier), timeout=20)
             break
         except httpx.HTTPError:
             time.sleep(2)

@@ -1,16 +1,16 @@
-"""The tier kinds, one module each (router, rpc), and the table through which the rest of clusterbook asks a tier's
-kind what differs between kinds: a new kind is a module here and one entry in KINDS."""
+"""The tier kinds, one module each (router, rpc, embeddings), and the table through which the rest of clusterbook
+asks a tier's kind what differs between kinds: a new kind is a module here and one entry in KINDS."""
 
 from __future__ import annotations
 
 from clusterbook.model.schema import Cluster
 from clusterbook.pure import flags as fl
-from clusterbook.pure.kinds import router, rpc
+from clusterbook.pure.kinds import embeddings, router, rpc
 from clusterbook.pure.kinds.base import TierKind
 from clusterbook.pure.planner.capacity import TierPlan
 from clusterbook.pure.planner.shape import Shape, shape_of
 
-KINDS: dict[str, TierKind] = {k.name: k for k in (router.KIND, rpc.KIND)}
+KINDS: dict[str, TierKind] = {k.name: k for k in (router.KIND, rpc.KIND, embeddings.KIND)}
 
 
 def of(tier) -> TierKind:

@@ -41,3 +41,13 @@ class TierKind:
     job: Callable[[Cluster, object], JobSteps]
     http_servers: Callable[[Cluster, object], list[str]]  # the nodes that may serve its HTTP API
     role: Callable[[object, str, str], str]  # what it runs on a node (head, worker), for a device's share
+    request: Callable[[str], tuple[str, dict]]  # one short request to a model of it: (path, JSON body)
+    endpoint: tuple[str, str]  # what its clients POST to, and what it answers (the API page)
+    examples: Callable[[Cluster, object, float | None], dict[str, str]]  # the API page's tabs, curl first
+
+
+def chat_request(model: str) -> tuple[str, dict]:
+    """A one-token chat completion: the probe's and the scenarios' request to a chat tier (its time is the time to
+    first token)."""
+    return "/v1/chat/completions", {"model": model, "max_tokens": 1,
+                                    "messages": [{"role": "user", "content": "Say OK."}]}

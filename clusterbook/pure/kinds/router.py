@@ -7,9 +7,10 @@ from clusterbook.model.schema import Cluster, RouterTier
 from clusterbook.pure import layout
 from clusterbook.pure import topology as topo
 from clusterbook.pure.flags import Flag, common_flags
-from clusterbook.pure.kinds.base import JobSteps, TierKind
+from clusterbook.pure.kinds.base import JobSteps, TierKind, chat_request
 from clusterbook.pure.layout import path as at
-from clusterbook.pure.planner.capacity import plan_router_tier
+from clusterbook.pure.pages import chatapi
+from clusterbook.pure.planner.capacity import plan_one_node
 from clusterbook.pure.render.artifact import Artifact, header, template
 from clusterbook.pure.render.tierkit import server_unit
 
@@ -44,5 +45,6 @@ KIND = TierKind(
     name="router", what="router mode", restart_order="", deploys="router mode, models on demand",
     deploy_order="", server_word="router",
     server_flags=server_flags,
-    plan=lambda c, tier, shape: plan_router_tier(c, tier), one_model=False, files=files, job=job,
-    http_servers=candidate_nodes, role=lambda tier, node, head: "router mode")
+    plan=lambda c, tier, shape: plan_one_node(c, tier), one_model=False, files=files, job=job,
+    http_servers=candidate_nodes, role=lambda tier, node, head: "router mode",
+    request=chat_request, endpoint=chatapi.ENDPOINT, examples=chatapi.chat_examples)

@@ -8,7 +8,8 @@ from clusterbook.model.schema import MLOCK_FLAG_DEPRECATED_BUILD, Cluster, RpcTi
 from clusterbook.pure import flags as fl
 from clusterbook.pure import topology as topo
 from clusterbook.pure.flags import Flag
-from clusterbook.pure.kinds.base import JobSteps, TierKind
+from clusterbook.pure.kinds.base import JobSteps, TierKind, chat_request
+from clusterbook.pure.pages import chatapi
 from clusterbook.pure.planner.capacity import plan_rpc_tier
 from clusterbook.pure.render.artifact import Artifact
 from clusterbook.pure.render.escaping import Quoted
@@ -92,4 +93,5 @@ KIND = TierKind(
     deploys="RPC workers, then the head",
     deploy_order=" (RPC workers first, then the head)", server_word="head", server_flags=server_flags,
     plan=plan_rpc_tier, one_model=True, files=files, job=job,
-    http_servers=lambda c, tier: [tier.head], role=lambda tier, node, head: "head" if node == head else "RPC worker")
+    http_servers=lambda c, tier: [tier.head], role=lambda tier, node, head: "head" if node == head else "RPC worker",
+    request=chat_request, endpoint=chatapi.ENDPOINT, examples=chatapi.chat_examples)

@@ -204,7 +204,7 @@ def tier_notes(c: Cluster, t: Tier, plan: TierPlan) -> list[str]:
     notes = []
     volta = sorted({(g.model, g.compute_capability) for n in t.nodes for g in c.node(n).gpus
                     if FLASH_ATTN_MIN_CC <= g.cc < FLASH_ATTN_PROVEN_CC})
-    if volta and kinds.of(t).one_model:
+    if volta and t.workers:  # the RPC tier's flash attention
         names = ", ".join(f"{title(m)} (compute capability {cc})" for m, cc in volta)
         offer = plan.flash
         reach = (f" With it and a {offer.cache_type_k} K and V cache the plan fits **{offer.ctx:,}** tokens."

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field, replace
 
-from clusterbook.model.schema import FLASH_ATTN_MIN_CC, Cluster, RouterTier, RpcTier, Tier
+from clusterbook.model.schema import FLASH_ATTN_MIN_CC, Cluster, RpcTier, Tier
 from clusterbook.model.schema import QUANTIZED_CACHE_TYPES as QUANTIZED_TYPES
 from clusterbook.pure import topology as topo
 from clusterbook.pure.layersplit import CPU, place_layers
@@ -288,12 +288,13 @@ def largest_context(c: Cluster, tier: RpcTier, shape: Shape) -> int | None:
     return lo * KV_PAD
 
 
-def plan_router_tier(c: Cluster, tier: RouterTier, shapes: dict[str, Shape] | None = None) -> TierPlan:
-    """The worst case: the models_max largest models resident at once, each split by layers over the node's GPUs
-    as llama.cpp does by default (equal shares for equal GPUs; the output layer on the last one)."""
+def plan_one_node(c: Cluster, tier: Tier, shapes: dict[str, Shape] | None = None, ubatch: int = 512) -> TierPlan:
+    """A tier on one node (router mode, embeddings), at its worst: the models_max largest of its models resident at
+    once, each split by layers over the node's GPUs as llama.cpp does by default (equal shares for equal GPUs; the
+    output layer on the last one); ubatch: its physical batch (llama-server's default 512 in router mode)."""
     shapes = shapes or {}
-    node = c.node(tier.node)
-    models = sorted((c.model(m) for m in tier.models), key=lambda m: m.bytes, reverse=True)
+    node = c.node(tier.head)
+    models = sorted((c.model(m) for m in tier.served_models), key=lambda m: m.bytes, reverse=True)
     resident = models[: tier.models_max or len(models)]
     gpus = node.gpu_devices
     count = max(1, len(gpus))
@@ -313,9 +314,9 @@ def plan_router_tier(c: Cluster, tier: RouterTier, shapes: dict[str, Shape] | No
             part["kv"] += kv_layer * len(blocks)
             # children run llama.cpp's default --flash-attn auto: on for a CPU (measured in the lab); on a GPU
             # the larger no-flash buffer is planned, since auto's choice there depends on the card
-            part["compute"] += compute_bytes(s, tier.ctx_size, 512, not gpus, output, cuda=bool(gpus)) \
+            part["compute"] += compute_bytes(s, tier.ctx_size, ubatch, not gpus, output, cuda=bool(gpus)) \
                 if blocks or output else 0
-            part["pool"] += pool_bytes(s, tier.ctx_size, 512, False, gpus[i].prompt_via_cublas) \
+            part["pool"] += pool_bytes(s, tier.ctx_size, ubatch, False, gpus[i].prompt_via_cublas) \
                 if gpus and (blocks or output) else 0
     devices = []
     for i, (gpu, part) in enumerate(zip(gpus or [None], parts)):

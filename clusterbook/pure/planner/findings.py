@@ -84,7 +84,7 @@ def plan_findings(c: Cluster, plans: dict[str, TierPlan], cplan=None) -> list[tu
         if tier.workers and idle:
             out.append((("tiers", i, "tensor_split"), f"tier {tier.name}'s split gives {idle[0].device} on "
                         f"{idle[0].node} no layer: a worker that holds nothing still costs a hop per token"))
-        if tier.ctx_size // tier.parallel < MIN_SLOT_CTX:
+        if tier.api == "chat" and tier.ctx_size // tier.parallel < MIN_SLOT_CTX:  # an embedding has no answer
             out.append((("tiers", i, "parallel"), f"{tier.parallel} slots share {tier.ctx_size:,} tokens: "
                         f"{tier.ctx_size // tier.parallel:,} each, fewer than {MIN_SLOT_CTX:,} (a prompt and "
                         "its answer); give fewer slots or a larger context"))

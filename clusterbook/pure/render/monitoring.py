@@ -15,7 +15,7 @@ import yaml
 from clusterbook.model.hosts import candidate_nodes
 from clusterbook.model.schema import Cluster, Tier
 from clusterbook.model.siteschema import ALERT_REPEAT_S
-from clusterbook.pure import slurmjob, troubles
+from clusterbook.pure import kinds, slurmjob, troubles
 from clusterbook.pure import topology as topo
 from clusterbook.pure.kinds import plan_cluster
 from clusterbook.pure.layout import RULES, SD_DIR, TEXTFILE_DIR
@@ -59,13 +59,15 @@ def target_labels(tier: Tier) -> list[dict]:
 
 def probe_config(c: Cluster) -> str:
     """The tier probe's configuration: per tier its URL (a SLURM tier's from its endpoint record), key file,
-    models, SLURM job and how long a one-token completion may take."""
+    models, its kind's one short request, SLURM job and how long that may take."""
     tiers = []
     for tier in c.tiers:
         targets = c.targets_for(tier.name)
         ttft = targets.ttft_s.critical if targets and targets.ttft_s else 15
         slurm = tier.manager == "slurm"
+        path, body = kinds.of(tier).request("")
         tiers.append({"name": tier.name, "router": tier.router_mode, "models": tier.served_models,
+                      "request": {"path": path, "body": body},  # the model's id goes in at each probe
                       "url": None if slurm else topo.endpoint_url(c, tier),
                       "record": posixpath.join(c.storage.endpoint_dir, f"{tier.name}.json") if slurm else None,
                       "job": {"job": topo.units(tier).job, "user": c.access.user, "nodes": candidate_nodes(c, tier),
