@@ -10,6 +10,7 @@ import pytest
 from clusterbook.acceptance.steps.clients import *  # noqa: F403  the step definitions, one module per feature
 from clusterbook.acceptance.steps.common import *  # noqa: F403
 from clusterbook.acceptance.steps.distribution import *  # noqa: F403
+from clusterbook.acceptance.steps.embeddings import *  # noqa: F403
 from clusterbook.acceptance.steps.helpers import is_lab, waiting_tiers
 from clusterbook.acceptance.steps.monitoring import *  # noqa: F403
 from clusterbook.acceptance.steps.on_demand import *  # noqa: F403
