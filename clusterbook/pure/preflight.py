@@ -221,10 +221,13 @@ def shared_and_port_checks(c: Cluster, node: str, facts: dict[str, list[str]]) -
                          "ok" if not by or by in may else "failed"))
     if c.slurm_tiers and node == c.keeper_node:
         have = {"partition": set(facts.get("partition", [])), "qos": set(facts.get("qos", []))}
+        ours = {p.name for p in c.slurm.partitions} if c.slurm else set()  # the slurm.conf deploy.slurm writes
         for kind, names in (("partition", {t.slurm.partition for t in c.slurm_tiers}),
                             ("qos", {t.slurm.qos for t in c.slurm_tiers if t.slurm.qos})):
             for name in sorted(names):
-                out.append(Check(node, f"SLURM {kind} {name}", "exists (the tiers' jobs ask for it)",
-                                 "exists" if name in have[kind] else "missing (Tiers page: what SLURM must have)",
-                                 "ok" if name in have[kind] else "failed"))
+                coming = kind == "partition" and name in ours
+                found = ("exists" if name in have[kind] else "missing: deploy.slurm writes it (clusterbook's "
+                         "slurm.conf)" if coming else "missing (Tiers page: what SLURM must have)")
+                out.append(Check(node, f"SLURM {kind} {name}", "exists (the tiers' jobs ask for it)", found,
+                                 "ok" if name in have[kind] or coming else "failed"))
     return out

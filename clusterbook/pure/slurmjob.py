@@ -123,12 +123,15 @@ def serving(c: Cluster, tier: Tier) -> tuple[str, str]:
 
 def gateway_points_at(c: Cluster, tier: Tier) -> tuple[str, str]:
     """(command, label): rewrite the gateway's upstreams now and print `gateway: …` once the tier's route answers
-    /health (or once it is clear the gateway is not deployed yet)."""
+    /health (or once it is clear the gateway is not deployed yet, or has no route to the tier yet)."""
     route = next(r for r in c.gateway.routes if r.tier == tier.name)
     updater, url = layout.path(c, "updater"), f"http://{c.gateway.listen[0]}:{route.port}"
     released = (f"if {_unless_released(c, tier)}; then echo \"gateway: {tier.name} released on demand: not "
                 f"asked (a request would start it)\"; exit 0; fi; ") if tier.on_demand else ""
-    command = (f"{released}if [ -x {updater} ] && systemctl is-active --quiet nginx; then {updater} >/dev/null && "
+    site = layout.path(c, "nginx_site")  # a tier new to the file: the gateway's site has no route to it yet
+    command = (f"{released}if [ -x {updater} ] && systemctl is-active --quiet nginx; then "
+               f"if ! grep -qs 'listen {c.gateway.listen[0]}:{route.port};' {site}; then echo \"gateway: no route to "
+               f"{tier.name} yet (invoke deploy.gateway adds it)\"; exit 0; fi; {updater} >/dev/null && "
                f"curl -sf -o /dev/null -m 5 {url}/health && echo \"gateway: {url} serves {tier.name}\"; "
                f"else echo \"gateway: not deployed yet\"; fi")
     return command, f"rewrite the upstreams and wait until the gateway answers for {tier.name}"

@@ -457,6 +457,58 @@ def test_past_its_slots_and_queue_a_request_gets_429_at_once(slurm_lab, tmp_path
     assert overload["gateway_ms"]["max"] is not None, overload  # nginx said how long it took (its own header)
 
 
+EMBED_TIER = """  - name: embed
+    kind: embeddings
+    description: Embeddings of the small model on slab3, in a partition of its own.
+    manager: slurm
+    node: slab3
+    port: 8182
+    model: lab-fast-a
+    ctx_size: 512
+    batch_size: 256
+    ubatch_size: 256
+    threads: 1
+    slurm: {partition: embed, mem: 1G, grace_seconds: 10, requeue: false, gres: null, keeper_interval_s: 3}
+"""
+
+
+def with_embeddings_tier(path: Path) -> Path:
+    """The SLURM lab with an embeddings tier on slab3 in a partition of its own, behind the gateway at /embeddings/.
+    Not in the lab's file: its nodes have 2 CPUs each and the reasoning tier asks one on every node, so a third job
+    beside the fast tier's left the reasoning tier pending in the preemption scenarios (measured)."""
+    text = SLURM_LAB.read_text()
+    for anchor in ("\nplanner:", "    - {name: ai, ", "    - {path: /reasoning/"):
+        assert text.count(anchor) == 1, f"the SLURM lab's file changed ({anchor!r}): update this test"
+    text = text.replace("\nplanner:", EMBED_TIER + "\nplanner:")
+    partition = "    - {name: embed, nodes: [slab3], priority_tier: 1, preempt_mode: REQUEUE}\n"
+    text = text.replace("    - {name: ai, ", partition + "    - {name: ai, ")
+    text = text.replace("    - {path: /reasoning/", "    - {path: /embeddings/, tier: embed, port: 8087}\n"
+                        "    - {path: /reasoning/")
+    path.write_text(text)
+    return path
+
+
+def test_an_embeddings_tier_runs_as_a_slurm_job_behind_the_gateway(slurm_lab, ssh, tmp_path):
+    """Issue 68: the third kind under SLURM. Its job (slurm.conf's new partition first) runs on slab3, registers its
+    endpoint, the gateway routes /embeddings/ to it and its scenario passes; stop.embed cancels its own job."""
+    embed = with_embeddings_tier(tmp_path / SLURM_LAB.name)
+    try:
+        stopped = invoke("stop.fast", cluster=SLURM_LAB)  # wherever SLURM put it, slab3 keeps a CPU for embed
+        assert stopped.returncode == 0, stopped.stdout[-2000:] + stopped.stderr
+        run = invoke("deploy.slurm", "deploy.gateway", "deploy.embed", cluster=embed, timeout=600)
+        assert run.returncode == 0, run.stdout[-3000:] + run.stderr
+        result = invoke("verify", "--only", "Embeddings", cluster=embed, timeout=300)
+        assert result.returncode == 0 and "1 passed" in result.stdout, result.stdout[-3000:] + result.stderr
+        running = ssh.run("slab1", "squeue -h -n llama-embed -o '%T %N %P'")
+        assert running.stdout.split() == ["RUNNING", "slab3", "embed"], running.stdout
+        gone = invoke("stop.embed", cluster=embed)
+        assert gone.returncode == 0, gone.stdout[-2000:] + gone.stderr
+        assert ssh.run("slab1", "squeue -h -n llama-embed").stdout.strip() == ""
+    finally:
+        back = invoke("deploy.slurm", "deploy.fast", "deploy.gateway", cluster=SLURM_LAB, timeout=600)
+        assert back.returncode == 0, back.stdout[-3000:] + back.stderr
+
+
 def test_every_diagnose_command_of_beefcake2s_troubleshooting_returns_on_the_slurm_lab(slurm_lab, tmp_path):
     """Issue 47 item 2: beefcake2's troubleshooting entries on the SLURM lab's nodes (the same tiers), each read-only
     command run as the Troubleshooting page shows it (`ssh NODE "…"`, through the ssh_config clusterbook writes; an

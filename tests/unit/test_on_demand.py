@@ -58,7 +58,7 @@ def test_the_wake_service_and_the_keeper_share_the_tiers_figures(on_demand):
         "marks": {m: f"/{'var/lib/clusterbook/demand' if m in DEMAND_MARKS else 'etc/llama/slurm'}/llama-reasoning.{m}"
                   for m in MARKS}}}
     keeper = json.loads(rendered["/etc/clusterbook/keeper.json"])
-    assert {j["tier"]: j["idle_s"] for j in keeper["jobs"]} == {"fast": None, "reasoning": 10, "embed": None}
+    assert {j["tier"]: j["idle_s"] for j in keeper["jobs"]} == {"fast": None, "reasoning": 10}
     assert keeper["wake_port"] == on_demand.gateway.wake_port
     assert next(j for j in keeper["jobs"] if j["tier"] == "reasoning")["marks"] == config["tiers"]["reasoning"]["marks"]
 

@@ -125,3 +125,15 @@ def test_the_keepers_node_finds_the_partitions_and_qos_the_tiers_ask_for():
     assert found["SLURM partition gpu_ai"][0] == "ok" and found["SLURM qos ai_opportunistic"][0] == "ok"
     missing = verdicts("partition=vasp_priority\nqos=normal\n", node="slurm-ctl")
     assert missing["SLURM partition gpu_ai"][0] == "failed" and missing["SLURM qos ai_opportunistic"][0] == "failed"
+
+
+def test_a_partition_the_clusterbook_slurm_conf_adds_is_not_a_blocker():
+    """Where clusterbook writes slurm.conf (the file's slurm section), a partition it names is one deploy.slurm adds:
+    missing before it runs is expected (found on the SLURM lab, adding the embeddings tier's partition)."""
+    from clusterbook.model.loader import load_cluster
+    from clusterbook.pure.preflight import shared_and_port_checks
+
+    lab = load_cluster(ROOT / "lab/cluster-slurm.yaml")
+    checks = {c.check: c for c in shared_and_port_checks(lab, lab.keeper_node, {"partition": ["vasp"]})}
+    ai = checks["SLURM partition ai"]
+    assert ai.verdict == "ok" and "deploy.slurm writes it" in ai.found
