@@ -75,3 +75,34 @@ def test_every_tier_is_planned_flagged_and_filed_through_its_kind(cluster):
         assert kind.name == t.kind and kinds.plan_tier(c, t).tier == t.name
         assert kinds.server_argv(c, t)[0].endswith(c.engine.server_binary)
         assert set(kind.http_servers(c, t)) <= {n.name for n in c.nodes}
+
+
+def test_the_embeddings_kind_serves_vectors_and_plans_no_decoding():
+    c = load_cluster(ROOT / "lab/cluster.yaml")
+    tier = c.tier("embed")
+    argv = kinds.server_argv(c, tier)
+    assert "--embeddings" in argv and argv[argv.index("--pooling") + 1] == "mean"
+    assert argv[argv.index("--ubatch-size") + 1] == "256" and "--rpc" not in argv and "--models-preset" not in argv
+    plan = kinds.plan_tier(c, tier)
+    assert plan.decode_bound_tps is None and [d.node for d in plan.devices] == ["lab2"]
+    assert kinds.of(tier).request("m") == ("/v1/embeddings", {"model": "m", "input": "Say OK."})
+    units = [a for a in kinds.of(tier).files(c, tier, True)]
+    assert [a.path for a in units] == ["/etc/systemd/system/llama-embed.service"]
+
+
+@pytest.mark.parametrize("old, new, want", [
+    ("    batch_size: 256\n    ubatch_size: 256\n", "    batch_size: 1024\n    ubatch_size: 1024\n",
+     "above a slot's context"),  # a slot holds 512 tokens
+    ("    threads: 1\n", "    threads: 1\n    pooling: rank\n", "pooling"),  # a reranker's, not a vector's
+    ("    threads: 1\n", "    threads: 1\n    workers: [lab3]\n", "workers"),  # another kind's setting
+])
+def test_an_embeddings_tier_is_checked_as_its_kind(tmp_path, old, new, want):
+    from clusterbook.model.problems import InputError
+
+    text = (ROOT / "lab/cluster.yaml").read_text()
+    block = text[text.index("  - name: embed\n"):text.index("\ngateway:")]
+    path = tmp_path / "cluster.yaml"
+    path.write_text(text.replace(block, block.replace(old, new, 1)))
+    with pytest.raises(InputError) as err:
+        load_cluster(path)
+    assert want in str(err.value), str(err.value)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import posixpath
+from dataclasses import replace
 
 from clusterbook.model.hosts import candidate_nodes
 from clusterbook.model.schema import Cluster, EmbeddingsTier
@@ -48,7 +49,10 @@ def job(c: Cluster, tier: EmbeddingsTier) -> JobSteps:
 
 
 def plan(c: Cluster, tier: EmbeddingsTier, shape):
-    return plan_one_node(c, tier, {tier.model: shape} if shape else None, ubatch=tier.ubatch_size)
+    """Its memory on one node as router mode's with its physical batch; no decode bound (it generates no token)."""
+    one = plan_one_node(c, tier, {tier.model: shape} if shape else None, ubatch=tier.ubatch_size)
+    return replace(one, decode_bound_tps=None, decode_bound_full_ctx_tps=None,
+                   notes=[f"one vector per input: its longest input is {tier.ubatch_size:,} tokens (ubatch_size)"])
 
 
 def examples(c: Cluster, tier: EmbeddingsTier, recovery_s: float | None) -> dict[str, str]:
