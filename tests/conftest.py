@@ -1,6 +1,9 @@
 """Shared fixtures: paths of the cluster files used across the suite."""
 
+import copy
 import os
+import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -52,9 +55,48 @@ def seeds_placement(text: str) -> str:
             .replace(SEEDS_CO_RESIDE, "  co_reside: []\n"))  # D18's declaration came with D18
 
 
+def whole_data(path: Path) -> dict:
+    """A cluster file's data with its parts and patch series read in, as one self-contained mapping (no `parts`, no
+    `patch_series`): what a test edits and writes elsewhere."""
+    from clusterbook.model.loader import REPOSITORY
+    from clusterbook.model.parts import with_parts, with_series
+    from clusterbook.model.yamlsource import load_yaml
+
+    data = copy.deepcopy(with_series(with_parts(load_yaml(path)), REPOSITORY).data)
+    data.pop("parts", None)
+    data.get("engine", {}).pop("patch_series", None)
+    return data
+
+
+def copy_with_parts(folder: Path) -> Path:
+    """beefcake2's cluster.yaml and its parts (cluster.d/) copied into `folder`, for a test that edits a part."""
+    shutil.copy(CLUSTERS["beefcake2"], folder / "cluster.yaml")
+    shutil.copytree(CLUSTERS["beefcake2"].parent / "cluster.d", folder / "cluster.d")
+    return folder / "cluster.yaml"
+
+
+def whole_text(path: Path | None = None) -> str:
+    """A cluster file as one self-contained text (beefcake2's unless given): its parts appended, its patch series
+    written in. What tests edit as text and load from elsewhere; a line number in it is the test's own."""
+    path = path or CLUSTERS["beefcake2"]
+    text = path.read_text()
+    named = re.search(r"^parts: \[(.*)\]\n", text, re.M)
+    if named:
+        text = text.replace(named.group(0), "")
+    series = re.search(r"^  patch_series: (\S+).*\n", text, re.M)
+    if series:
+        listed = (CLUSTERS["beefcake2"].parent / series.group(1)).read_text()  # relative to the repository
+        listed = listed[listed.index("patches:\n") + len("patches:\n"):]
+        text = text.replace(series.group(0), "  patches:\n" + "".join(
+            "  " + line if line.strip() else line for line in listed.splitlines(keepends=True)))
+    for name in ([n.strip() for n in named.group(1).split(",")] if named else []):
+        text = text.rstrip("\n") + "\n\n" + (path.parent / name).read_text()
+    return text
+
+
 @pytest.fixture(scope="session")
 def beefcake2_seeds(tmp_path_factory):
     """beefcake2 with the seeds' three-GPU reasoning placement (see seeds_placement)."""
     path = tmp_path_factory.mktemp("seeds") / "cluster.yaml"
-    path.write_text(seeds_placement(CLUSTERS["beefcake2"].read_text()))
+    path.write_text(seeds_placement(whole_text()))
     return load_cluster(path)

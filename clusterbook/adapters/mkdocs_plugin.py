@@ -98,7 +98,8 @@ def printable(site: DocsInputs) -> str:
 
 
 def page_sources(site: DocsInputs, page: str) -> list[str]:
-    """The files a page is made from: the cluster file, and its Markdown or its runbook(s)."""
+    """The files a page is made from: the cluster file (with its parts: the newest change of them), and its
+    Markdown or its runbook(s)."""
     runbooks = {r.page: r.runbook for r in site.runbooks if r.page}
     if page == PRINTABLE:
         own = sorted({f"runbooks/{name}.yaml" for name in runbooks.values()})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import posixpath
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -47,6 +48,7 @@ class DocsInputs:
     pictures: dict[str, str]  # generated file name -> SVG text
     settings: Settings  # where its results come from: the reports and the apply records (runs/changes)
     history: dict[str, tuple[int, str]] = field(default_factory=dict)  # source file -> its last change
+    cluster_parts: list[str] = field(default_factory=list)  # the files of its parts, as the cluster file's path
 
 
 def build_stamp(site: DocsInputs, built_at: str) -> str:
@@ -68,7 +70,8 @@ def built_at() -> str:
 def build_docs_inputs(path: str, s: Settings) -> DocsInputs:
     """The site for a cluster file and its results' folders, recomputed when the file or a runbook changes
     (docs.serve reloads)."""
-    stamp = tuple(p.stat().st_mtime_ns for p in [Path(path), *sorted(RUNBOOK_DIR.glob("*.yaml"))])
+    files = [Path(path), *(Path(p) for p in parts_of(path)), *sorted(RUNBOOK_DIR.glob("*.yaml"))]
+    stamp = tuple(p.stat().st_mtime_ns if p.exists() else None for p in files)
     return _build_docs_inputs(path, s, stamp)
 
 
@@ -103,9 +106,20 @@ def _build_docs_inputs(path: str, s: Settings, stamp: tuple) -> DocsInputs:
         pictures.update({pages.picture_file(f"capacity-{node}", narrow): svg
                          for node, svg in node_pictures(residency, narrow).items()})
         pictures.update(result_pictures(s.reports, c, path, narrow))
-    sources = [path, *(f"docs/{p.relative_to('docs').as_posix()}" for p in Path("docs").rglob("*.md")),
+    parts = parts_of(path)
+    sources = [path, *parts, *(f"docs/{p.relative_to('docs').as_posix()}" for p in Path("docs").rglob("*.md")),
                *(f"runbooks/{p.name}" for p in RUNBOOK_DIR.glob("*.yaml"))]
-    return DocsInputs(path, c, plans, published(c, render_artifacts(c)), docs, pictures, s, file_history(sources))
+    history = file_history(sources)
+    newest = min((history[p] for p in [path, *parts] if p in history), default=None)  # the file with its parts
+    if newest:
+        history[path] = newest
+    return DocsInputs(path, c, plans, published(c, render_artifacts(c)), docs, pictures, s, history, parts)
+
+
+def parts_of(path: str) -> list[str]:
+    """The files of the cluster file's parts, each as the cluster file's own path is written (cluster.d/x.yaml
+    beside cluster.yaml): a page's "last changed" counts the newest of the file and its parts as the file's."""
+    return [posixpath.normpath(posixpath.join(posixpath.dirname(path), name)) for name in load_cluster(path).parts]
 
 
 def file_history(paths: list[str]) -> dict[str, tuple[int, str]]:

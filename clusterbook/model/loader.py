@@ -11,6 +11,7 @@ from pathlib import Path as FsPath
 from pydantic import BaseModel, ValidationError
 
 from clusterbook.model.crosscheck import check_cluster
+from clusterbook.model.parts import part_files, with_parts, with_series
 from clusterbook.model.problems import InputError, Path, Problem, shown
 from clusterbook.model.schema import Cluster
 from clusterbook.model.yamlsource import YamlDocument, load_yaml
@@ -31,15 +32,27 @@ def load_cluster_document(path: str | FsPath) -> tuple[Cluster, YamlDocument]:
         key = (str(FsPath(path).resolve()), stat.st_mtime_ns, stat.st_size)
     except OSError:
         key = None  # load_yaml reports the missing file
-    if key is not None and key in _LOADED:
-        return _LOADED[key]
+    if key is not None and key in _LOADED and _LOADED[key][1] == _stats(part_files(_LOADED[key][0][1])):
+        return _LOADED[key][0]
     loaded = _load_cluster_document(path)
     if key is not None:
-        _LOADED[key] = loaded
+        _LOADED[key] = (loaded, _stats(part_files(loaded[1])))
     return loaded
 
 
-_LOADED: dict[tuple, tuple[Cluster, YamlDocument]] = {}
+_LOADED: dict[tuple, tuple[tuple[Cluster, YamlDocument], tuple]] = {}
+
+
+def _stats(files: list[str]) -> tuple:
+    """Each file's modification time and size (a part edited since: the file is loaded again)."""
+    out = []
+    for f in files:
+        try:
+            stat = FsPath(f).stat()
+            out.append((f, stat.st_mtime_ns, stat.st_size))
+        except OSError:
+            out.append((f, None, None))
+    return tuple(out)
 
 
 REPOSITORY = FsPath(__file__).resolve().parents[2]  # engine.patches[].file is relative to it
@@ -68,7 +81,7 @@ def read_patches(cluster: Cluster) -> list[tuple[Path, str]]:
 
 
 def _load_cluster_document(path: str | FsPath) -> tuple[Cluster, YamlDocument]:
-    doc = load_yaml(path)
+    doc = with_series(with_parts(load_yaml(path)), REPOSITORY)
     cluster = validate_document(doc, Cluster)
     problems = [doc.problem(p, msg) for p, msg in check_cluster(cluster) + read_patches(cluster)]
     if problems:
@@ -99,8 +112,14 @@ def _to_problem(doc: YamlDocument, model: type[BaseModel], err: dict) -> Problem
     elif msg.startswith("Value error, "):
         msg = msg[len("Value error, "):]
     if kind not in ("missing", "extra_forbidden") and "input" in err and not isinstance(err["input"], (dict, list)):
-        msg += f" (got {shown(err['input'])})" + _type_trap(kind, err["input"], doc.plain.get(path))
+        msg += f" (got {shown(err['input'])})" + _type_trap(kind, err["input"], _written(doc, path))
     return doc.problem(path, msg)
+
+
+def _written(doc: YamlDocument, path: Path) -> str | None:
+    """A scalar as written, in the file that holds it."""
+    holder, inner = doc.holder(path)
+    return holder.plain.get(inner)
 
 
 def _type_trap(kind: str, value: object, written: str | None) -> str:

@@ -277,6 +277,10 @@ class Engine(Strict):
     patches: list[EnginePatch] = Field(default_factory=list, max_length=20,
                                        description="source patches applied in order before configure (a build from "
                                                    "source only); the build's folder and release carry their digest")
+    patch_series: str | None = Field(None, pattern=r"^patches/[A-Za-z0-9_./-]+\.yaml$", max_length=255,
+                                     description="a file under patches/ that holds the patches (a mapping with "
+                                                 "`patches:`), written once for every cluster file that uses it; "
+                                                 "instead of `patches`")
     cpu_features_off: list[Literal["amx"]] = Field(
         default_factory=list, max_length=1,
         description="instruction-set extensions a build from source leaves out even where its build node's CPU has "

@@ -3,6 +3,8 @@ recordschema, siteschema); unknown keys are errors."""
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from pydantic import (
     Field,
 )
@@ -26,6 +28,8 @@ from clusterbook.model.nodeschema import (  # noqa: F401 (the schema's names, on
     OperatingSystem,
     Storage,
 )
+from clusterbook.model.parts import MAX_PARTS, PART_NAME
+from clusterbook.model.parts import SECTIONS as PART_SECTIONS
 from clusterbook.model.recordschema import (  # noqa: F401 (the schema's names, one import for its users)
     DEFAULT_RECOVERY,
     HIGHER_IS_BETTER,
@@ -103,6 +107,10 @@ class Cluster(Strict):
     """The whole cluster file."""
 
     cluster: ClusterInfo = Field(description="name, description, docs URL")
+    parts: list[Annotated[str, Field(pattern=PART_NAME.pattern, max_length=255)]] = Field(
+        default_factory=list, max_length=MAX_PARTS,
+        description="files beside this one that hold some of its sections (" + ", ".join(PART_SECTIONS) + "), "
+                    "relative to it: the settings stay here, the records and on-call entries there")
     owner: Owner | None = Field(None, description="who answers for the cluster and whom to escalate to (the home "
                                                   "and troubleshooting pages show it); a production file without "
                                                   "one is refused unless owner_unrecorded names a decision")

@@ -24,9 +24,22 @@ class YamlDocument:
     data: Any
     lines: dict[Path, int] = field(default_factory=dict)
     plain: dict[Path, str] = field(default_factory=dict)  # unquoted scalars as written, for type-trap hints
+    # a section kept in a file of its own (model/parts.py): its path here -> (that file, the section's path there)
+    parts: dict[Path, tuple[YamlDocument, Path]] = field(default_factory=dict)
+
+    def holder(self, path: Path) -> tuple[YamlDocument, Path]:
+        """The document that holds `path` and the path there: this one, or the part its section is in."""
+        for end in range(len(path), 0, -1):
+            if tuple(path[:end]) in self.parts:
+                doc, inner = self.parts[tuple(path[:end])]
+                return doc, tuple(inner) + tuple(path[end:])
+        return self, tuple(path)
 
     def line_of(self, path: Path) -> int | None:
-        """The line of the deepest prefix of `path` that exists in the document."""
+        """The line of the deepest prefix of `path` that exists in the document (or in the part that holds it)."""
+        doc, inner = self.holder(path)
+        if doc is not self:
+            return doc.line_of(inner)
         for end in range(len(path), -1, -1):
             line = self.lines.get(tuple(path[:end]))
             if line is not None:
@@ -49,8 +62,8 @@ class YamlDocument:
         return text
 
     def problem(self, path: Path, message: str) -> Problem:
-        """A Problem located in this document."""
-        return Problem(path=tuple(path), message=message, line=self.line_of(path), file=self.file,
+        """A Problem located in this document (in the file of the part that holds it)."""
+        return Problem(path=tuple(path), message=message, line=self.line_of(path), file=self.holder(path)[0].file,
                        label=self.label_of(path))
 
 

@@ -16,6 +16,7 @@ from clusterbook.commands.settings import of as settings_of
 from clusterbook.model.schema import Cluster
 from clusterbook.pure import docpages as pages
 from clusterbook.pure.mdtext import active_content, fence_for, prose_inline, text
+from tests.conftest import whole_text
 
 ROOT = Path(__file__).resolve().parents[2]
 needs_mermaid = pytest.mark.skipif(not (ROOT / "docs/assets/vendor/mermaid.min.js").exists(),
@@ -23,14 +24,14 @@ needs_mermaid = pytest.mark.skipif(not (ROOT / "docs/assets/vendor/mermaid.min.j
 SCRIPT = "<script>alert('cb')</script>"
 PROSE = (f"{SCRIPT} [x](javascript:alert(1)) {{: onmouseover=alert(2) }} <img src=x onerror=alert(3)>\n\n"
          "[ref]: javascript:alert(4)\n\nsee [ref] <a href='javascript:alert(5)'>a</a>")
-BEEFCAKE2 = (ROOT / "cluster.yaml").read_text()
+BEEFCAKE2 = whole_text()
 PROSE_FIELDS = {"description", "cause", "context", "why"}  # may span lines (cluster.description too)
 LINE = "<img src=x onerror=alert(6)> [y](javascript:alert(7)) {: onclick=alert(8) } `x` | ]]"
 TITLE = "x </title><script>alert(10)</script> <img src=x onerror=alert(11)> & [z](https://elsewhere.example)"
 
 
 def hostile_cluster(tmp_path: Path) -> Path:
-    data = yaml.safe_load((ROOT / "cluster.yaml").read_text())
+    data = yaml.safe_load(whole_text())
     data["cluster"]["description"] = PROSE
     data["tiers"][0]["description"] = LINE
     trouble = data["troubleshooting"][0]

@@ -14,7 +14,8 @@ from .conftest import NEEDS_LAB, ROOT, clients_through, invoke
 
 pytestmark = [pytest.mark.lab, NEEDS_LAB]
 LAB = ROOT / "lab/cluster.yaml"
-DEPLOY = ("deploy.install", "models.fetch", "deploy.router", "deploy.reasoning", "deploy.fast", "deploy.monitoring")
+DEPLOY = ("deploy.install", "models.fetch", "deploy.router", "deploy.reasoning", "deploy.fast", "deploy.embed",
+          "deploy.monitoring")
 
 
 def latest_change(cluster_name: str = "lab") -> dict:

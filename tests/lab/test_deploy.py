@@ -12,7 +12,7 @@ from clusterbook.pure import topology as topo
 from .conftest import LAB, NEEDS_LAB, ROOT, invoke, no_request_fails_through, run_api_examples
 
 pytestmark = [pytest.mark.lab, NEEDS_LAB]
-DEPLOY = ("deploy.install", "models.fetch", "deploy.reasoning", "deploy.fast")
+DEPLOY = ("deploy.install", "models.fetch", "deploy.reasoning", "deploy.fast", "deploy.embed")
 
 
 def chat(url, model, key=None):
@@ -301,12 +301,15 @@ def test_run_log_is_json_lines():
 
 
 def test_the_api_pages_examples_run_against_the_lab(ssh, tmp_path):
-    """Each tier's curl and streaming curl example, as the lab's API page shows it, gets an answer."""
+    """Each tier's curl and streaming curl example, as the lab's API page shows it, gets an answer (the embeddings
+    tier's: vectors)."""
     outputs = run_api_examples(LAB, tmp_path, ssh)
-    assert len(outputs) == 4  # two tiers, a reply and a stream each
-    for out in outputs:
-        assert '"chat.completion' in out and '"error"' not in out, out[:500]
-    assert sum("data: [DONE]" in out for out in outputs) == 2
+    assert len(outputs) == 5  # two chat tiers, a reply and a stream each; the embeddings tier's two inputs
+    chats = [out for out in outputs if '"chat.completion' in out]
+    assert len(chats) == 4 and sum("data: [DONE]" in out for out in chats) == 2
+    vectors = [out for out in outputs if out not in chats]
+    assert len(vectors) == 1 and vectors[0].count('"embedding"') == 2, vectors[0][:500]
+    assert not any('"error"' in out for out in outputs), outputs
 
 
 def test_fabric_and_preflight_pass_and_a_downed_interface_fails_both_naming_the_node(ssh, tmp_path):

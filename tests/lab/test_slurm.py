@@ -17,6 +17,7 @@ import pytest
 from clusterbook.effects.ssh import SshTransport
 from clusterbook.model.loader import load_cluster
 from clusterbook.pure import layout
+from tests.conftest import whole_text
 
 from . import seeds_setup
 from .conftest import NEEDS_LAB, ROOT, SLURM_LAB, clients_through, invoke, no_request_fails_through, run_api_examples
@@ -522,7 +523,7 @@ def test_every_diagnose_command_of_beefcake2s_troubleshooting_returns_on_the_slu
     from clusterbook.effects.ssh import ssh_config_path
     from clusterbook.pure.fixsteps import fix_step_commands
 
-    entries = yaml.safe_load((ROOT / "cluster.yaml").read_text())["troubleshooting"]
+    entries = yaml.safe_load(whole_text())["troubleshooting"]
     file = tmp_path / SLURM_LAB.name
     file.write_text(SLURM_LAB.read_text() + "\n" + yaml.safe_dump({"troubleshooting": entries}, sort_keys=False))
     cluster = load_cluster(file)

@@ -13,7 +13,8 @@ from clusterbook.pure.packagedata import FEATURES
 from .conftest import LAB, NEEDS_LAB, ROOT, invoke, soak_result
 
 pytestmark = [pytest.mark.lab, NEEDS_LAB]
-DEPLOY = ("deploy.install", "models.fetch", "deploy.router", "deploy.reasoning", "deploy.fast", "deploy.monitoring")
+DEPLOY = ("deploy.install", "models.fetch", "deploy.router", "deploy.reasoning", "deploy.fast", "deploy.embed",
+          "deploy.monitoring")
 
 
 @pytest.fixture(scope="module")

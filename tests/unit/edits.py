@@ -7,6 +7,7 @@ from pathlib import Path
 import yaml
 
 from clusterbook.model.loader import load_cluster
+from tests.conftest import whole_data
 
 ROOT = Path(__file__).resolve().parents[2]
 # beefcake2 if slurm-ctl (gateway and monitoring node) runs Rocky 8.10 like the GPU nodes: the seeds do not say
@@ -23,7 +24,7 @@ SLURM_CTL_ON_ROCKY = {
 def edited_cluster(relative: str, edits: dict, folder: Path):
     """The repository's cluster file at `relative` with each edit made (a dotted path, list items by index -> the
     value), written to `folder` and loaded as clusterbook loads any file."""
-    data = yaml.safe_load((ROOT / relative).read_text())
+    data = whole_data(ROOT / relative)
     for dotted, value in edits.items():
         *parents, last = [int(k) if k.isdigit() else k for k in dotted.split(".")]
         target = data

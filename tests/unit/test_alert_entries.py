@@ -11,6 +11,7 @@ from clusterbook.commands.cluster import checked_cluster
 from clusterbook.model.loader import load_cluster
 from clusterbook.model.problems import InputError
 from clusterbook.pure.render.monitoring import alert_findings, alerts
+from tests.conftest import copy_with_parts
 
 from .edits import edited_cluster
 
@@ -18,15 +19,16 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_an_alert_whose_entry_is_missing_is_named_with_its_line(tmp_path):
-    text = (ROOT / "cluster.yaml").read_text()
+    path = copy_with_parts(tmp_path)
+    part = tmp_path / "cluster.d/troubleshooting.yaml"  # the file's entries are in this part of it
+    text = part.read_text()
     start, end = text.index("  - id: rpc-on-ethernet"), text.index("  - id: rpc-port-blocked")
-    path = tmp_path / "cluster.yaml"
-    path.write_text(text[:start] + text[end:])
+    part.write_text(text[:start] + text[end:])
     with pytest.raises(InputError) as raised:
         checked_cluster(str(path))
     [problem] = [str(p) for p in raised.value.problems]
     section = text[:text.index("\ntroubleshooting:")].count("\n") + 2  # the line of `troubleshooting:`
-    assert f"cluster.yaml:{section}: troubleshooting:" in problem, problem
+    assert f"cluster.d/troubleshooting.yaml:{section}: troubleshooting:" in problem, problem
     # only the RPC tier's slow decode has the RPC network as its first cause (issue 47: the single-node fast tier's
     # pointed there too)
     assert "alerts DecodeSlow (reasoning) point to" in problem and "'rpc-on-ethernet'" in problem, problem

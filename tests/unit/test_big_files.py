@@ -11,9 +11,10 @@ from clusterbook.model.crosscheck import MAX_JUMP_CHAIN, check_cluster
 from clusterbook.model.problems import Problem
 from clusterbook.model.schema import Cluster
 from clusterbook.pure.planner import findings
+from tests.conftest import whole_text
 
 ROOT = Path(__file__).resolve().parents[2]
-BASE = yaml.safe_load((ROOT / "cluster.yaml").read_text())
+BASE = yaml.safe_load(whole_text())
 
 
 def test_a_long_jump_chain_is_refused_once_at_the_hop_past_the_limit():

@@ -4,6 +4,8 @@ node names unique in any case, criteria naming real scenarios, levels within wha
 
 import pytest
 
+from tests.conftest import whole_text
+
 from .test_path_roles import ROOT, edit, line_of, problems_of
 
 FAST_JOB = "slurm: {partition: gpu_ai, qos: ai_opportunistic, mem: 64G"
@@ -90,7 +92,7 @@ def test_an_alert_waits_whole_seconds(tmp_path):
 def test_a_split_that_leaves_a_worker_no_layer_is_refused():
     """1,000,000:1:1 over the seeds' three GPUs: the last worker holds nothing and still costs a hop per token."""
     from ..conftest import seeds_placement
-    text = seeds_placement((ROOT / "cluster.yaml").read_text()).replace(
+    text = seeds_placement(whole_text()).replace(
         "tensor_split: {vasp-01: 26, vasp-02: 27, vasp-03: 27}",
         "tensor_split: {vasp-01: 1000000, vasp-02: 1, vasp-03: 1}")
     problems = problems_of(text)

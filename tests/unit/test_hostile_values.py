@@ -18,6 +18,7 @@ from clusterbook.model.schema import Cluster
 from clusterbook.model.yamlsource import parse_yaml
 from clusterbook.pure.render.artifacts import Artifact, render_artifacts
 from clusterbook.pure.render.escaping import UnsafeValue, guard
+from tests.conftest import whole_text
 
 ROOT = Path(__file__).resolve().parents[2]
 CLUSTERS = {name: yaml.safe_load((ROOT / path).read_text())
@@ -172,7 +173,7 @@ def test_the_docs_refuse_an_output_folder_with_a_link_inside(tmp_path):
 def test_invisible_and_direction_changing_characters_are_refused_in_text(char):
     """Trojan Source: a bidirectional override in a description or a title makes a page or a terminal show other
     text than what runs (issue 44)."""
-    text = (ROOT / "cluster.yaml").read_text().replace("source: seeds 000-004", f"source: seeds {char}000-004")
+    text = whole_text().replace("source: seeds 000-004", f"source: seeds {char}000-004")
     line = next(i for i, x in enumerate(text.splitlines(), 1) if x.startswith("  source: seeds "))
     with pytest.raises(InputError) as refused:
         validate_document(parse_yaml(text, "x.yaml"), Cluster)

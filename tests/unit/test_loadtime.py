@@ -13,6 +13,7 @@ from clusterbook.pure.kinds import plan_cluster
 from clusterbook.pure.planner.findings import plan_findings
 from clusterbook.pure.planner.loadtime import hold_s, new_job_hold_s, predict_load
 from clusterbook.pure.render.artifacts import render_artifacts
+from tests.conftest import whole_text
 
 from ..conftest import seeds_placement
 
@@ -72,7 +73,7 @@ def test_a_slow_network_caps_the_rpc_rate():
 
 
 def test_a_recovery_target_the_prediction_cannot_meet_is_refused():
-    data = yaml.safe_load(seeds_placement((ROOT / "cluster.yaml").read_text()))  # the figures of D15
+    data = yaml.safe_load(seeds_placement(whole_text()))  # the figures of D15
     data["targets"][0]["recovery_s"] = {"target": 30, "acceptable": 60, "critical": 120}  # the seeds' target
     reasoning = next(t for t in data["tiers"] if t["name"] == "reasoning")
     reasoning["keep_weights_s"] = 0  # before D31
@@ -126,7 +127,7 @@ def test_a_recovery_target_the_prediction_cannot_meet_is_refused():
 
 
 def test_the_requeue_hold_comes_from_slurm_conf_as_configured_or_declared():
-    data = yaml.safe_load((ROOT / "cluster.yaml").read_text())
+    data = yaml.safe_load(whole_text())
     for tier in data["tiers"]:  # D21's jobs are not requeued: count the hold for jobs that are
         tier["slurm"]["requeue"] = True
     c = Cluster.model_validate(data)
@@ -149,7 +150,7 @@ def test_the_batch_delay_comes_from_the_sites_slurm_conf_as_declared(tmp_path):
     from clusterbook.model.problems import InputError
     from clusterbook.pure.planner.loadtime import cold_start_at_most_s, cold_start_s
 
-    data = yaml.safe_load((ROOT / "cluster.yaml").read_text())
+    data = yaml.safe_load(whole_text())
     before = Cluster.model_validate(data)
     assert before.slurm_batch_sched_delay_s == 3  # SLURM's default: beefcake2's slurm.conf is managed elsewhere
     data["planner"] = {**data.get("planner", {}), "site_batch_sched_delay_s": 1}

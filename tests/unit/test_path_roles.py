@@ -16,9 +16,10 @@ from clusterbook.model.schema import Cluster
 from clusterbook.model.valuetypes import AbsPath, LocalPath
 from clusterbook.model.yamlsource import parse_yaml
 from clusterbook.pure.reference import reference_markdown
+from tests.conftest import whole_text
 
 ROOT = Path(__file__).resolve().parents[2]
-BEEFCAKE2 = (ROOT / "cluster.yaml").read_text()
+BEEFCAKE2 = whole_text()
 
 
 def problems_of(text: str) -> list[str]:
@@ -83,7 +84,7 @@ def test_beefcake2_the_labs_and_the_fixtures_pass():
     assert problems_of(BEEFCAKE2) == []
     for path in ["lab/cluster.yaml", "lab/cluster-slurm.yaml", *sorted(
             str(p.relative_to(ROOT)) for p in (ROOT / "tests/clusters").glob("*.yaml"))]:
-        assert problems_of((ROOT / path).read_text()) == [], path
+        assert problems_of(whole_text(ROOT / path)) == [], path
 
 
 FAST = "tiers:\n  - name: fast\n    kind: router\n"

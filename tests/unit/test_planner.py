@@ -13,6 +13,7 @@ from clusterbook.pure.planner.capacity import GIB, compute_bytes, kv_bytes_per_l
 from clusterbook.pure.planner.findings import evaluate_claim, plan_findings
 from clusterbook.pure.planner.loadtime import predict_load
 from clusterbook.pure.planner.shape import from_declared, from_gguf
+from tests.conftest import whole_text
 from tests.inprocess import run_invoke
 
 from ..conftest import seeds_placement
@@ -200,7 +201,7 @@ def test_target_above_bound_names_both_numbers(beefcake2_seeds):
 
 
 def test_check_cli_fails_an_unfitting_cluster_with_its_line(tmp_path):
-    text = seeds_placement((ROOT / "cluster.yaml").read_text()).replace("    ctx_size: 32768\n    cache_type_k",
+    text = seeds_placement(whole_text()).replace("    ctx_size: 32768\n    cache_type_k",
                                                                         "    ctx_size: 131072\n    cache_type_k")
     f = tmp_path / "big.yaml"
     f.write_text(text)
@@ -224,7 +225,7 @@ def test_gguf_header_gives_exact_tensor_sizes(tmp_path):
 
 def test_plan_json_is_complete(tmp_path):
     seeds = tmp_path / "cluster.yaml"  # the seeds' placement, where the two tiers exclude each other (D14)
-    seeds.write_text(seeds_placement((ROOT / "cluster.yaml").read_text()))
+    seeds.write_text(seeds_placement(whole_text()))
     proc = run_invoke("plan", "--json", "--tier", "reasoning", "--cluster", str(seeds))
     data = json.loads(proc.stdout)
     assert data["tiers"][0]["tier"] == "reasoning" and data["tiers"][0]["fits"] is True

@@ -11,6 +11,7 @@ from clusterbook.pure.kinds import plan_cluster
 from clusterbook.pure.planner.capacity import GIB
 from clusterbook.pure.planner.findings import plan_findings
 from clusterbook.pure.planner.residency import exclusion_text, plan_residency
+from tests.conftest import whole_text
 
 from ..conftest import seeds_placement
 
@@ -134,7 +135,7 @@ def test_beefcake2_states_that_fast_and_reasoning_exclude_each_other_on_vasp_02(
 
 
 def test_beefcake2_as_systemd_tiers_is_refused_naming_vasp_02_and_both_tiers(tmp_path):
-    text = seeds_placement((ROOT / "cluster.yaml").read_text()).replace("manager: slurm", "manager: systemd")
+    text = seeds_placement(whole_text()).replace("manager: slurm", "manager: systemd")
     c = Cluster.model_validate(yaml.safe_load(text))
     together = [p for p in findings(c) if "do not fit together" in p]
     assert together == ["fast, reasoning run at the same time but do not fit together on vasp-02 GPU0 "

@@ -7,6 +7,7 @@ import yaml
 
 from clusterbook.model.loader import load_cluster_document
 from clusterbook.pure.planner import solver
+from tests.conftest import whole_text
 
 from ..conftest import CLUSTERS, D30_PROMPTS, seeds_placement
 
@@ -14,7 +15,7 @@ from ..conftest import CLUSTERS, D30_PROMPTS, seeds_placement
 def beefcake2_with(tmp_path, **reasoning):
     """beefcake2 as the seeds placed it (reasoning over all three GPUs, D14), reasoning changed as given."""
     seeds = tmp_path / "cluster.yaml"
-    seeds.write_text(seeds_placement(CLUSTERS["beefcake2"].read_text()))
+    seeds.write_text(seeds_placement(whole_text()))
     cluster, doc = load_cluster_document(seeds)
     tiers = [t.model_copy(update=reasoning) if t.name == "reasoning" else t for t in cluster.tiers]
     return cluster.model_copy(update={"tiers": tiers}), doc
@@ -68,7 +69,7 @@ def test_bad_input_to_the_solver_is_named(tmp_path):
     with pytest.raises(InputError, match="--min-ctx 100: a context is 256"):
         solve_placements(str(CLUSTERS["beefcake2"]), False, 100)
     big = tmp_path / "big.yaml"  # without flash attention, 131,072 tokens fit no placement of three V100S
-    big.write_text(CLUSTERS["beefcake2"].read_text().replace("    ctx_size: 32768\n    cache_type_k",
+    big.write_text(whole_text().replace("    ctx_size: 32768\n    cache_type_k",
                                                               "    ctx_size: 131072\n    cache_type_k")
                    .replace(D30_PROMPTS, '    flash_attn: "off"\n    batch_size: 256\n    ubatch_size: 256\n'))
     with pytest.raises(InputError, match="no placement fits every tier on its devices: tier reasoning"):
@@ -220,7 +221,7 @@ def test_a_co_reside_group_kept_apart_is_refused_naming_the_placement_that_keeps
     from clusterbook.model.problems import InputError
 
     path = tmp_path / "cluster.yaml"
-    path.write_text(seeds_placement(CLUSTERS["beefcake2"].read_text()).replace("  co_reside: []\n",
+    path.write_text(seeds_placement(whole_text()).replace("  co_reside: []\n",
                                                                               "  co_reside: [[fast, reasoning]]\n"))
     with pytest.raises(InputError) as caught:
         checked_cluster(str(path))
@@ -291,7 +292,7 @@ def test_with_a_context_floor_the_solver_gives_each_request_the_floor_and_serves
     assert best.changes == {"fast": {"parallel": 4}, "reasoning": {"parallel": 4}}, best.changes
     assert best.slot_ctx == {"fast": 8192, "reasoning": 8192}
     assert best.headroom_gib == solver.judge(beefcake2, {}).headroom_gib
-    text = CLUSTERS["beefcake2"].read_text()
+    text = CLUSTERS["beefcake2"].read_text()  # the file the solver edits, as its lines are known
     _, doc = load_cluster_document(CLUSTERS["beefcake2"])
     edited = solver.yaml_edit(text, beefcake2, doc.lines, best.changes)
     assert edited.count("    parallel: 4\n") == 2
