@@ -94,10 +94,11 @@ def test_every_page_says_when_its_sources_last_changed(beefcake2_site):
     Markdown or its runbook."""
     site = beefcake2_site[0]
 
-    def last(path: str) -> str:
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", path], cwd=ROOT, capture_output=True,
+    def last(path: str) -> str:  # the cluster file with its parts: the newest of them
+        paths = [path, "cluster.d"] if path == "cluster.yaml" else [path]
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", *paths], cwd=ROOT, capture_output=True,
                                text=True).stdout.strip()
-        commit = subprocess.run(["git", "log", "-1", "--format=%cs, commit %h", "--", path], cwd=ROOT,
+        commit = subprocess.run(["git", "log", "-1", "--format=%cs, commit %h", "--", *paths], cwd=ROOT,
                                 capture_output=True, text=True).stdout.strip()
         return (commit or "never committed") + (", with uncommitted changes" if dirty else "")
 
