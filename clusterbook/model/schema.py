@@ -122,7 +122,7 @@ class Cluster(Strict):
     engine: Engine = Field(description="the llama.cpp build")
     storage: Storage = Field(description="paths on the nodes")
     models: list[Model] = Field(min_length=1, description="GGUF model files")
-    tiers: list[Tier] = Field(min_length=1, description="inference tiers (kind router or rpc)")
+    tiers: list[Tier] = Field(min_length=1, description="inference tiers (kind router, rpc or embeddings)")
     router: Router | None = Field(None, description="task type -> model rules")
     gateway: Gateway | None = Field(None, description="nginx / tailscale serve in front of the tiers")
     targets: list[Targets] = Field(default_factory=list, description="success criteria per tier")
