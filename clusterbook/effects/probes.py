@@ -37,7 +37,7 @@ class LoadReport:
 def parse_load_report(text: str, c: Cluster, tier: RpcTier) -> LoadReport:
     """Read llama-server's buffer-size lines (-lv 4); RPC buffers are matched to devices by endpoint."""
     by_endpoint = {}
-    for d in topo.tier_devices(c, tier):
+    for d in topo.tier_devices(c, tier) if tier.workers else []:  # a tier on one node: its devices by name
         if d.endpoint:
             by_endpoint.setdefault(d.endpoint, []).append(d.name)
     report = LoadReport(log=text)
