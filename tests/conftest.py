@@ -1,12 +1,12 @@
 """Shared fixtures: paths of the cluster files used across the suite."""
 
-import copy
 import os
 import re
 import shutil
 from pathlib import Path
 
 import pytest
+import yaml
 
 os.environ.setdefault("COLUMNS", "200")  # before clusterbook's console is made: tasks run in process print as in CI
 os.environ["CLUSTERBOOK_LAB_ONLY"] = "1"  # no test's live task reaches a cluster that is not a lab (connections.py)
@@ -58,14 +58,7 @@ def seeds_placement(text: str) -> str:
 def whole_data(path: Path) -> dict:
     """A cluster file's data with its parts and patch series read in, as one self-contained mapping (no `parts`, no
     `patch_series`): what a test edits and writes elsewhere."""
-    from clusterbook.model.loader import REPOSITORY
-    from clusterbook.model.parts import with_parts, with_series
-    from clusterbook.model.yamlsource import load_yaml
-
-    data = copy.deepcopy(with_series(with_parts(load_yaml(path)), REPOSITORY).data)
-    data.pop("parts", None)
-    data.get("engine", {}).pop("patch_series", None)
-    return data
+    return yaml.safe_load(whole_text(path))
 
 
 def copy_with_parts(folder: Path) -> Path:

@@ -48,7 +48,6 @@ class DocsInputs:
     pictures: dict[str, str]  # generated file name -> SVG text
     settings: Settings  # where its results come from: the reports and the apply records (runs/changes)
     history: dict[str, tuple[int, str]] = field(default_factory=dict)  # source file -> its last change
-    cluster_parts: list[str] = field(default_factory=list)  # the files of its parts, as the cluster file's path
 
 
 def build_stamp(site: DocsInputs, built_at: str) -> str:
@@ -113,7 +112,7 @@ def _build_docs_inputs(path: str, s: Settings, stamp: tuple) -> DocsInputs:
     newest = min((history[p] for p in [path, *parts] if p in history), default=None)  # the file with its parts
     if newest:
         history[path] = newest
-    return DocsInputs(path, c, plans, published(c, render_artifacts(c)), docs, pictures, s, history, parts)
+    return DocsInputs(path, c, plans, published(c, render_artifacts(c)), docs, pictures, s, history)
 
 
 def parts_of(path: str) -> list[str]:

@@ -15,6 +15,7 @@ from pydantic import (
     model_validator,
 )
 
+from clusterbook.model.parts import SERIES_NAME
 from clusterbook.model.schemabase import MAX_CONTEXT, RPC_RENAME_BUILD, Port, Strict
 from clusterbook.model.valuetypes import (
     AbsPath,
@@ -277,7 +278,7 @@ class Engine(Strict):
     patches: list[EnginePatch] = Field(default_factory=list, max_length=20,
                                        description="source patches applied in order before configure (a build from "
                                                    "source only); the build's folder and release carry their digest")
-    patch_series: str | None = Field(None, pattern=r"^patches/[A-Za-z0-9_./-]+\.yaml$", max_length=255,
+    patch_series: str | None = Field(None, pattern=SERIES_NAME.pattern, max_length=255,
                                      description="a file under patches/ that holds the patches (a mapping with "
                                                  "`patches:`), written once for every cluster file that uses it; "
                                                  "instead of `patches`")

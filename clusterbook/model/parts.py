@@ -12,6 +12,7 @@ from clusterbook.model.yamlsource import YamlDocument, load_yaml
 SECTIONS = ("decisions", "criteria", "rehearsals", "observations", "troubleshooting")  # records, and on call
 MAX_PARTS = 8
 PART_NAME = re.compile(r"^([A-Za-z0-9_][A-Za-z0-9_.-]*/){0,3}[A-Za-z0-9_][A-Za-z0-9_.-]*\.yaml$")  # no '..'
+SERIES_NAME = re.compile(r"^patches/([A-Za-z0-9_][A-Za-z0-9_.-]*/){0,2}[A-Za-z0-9_][A-Za-z0-9_.-]*\.yaml$")
 
 
 def with_parts(doc: YamlDocument) -> YamlDocument:
@@ -28,7 +29,7 @@ def with_parts(doc: YamlDocument) -> YamlDocument:
             problems.append(doc.problem(("parts", i), f"expected a .yaml file beside this one or in a folder below "
                                                       f"it (letters, digits, '_', '.', '-'; no '..'), got {name!r}"))
             continue
-        part = load_yaml(FsPath(doc.file).parent / name)
+        part = load_yaml(_within(FsPath(doc.file).parent, name, doc, ("parts", i)))
         if not isinstance(part.data, dict):
             problems.append(part.problem((), f"expected a mapping of sections ({', '.join(SECTIONS)})"))
             continue
@@ -58,7 +59,7 @@ def with_series(doc: YamlDocument, root: FsPath) -> YamlDocument:
                                              f"{name!r}")])
     if "patches" in engine:
         raise InputError([doc.problem(("engine", "patches"), "give the patches or a patch_series, not both")])
-    series = load_yaml(root / name)
+    series = load_yaml(_within(root, name, doc, where))
     if not isinstance(series.data, dict) or set(series.data) != {"patches"}:
         raise InputError([series.problem((), "expected a mapping with one key, patches: the series in order")])
     merged = {**doc.data, "engine": {**engine, "patches": series.data["patches"]}}
@@ -66,7 +67,12 @@ def with_series(doc: YamlDocument, root: FsPath) -> YamlDocument:
                         parts={**doc.parts, ("engine", "patches"): (series, ("patches",))})
 
 
-SERIES_NAME = re.compile(r"^patches/([A-Za-z0-9_][A-Za-z0-9_.-]*/){0,2}[A-Za-z0-9_][A-Za-z0-9_.-]*\.yaml$")
+def _within(folder: FsPath, name: str, doc: YamlDocument, where: tuple) -> FsPath:
+    """folder/name, refused where a link takes it out of folder: the cluster file names only files beside it."""
+    path = folder / name
+    if not path.resolve().is_relative_to(folder.resolve()):
+        raise InputError([doc.problem(where, f"{name} leads out of {folder} (a link): name a file in it")])
+    return path
 
 
 def part_files(doc: YamlDocument) -> list[str]:

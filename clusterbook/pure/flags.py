@@ -79,6 +79,11 @@ def rpc_env(c: Cluster, tier: Tier) -> list[tuple[str, str, str]]:
     return env
 
 
+def server_command(c: Cluster, flags: list[Flag]) -> list[str]:
+    """llama-server's argv with these flags (each kind's: kinds.server_flags)."""
+    return [binary(c, c.engine.server_binary)] + [a for f in flags for a in f.argv()]
+
+
 def worker_argv(c: Cluster, tier: RpcTier, node: str) -> list[str]:
     return [binary(c, c.engine.rpc_worker_binary)] + [a for f in worker_flags(c, tier, node) for a in f.argv()]
 

@@ -23,17 +23,22 @@ def deployed():
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr
 
 
+def assert_report_is_plan(report, plan) -> None:
+    """Every device's weights and KV cache within 2 % of the plan, its compute buffers within 10 %."""
+    for device in plan.devices:
+        name = device.device
+        assert report.weights[name] == pytest.approx(device.weights, rel=0.02), f"{name} weights: {report.log}"
+        assert report.kv[name] == pytest.approx(device.kv, rel=0.02), f"{name} KV cache: {report.log}"
+        assert report.compute[name] == pytest.approx(device.compute, rel=0.10), f"{name} compute: {report.log}"
+
+
 def test_plan_matches_llama_cpp(deployed, lab_cluster, ssh):
     tier = lab_cluster.tier("reasoning")
     shape = from_gguf(Lab(lab_cluster, ROOT).www / "lab" / "lab-reasoning.gguf")
     plan = plan_tier(lab_cluster, tier, shape)
     report = load_report(ssh, lab_cluster, tier)
     assert report.offloaded == (9, 13), report.log
-    for device in plan.devices:
-        name = device.device
-        assert report.weights[name] == pytest.approx(device.weights, rel=0.02), f"{name} weights"
-        assert report.kv[name] == pytest.approx(device.kv, rel=0.02), f"{name} KV cache"
-        assert report.compute[name] == pytest.approx(device.compute, rel=0.10), f"{name} compute"
+    assert_report_is_plan(report, plan)
     assert invoke("deploy.reasoning").returncode == 0  # the head is back and healthy
 
 
@@ -42,12 +47,7 @@ def test_the_embeddings_plan_matches_llama_cpp(deployed, lab_cluster, ssh):
     tier = lab_cluster.tier("embed")
     shape = from_gguf(Lab(lab_cluster, ROOT).www / "lab" / lab_cluster.model(tier.model).file)
     plan = plan_tier(lab_cluster, tier, shape)
-    report = load_report(ssh, lab_cluster, tier)
-    for device in plan.devices:
-        name = device.device
-        assert report.weights[name] == pytest.approx(device.weights, rel=0.02), f"{name} weights: {report.log}"
-        assert report.kv[name] == pytest.approx(device.kv, rel=0.02), f"{name} KV cache: {report.log}"
-        assert report.compute[name] == pytest.approx(device.compute, rel=0.10), f"{name} compute: {report.log}"
+    assert_report_is_plan(load_report(ssh, lab_cluster, tier), plan)
     assert invoke("deploy.embed").returncode == 0  # the server is back and healthy
 
 

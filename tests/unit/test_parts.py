@@ -110,3 +110,12 @@ def test_a_series_beside_a_list_or_outside_patches_is_refused(tmp_path, edit, sa
     new = edit if "../" in edit else edit + "\n  patches: []"
     path.write_text(text.replace("  patch_series: patches/series.yaml", new, 1))
     assert says in problems(path)
+
+
+def test_a_part_that_links_out_of_the_files_folder_is_refused(tmp_path):
+    path = copy(tmp_path)
+    outside = tmp_path.parent / f"{tmp_path.name}-outside.yaml"
+    outside.write_text((tmp_path / "cluster.d/records.yaml").read_text())
+    (tmp_path / "cluster.d/records.yaml").unlink()
+    (tmp_path / "cluster.d/records.yaml").symlink_to(outside)
+    assert "leads out of" in problems(path)

@@ -35,4 +35,4 @@ def server_flags(c: Cluster, tier) -> list[fl.Flag]:
 
 
 def server_argv(c: Cluster, tier) -> list[str]:
-    return [fl.binary(c, c.engine.server_binary)] + [a for f in server_flags(c, tier) for a in f.argv()]
+    return fl.server_command(c, server_flags(c, tier))

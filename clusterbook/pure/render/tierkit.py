@@ -33,7 +33,7 @@ def numa_exec(c: Cluster, tier, argv: list[str], numa_fallback: bool = False) ->
 
 def server_unit(c: Cluster, tier, role: str, flags: list[fl.Flag]) -> Artifact:
     """The server's unit on the tier's head: its flags after the server binary, numactl in front where it binds."""
-    argv = numa_exec(c, tier, [fl.binary(c, c.engine.server_binary)] + [a for f in flags for a in f.argv()])
+    argv = numa_exec(c, tier, fl.server_command(c, flags))
     return unit(c, tier, tier.nodes[0], "head_unit", role, argv, tier.systemd, tier.mlock)
 
 
