@@ -318,6 +318,19 @@ def preflight_task(c, cluster=None, only=None):
 ns.add_task(preflight_task)
 
 
+@task(name="accept-folder", help={"cluster": RUN_HELP["cluster"],
+                                  "folder": "one of the folders clusterbook owns (--dry without it lists them)",
+                                  "dry": "say what would run, contacting nothing"})
+@command
+def accept_folder_task(c, cluster=None, folder=None, dry=False):
+    """Record, once, that a folder which already holds files is clusterbook's (its marker on each node that holds
+    it): a deploy writes only in folders of its own, created by it or accepted here; a package's folder is refused."""
+    commands.accept_folder(cluster or cfg(c).cluster, folder, dry)
+
+
+ns.add_task(accept_folder_task)
+
+
 BENCH_HELP = {"cluster": RUN_HELP["cluster"], "tier": "tier name (default: the first RPC tier)",
               "quick": "one repeat, fewer clients: a smoke run"}
 LOCAL_HELP = {"install_dir": "llama.cpp binaries on this machine (default: engine.install_dir)",

@@ -16,6 +16,7 @@ WHERE = {
     **{n: ("rollout", n) for n in ("apply", "rollback")},
     **{n: ("cluster", n) for n in ("check", "models_hash", "plan", "render", "ssh_config", "write_reference")},
     "run_preflight": ("preflight", "preflight"),
+    "accept_folder": ("accept", "accept_folder"),
     **{n: ("lab", n) for n in ("lab_down", "lab_restart", "lab_status", "lab_up", "ssh_command")},
     **{n: ("runbooks", n) for n in ("logs", "run_named", "run_operation", "run_runbook", "status")},
     **{n: ("tasklist", n) for n in ("check_command_line", "command_line_operations", "default_cluster",

@@ -21,6 +21,7 @@ from clusterbook.effects.reporters import ConsoleReporter, RunLog, dry_run, reca
 from clusterbook.effects.verified import state_dir
 from clusterbook.model.loader import load_cluster
 from clusterbook.pure import generations as gen
+from clusterbook.pure import ownership
 from clusterbook.pure.operations import operations, tier_operations, unavailable_reason
 from clusterbook.pure.phases import engine_hosts, engine_link
 from clusterbook.pure.preflight import facts_command
@@ -46,14 +47,20 @@ def run_runbook(s: Settings, runbook_id: str, cluster_file: str, tier: str | Non
     hosts = [n.name for n in cluster.nodes if any(n.name in step.hosts for step in expansion.steps)]
     if dry:
         if preflight and hosts:
-            console.print(f"first: preflight of {', '.join(hosts)} (invoke preflight; skip with --no-preflight)\n")
+            console.print(f"first: preflight of {', '.join(hosts)} (invoke preflight; skip with --no-preflight)")
+        for host in (h for h in hosts if ownership.roots_on(cluster, h)):
+            console.print(f"before its first change on {host}: clusterbook's folders there are claimed (created "
+                          f"with its marker {ownership.MARKER}, or found with it): "
+                          + ", ".join(ownership.roots_on(cluster, host)))
+        console.print()
         dry_run(expansion, deployed)
         return None
     stamp = _time.strftime("%Y%m%dT%H%M%SZ", _time.gmtime())
     log = s.runs / f"{stamp}-{cluster.cluster.name}-{runbook_id}{'-' + tier if tier else ''}.jsonl"
     started = _time.monotonic()
     recording = generation_recording(cluster, cluster_file, expansion) if expansion.generation else None
-    executor = Executor(connect(cluster), deployed, [ConsoleReporter(), RunLog(log)], recording=recording)
+    executor = Executor(connect(cluster), deployed, [ConsoleReporter(), RunLog(log)], recording=recording,
+                        claim=lambda host: ownership.claim_command(cluster, host))
     known = None
     if preflight and hosts:  # the preflight's facts travel in the look-ahead's round trip (both only read)
         with console.status(f"preflight of {', '.join(hosts)} …"):

@@ -22,6 +22,7 @@ from clusterbook.model.loader import load_cluster
 from clusterbook.model.problems import InputError
 from clusterbook.model.schema import Cluster
 from clusterbook.pure import generations as gen
+from clusterbook.pure import ownership
 from clusterbook.pure import phases as ch
 from clusterbook.pure.apply_history import ChangeRecord, PhaseRecord, Rollback, ScenarioRun
 from clusterbook.pure.operations import rollback_restart, tier_operations
@@ -104,8 +105,9 @@ class ApplyEngine:
         started = time.monotonic()
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
         log = self.runs / f"{stamp}-{cluster.cluster.name}-rollback-{phase}.jsonl"
-        report = Executor(connect(cluster), state_dir(cluster) / "deployed",
-                          [ConsoleReporter(), RunLog(log)]).run(ch.rollback_expansion(cluster, phase, chosen))
+        report = Executor(connect(cluster), state_dir(cluster) / "deployed", [ConsoleReporter(), RunLog(log)],
+                          claim=lambda host: ownership.claim_command(cluster, host)
+                          ).run(ch.rollback_expansion(cluster, phase, chosen))
         if report.failure:
             return Rollback(restored, time.monotonic() - started, False, report.failure)
         tier = next((t for t in cluster.tiers if t.name == phase), None)

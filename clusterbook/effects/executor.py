@@ -91,9 +91,11 @@ class Executor:
     """Runs expansions through a transport and tells its listeners what happens."""
 
     def __init__(self, transport: Transport, state_dir: Path, listeners: Iterable[Listener] = (),
-                 sleep: Callable[[float], None] = time.sleep, recording: Recording | None = None):
+                 sleep: Callable[[float], None] = time.sleep, recording: Recording | None = None,
+                 claim: Callable[[str], str | None] | None = None):
         self.transport = transport
         self.recording = recording  # keep what this run replaces as a generation on each node (rollback's source)
+        self.claim = claim  # per host, the command claiming clusterbook's folders there (pure/ownership.py)
         self.begun: set[str] = set()
         self.state_dir = state_dir  # last content uploaded per host/path: the base of --dry diffs
         self.listeners = list(listeners)
@@ -188,14 +190,23 @@ class Executor:
         return known, replies
 
     def _begin(self, step: ExpandedStep, host: str, started: float) -> Outcome | None:
-        """Before the first change on a host: its generation begins (where the engine link points, the meta).
-        A converged run changes nothing and costs no extra round trip. A failure is the action's failure."""
-        if not self.recording or host in self.begun:
+        """Before the first change on a host: clusterbook's folders there are claimed (each carries its marker, or
+        the run stops before writing in a folder that is not its own), and its generation begins (where the engine
+        link points, the meta). A converged run changes nothing and costs no extra round trip. A failure is the
+        action's failure."""
+        if host in self.begun:
             return None
-        result = self.transport.run(host, self.recording.begin(), timeout=60)
+        claim = self.claim(host) if self.claim else None
+        parts = [f"(\n{claim}\n)"] if claim else []
+        parts += [f"(\n{self.recording.begin()}\n)"] if self.recording else []
+        if not parts:
+            return None
+        result = self.transport.run(host, " && ".join(parts), timeout=60)
         if not result.ok:
-            return Outcome(step.id, host, f"keep what this run replaces (generation {self.recording.gid})", "failed",
-                           time.monotonic() - started, result.returncode, result.tail())
+            what = " and ".join(["claim clusterbook's folders"] * bool(claim) + [
+                f"keep what this run replaces (generation {self.recording.gid})" for _ in [1] if self.recording])
+            return Outcome(step.id, host, what, "failed", time.monotonic() - started, result.returncode,
+                           result.tail())
         self.begun.add(host)  # one thread per host: no two threads add the same host
         return None
 

@@ -329,6 +329,11 @@ class Storage(Strict):
                                      description="where each deploy keeps the files it replaced (rollback's source)")
     shared_dir: AbsPath | None = Field(None, description="a directory every node sees (shared file system); "
                                                      "the lab bind-mounts one into every node")
+    owned_roots: list[AbsPath] = Field([], max_length=32, description=(
+        "folders this site gives clusterbook, named as the site names them (e.g. /etc/fjord-llm, /lustre/llm/logs): "
+        "each lies directly in /opt, /srv, /etc, /var/lib, … or in shared_dir; a path clusterbook writes lies in "
+        "one of them or in a folder named for llama, clusterbook, ai or models; preflight confirms on each node "
+        "that none is a package's folder"))
 
 
 class Architecture(Strict):

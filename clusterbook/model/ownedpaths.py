@@ -35,7 +35,7 @@ def folder_findings(c: Cluster) -> list[tuple[Path, str]]:
     out: list[tuple[Path, str]] = []
     others = owned_paths(c)
     for field, folder in dedicated_folders(c).items():
-        if not own_folder(folder, c.storage.shared_dir):
+        if not own_folder(folder, c.storage.shared_dir, tuple(c.storage.owned_roots)):
             continue  # pathroles refuses it already
         what = "install_dir's parent " + folder if field == ("engine", "install_dir") else folder
         for other_field, other in others.items():

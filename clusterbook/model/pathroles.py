@@ -50,6 +50,8 @@ PATH_ROLES: dict[tuple[str, str], PathRole] = {
                                      "environment files, job scripts and the keeper that run as services"),
     ("Storage", "generations_dir"): PathRole(("owned",), "node-local", "each node's earlier generations"),
     ("Storage", "shared_dir"): PathRole(("mount",), "shared", "the shared file system"),
+    ("Storage", "owned_roots"): PathRole(("root",), "either", "a folder the site gives clusterbook; preflight "
+                                                              "confirms no package owns it"),
     ("ApiKeyRef", "file"): PathRole(("owned",), "node-local", "a secret: its group and mode are set"),
     ("Router", "script"): PathRole(("owned", "executed"), "node-local", "the model selector users run"),
     ("Gateway", "upstream_dir"): PathRole(("owned", "executed"), "gateway", "nginx includes its files"),
@@ -60,8 +62,9 @@ PATH_ROLES: dict[tuple[str, str], PathRole] = {
     ("Access", "known_hosts"): PathRole(("operator",), "operator-side", "ssh appends the host keys it accepts"),
 }
 
-# A folder of clusterbook's own: its name says llama, clusterbook, ai or models, and it lies directly in one of
-# these folders (or in storage.shared_dir). What it holds below is clusterbook's.
+# A folder of clusterbook's own lies directly in one of these folders (or in storage.shared_dir): the file names it
+# in storage.owned_roots, or its name says llama, clusterbook, ai or models. What it holds below is clusterbook's;
+# on each node it carries clusterbook's marker (pure/ownership.py), and preflight confirms no package owns it.
 OWN_NAME = re.compile(r"(clusterbook|llama|llama\.cpp|ai|models?)([._-][A-Za-z0-9._-]*)?|[A-Za-z0-9._-]+-(llama|ai)")
 OWN_PARENTS = ("/opt", "/srv", "/etc", "/etc/nginx", "/var/lib", "/var/cache", "/var/log", "/var/www", "/scratch",
                "/data", "/usr/local/bin", "/usr/local/sbin")
@@ -81,8 +84,12 @@ def inside(path: str, folder: str) -> bool:
     return path == folder or folder == "/" or path.startswith(folder + "/")
 
 
-def own_folder(path: str, shared_dir: str | None) -> str | None:
-    """The folder of clusterbook's own that holds path (or is it), or None."""
+def own_folder(path: str, shared_dir: str | None, declared: tuple[str, ...] = ()) -> str | None:
+    """The folder of clusterbook's own that holds path (or is it): a root the file declares, or one named as
+    clusterbook's; None where there is none."""
+    for root in declared:
+        if inside(path, root) and not root_findings(root, shared_dir):
+            return root.rstrip("/")
     parents = OWN_PARENTS + ((shared_dir.rstrip("/"),) if shared_dir else ())
     parts = path.rstrip("/").split("/")
     for i in range(2, len(parts) + 1):
@@ -92,9 +99,26 @@ def own_folder(path: str, shared_dir: str | None) -> str | None:
     return None
 
 
-def role_findings(value: str, role: PathRole, shared_dir: str | None) -> list[str]:
+def root_findings(root: str, shared_dir: str | None) -> list[str]:
+    """What is wrong with a folder the file declares clusterbook's (empty: allowed): it lies directly in one of the
+    parents or in the shared folder, is none of the roots a system keeps, and is not a hidden folder."""
+    root = root.rstrip("/")
+    parents = OWN_PARENTS + ((shared_dir.rstrip("/"),) if shared_dir else ())
+    system = {r.rstrip("/") for r in (*OWN_PARENTS, *TRUSTED_ROOTS, *MOUNT_ROOTS)}
+    if posixpath.dirname(root) not in parents or root in system or posixpath.basename(root).startswith("."):
+        return [f"{root}: a folder given to clusterbook lies directly in {', '.join(OWN_PARENTS)}"
+                + (f" or {shared_dir}" if shared_dir else "") + ", is none of them and is not hidden "
+                "(e.g. /etc/fjord-llm, /srv/inference)"]
+    if shared_dir and inside(shared_dir, root):
+        return [f"{root}: holds the shared file system's mount ({shared_dir}), which is never clusterbook's"]
+    return []
+
+
+def role_findings(value: str, role: PathRole, shared_dir: str | None, declared: tuple[str, ...] = ()) -> list[str]:
     """What is wrong with one path value for its role and scope, the most specific first (empty: allowed)."""
     out = []
+    if "root" in role.roles:
+        return root_findings(value, shared_dir)
     if "executed" in role.roles and not (value.startswith(TRUSTED_ROOTS)
                                          or (shared_dir and inside(value, shared_dir))):
         out.append(f"{value}: a node runs or trusts what is here, so it must lie under {', '.join(TRUSTED_ROOTS)}"
@@ -102,10 +126,11 @@ def role_findings(value: str, role: PathRole, shared_dir: str | None) -> list[st
     if role.scope == "node-local" and shared_dir and inside(value, shared_dir):
         out.append(f"{value}: each node keeps its own copy here, so it must not lie on the shared file system "
                    f"({shared_dir}): the nodes would write one folder at once")
-    if "owned" in role.roles and not own_folder(value, shared_dir):
+    if "owned" in role.roles and not own_folder(value, shared_dir, declared):
         out.append(f"{value}: clusterbook writes and replaces files here, so it must lie in a folder of its own: "
-                   f"one named for llama, clusterbook, ai or models, directly in {', '.join(OWN_PARENTS)}"
-                   + (f" or {shared_dir}" if shared_dir else "") + " (e.g. /opt/llama.cpp/bin, /etc/llama)")
+                   "one storage.owned_roots names, or one named for llama, clusterbook, ai or models, directly in "
+                   f"{', '.join(OWN_PARENTS)}" + (f" or {shared_dir}" if shared_dir else "")
+                   + " (e.g. /opt/llama.cpp/bin, /etc/llama)")
     if "mount" in role.roles and not (value.rstrip("/") + "/").startswith(MOUNT_ROOTS):
         out.append(f"{value}: the shared file system's mount lies under {', '.join(MOUNT_ROOTS)}")
     folders = value.split("/")[:-1]
@@ -124,6 +149,8 @@ def path_fields(model: BaseModel, at: Path = ()):
         if (type(model).__name__, name) in PATH_ROLES:
             if isinstance(value, str):
                 yield where, type(model).__name__, name, value
+            for i, item in enumerate(value if isinstance(value, list) else []):  # a list of paths: each at its index
+                yield (*where, i), type(model).__name__, name, item
             continue
         items = (value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list)
                  else [(None, value)])
@@ -134,16 +161,21 @@ def path_fields(model: BaseModel, at: Path = ()):
 
 def path_role_findings(c: Cluster) -> list[tuple[Path, str]]:
     """Every path value that its role and scope do not allow."""
-    shared = c.storage.shared_dir
+    shared, declared = c.storage.shared_dir, tuple(c.storage.owned_roots)
     out = []
     for where, cls, name, value in path_fields(c):
         role = PATH_ROLES[(cls, name)]
         if "legacy" in role.roles:
             continue  # ownedpaths.legacy_findings: by the earlier setup's own list
-        found = role_findings(value, role, shared if (cls, name) != ("Storage", "shared_dir") else None)
+        found = role_findings(value, role, shared if (cls, name) != ("Storage", "shared_dir") else None, declared)
         out += [(where, found[0])] if found else []  # the first says enough: one problem per value
+    for i, root in enumerate(declared):
+        other = next((r for r in declared[:i] if inside(root, r) or inside(r, root)), None)
+        if other:
+            out.append((("storage", "owned_roots", i), f"{root} is, holds or lies in {other}: each folder given "
+                                                       "to clusterbook is named once"))
     parent = posixpath.dirname(c.engine.install_dir.rstrip("/"))  # builds are swapped beside it: owned too
-    if not any(where == ("engine", "install_dir") for where, _ in out) and not own_folder(parent, shared):
+    if not any(where == ("engine", "install_dir") for where, _ in out) and not own_folder(parent, shared, declared):
         out.append((("engine", "install_dir"), f"{c.engine.install_dir}: builds are swapped beside it in {parent}, "
                                                "so that folder must be one of clusterbook's own (e.g. "
                                                "/opt/llama.cpp/bin)"))

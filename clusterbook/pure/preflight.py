@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from clusterbook.model.portcheck import SLURMCTLD_PORT, SLURMD_PORT, SLURMDBD_PORT, SSH_PORT, port_claims
 from clusterbook.model.schema import Cluster
+from clusterbook.pure import ownership
 from clusterbook.pure import topology as topo
 from clusterbook.pure.engine_build import build_node
 from clusterbook.pure.runbooks import models_for_host
@@ -80,6 +81,7 @@ def facts_command(c: Cluster, node: str) -> str:
         "[ ! -r /etc/os-release ] || (. /etc/os-release && echo \"os=$ID|$VERSION_ID\")",
         "[ -z \"$(ls -d /opt/rh/gcc-toolset-* 2>/dev/null)\" ] || ls -d /opt/rh/gcc-toolset-* | sed 's|.*-|toolset=|'",
         *_shared_and_ports(c, node),
+        *([ownership.command(ownership.roots_on(c, node), "check")] if ownership.roots_on(c, node) else []),
         "echo \"now=$(date +%s.%N)\"",
     ])
 
@@ -107,7 +109,7 @@ def parse_facts(text: str) -> dict[str, list[str]]:
     for line in text.splitlines():
         key, sep, value = line.partition("=")
         if sep and key in ("gpu", "cuda", "avail", "have", "iface", "down", "now", "os", "toolset", "numa", "cpus",
-                           "shared", "port", "partition", "qos"):
+                           "shared", "port", "partition", "qos", "root"):
             facts.setdefault(key, []).append(value.strip())
     return facts
 
@@ -197,12 +199,14 @@ def judge(c: Cluster, node: str, facts: dict[str, list[str]], asked_at: float) -
             out.append(Check(node, f"{c.rpc_network} interface", expected, f"{name} {state}, MTU {mtu}",
                              "ok" if up and mtu == str(net.mtu) else "failed"))
     out += shared_and_port_checks(c, node, facts)
+    for root, verdict, why in ownership.parse_checks(facts.get("root", [])):
+        out.append(Check(node, f"folder {root}", "clusterbook's: its marker, or missing, or empty and no package's",
+                         why, "ok" if verdict == "ok" else "failed"))
     now = float((facts.get("now") or ["0"])[0] or 0)
     skew = now - asked_at
     out.append(Check(node, "clock", f"within {CLOCK_SKEW_S:g} s of this machine", f"{skew:+.2f} s",
                      "ok" if abs(skew) <= CLOCK_SKEW_S else "failed"))
     return out
-
 
 
 def shared_and_port_checks(c: Cluster, node: str, facts: dict[str, list[str]]) -> list[Check]:

@@ -285,6 +285,34 @@ def test_stop_and_restart_tier(ssh):
     assert chat("http://10.213.0.11:8081", "lab-reasoning")["usage"]["completion_tokens"] == 8
 
 
+def test_a_folder_without_clusterbooks_marker_stops_a_run_before_it_writes_until_the_admin_accepts_it(ssh):
+    """Issue 68 row 4: lab2's /etc/llama as the seeds would have left it (files, no marker): preflight names it, a
+    deploy that would write there stops before its first change on lab2 naming the folder, accept-folder records the
+    admin's word, and the deploy then converges."""
+    assert ssh.run("lab2", "mv /etc/llama/.clusterbook-root /root/marker.kept && "
+                           "echo '# an edit the deploy puts right' >> /etc/llama/reasoning.env").ok
+    try:
+        preflight = invoke("preflight", "--only", "lab2")
+        said = " ".join((preflight.stdout + preflight.stderr).split())
+        assert preflight.returncode != 0 and "lab2: folder /etc/llama: expected clusterbook's" in said, said[-2000:]
+        assert "holds 2 entries without clusterbook's marker" in said and "accept-folder --folder /etc/llama" in said
+        deploy = invoke("deploy.reasoning", "--no-preflight")
+        said = " ".join(deploy.stderr.split())
+        assert deploy.returncode != 0 and "lab2: step" in said and "claim clusterbook's folders" in said, said
+        assert "/etc/llama is not clusterbook's folder: holds 2 entries" in said and "exit status 1" in said, said
+        assert ssh.run("lab2", "tail -n 1 /etc/llama/reasoning.env").stdout.startswith("# an edit")  # not written
+        accepted = invoke("accept-folder", "--folder", "/etc/llama")
+        assert accepted.returncode == 0 and "lab2: /etc/llama: holds 2 entries, accepted" in accepted.stdout, \
+            accepted.stdout + accepted.stderr
+        assert "accepted by " in ssh.run("lab2", "cat /etc/llama/.clusterbook-root").stdout
+    finally:
+        ssh.run("lab2", "[ -f /etc/llama/.clusterbook-root ] || mv /root/marker.kept /etc/llama/.clusterbook-root")
+    again = invoke("deploy.reasoning")
+    assert again.returncode == 0, again.stdout[-2000:] + again.stderr
+    assert not ssh.run("lab2", "grep -q 'an edit' /etc/llama/reasoning.env").ok
+    assert chat("http://10.213.0.11:8081", "lab-reasoning")["usage"]["completion_tokens"] == 8
+
+
 def test_a_killed_worker_costs_the_gateways_clients_no_request(tmp_path):
     """Issue 46, the systemd path: a worker killed with SIGKILL; its head aborts, systemd starts both again, and the
     gateway's hold service holds every request meanwhile: none fails."""

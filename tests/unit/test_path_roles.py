@@ -122,6 +122,13 @@ HOSTILE = [  # (old text of cluster.yaml, new text, field named in the message, 
     ("  models_dir: /opt/models  #", "  models_dir: /scratch/ai/models  #", "legacy.models_dir", "only read"),
     ("  models_dir: /opt/models  #", "  models_dir: /etc  #", "legacy.models_dir", "storage.env_dir"),
     ("  models_dir: /opt/models  #", "  models_dir: /  #", "legacy.models_dir", "only read"),
+    # folders given to clusterbook: directly in an allowed parent, none of the system's roots, named once
+    *[("  env_dir: /etc/llama\n", f"  env_dir: /etc/llama\n  owned_roots: [/opt/fjord, {root}]\n",
+       "storage.owned_roots[1]", says) for root, says in [
+        ("/etc", "lies directly in"), ("/tmp/llm", "lies directly in"), ("/home/ops/llm", "lies directly in"),
+        ("/etc/nginx", "is none of them"), ("/usr/local/bin", "is none of them"), ("/opt/.hidden", "may only contain"),
+        ("/cluster/shared", "lies directly in"), ("/cluster", "lies directly in"),
+        ("/opt/fjord", "named once")]],
     # the mount itself
     ("  shared_dir: /cluster/shared", "  shared_dir: /etc", "storage.shared_dir", "mount"),
     # 2: stop.legacy
@@ -164,3 +171,20 @@ def test_legacy_jobs_are_cancelled_by_name_and_owner():
     (action,) = [a for actions in step.hosts.values() for a in actions]
     assert "scancel --name=llama-14b,llama-72b --user=root --partition=gpu_ai" in action.command
     assert "--user=root" in action.unless
+
+
+def test_a_site_gives_clusterbook_its_own_folders_and_its_file_passes_without_renaming_them():
+    text = whole_text(ROOT / "tests/clusters/fjord.yaml")
+    assert problems_of(text) == []
+    start = text.index("  owned_roots:")
+    undeclared = text[:start] + text[text.index("models:", start):]
+    refused = problems_of(undeclared)  # the same folders, not given: each path clusterbook writes is refused
+    for field in ("engine.install_dir", "engine.build_dir", "storage.models_dir", "storage.log_dir",
+                  "storage.endpoint_dir", "storage.env_dir", "storage.generations_dir"):
+        assert any(f": {field}: " in p and "storage.owned_roots" in p for p in refused), (field, refused)
+
+
+def test_a_path_in_a_folder_given_to_clusterbook_still_keeps_its_role():
+    text = whole_text(ROOT / "tests/clusters/fjord.yaml").replace("  env_dir: /etc/fjord-llm",
+                                                                   "  env_dir: /lustre/llm/logs/env")
+    assert any(": storage.env_dir: " in p and "shared file system" in p for p in problems_of(text))

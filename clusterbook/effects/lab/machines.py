@@ -12,7 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from clusterbook.effects.lab import network
+from clusterbook.model.pathroles import inside
 from clusterbook.model.schema import Cluster
+from clusterbook.pure import ownership
 from clusterbook.pure.engine_build import plan_build
 
 STATE = Path("/var/lib/clusterbook-lab")
@@ -164,6 +166,10 @@ def start(c: Cluster, machine: Machine) -> None:
         tree = plan_build(c).tree
         Path(tree).mkdir(parents=True, exist_ok=True)
         argv.append(f"--bind={tree}:{tree}")
+        for root in (r for r in ownership.owned_roots(c) if inside(tree, r)):  # the bind fills it before any run:
+            marker = machine.root / root.lstrip("/") / ownership.MARKER  # the lab accepts it, as an admin would
+            marker.parent.mkdir(parents=True, exist_ok=True)
+            marker.write_text("clusterbook-root: accepted by the lab (its host binds the build tree here)\n")
     if c.storage.shared_dir:  # the lab's stand-in for a shared file system: one host directory in every node
         shared = STATE / machine.cluster / "shared"
         shared.mkdir(parents=True, exist_ok=True)

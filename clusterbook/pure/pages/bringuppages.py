@@ -7,7 +7,7 @@ import posixpath
 
 from clusterbook.model.schema import Cluster
 from clusterbook.pure import engine_build as eb
-from clusterbook.pure import kinds, troubles
+from clusterbook.pure import kinds, ownership, troubles
 from clusterbook.pure import topology as topo
 from clusterbook.pure.kinds import plan_cluster
 from clusterbook.pure.mdtext import code as code_span
@@ -52,6 +52,13 @@ def prerequisites(c: Cluster) -> str:
     if shared and c.storage.log_dir.startswith(shared):
         lines.append(f"- **Logs**: `{c.storage.log_dir}`, on the shared file system: the jobs write there on their "
                      "nodes, and `invoke logs`, the keeper and the troubleshooting commands read it on the controller.")
+    roots = ownership.owned_roots(c)
+    lines.append("- **Folders clusterbook owns**: " + ", ".join(f"`{r}`" for r in roots) + ". Before its first "
+                 f"change on a node, every run claims those the node holds: a missing one is created with "
+                 f"clusterbook's marker (`{ownership.MARKER}`), an empty one is marked; one a package owns, a link, "
+                 "or one any user may write is refused, and so is one that holds files without the marker until "
+                 "the admin accepts it once (`invoke accept-folder --folder …`, which records who did). "
+                 "`invoke preflight` shows each one's verdict.")
     if c.engine.cuda_version:
         lines.append(f"- **CUDA {c.engine.cuda_version}** on every GPU node"
                      + (f", its libraries in `{c.engine.cuda_lib_dir}`" if c.engine.cuda_lib_dir else "")
