@@ -1,11 +1,10 @@
 """invoke tasks: parse arguments, call clusterbook.commands. No logic lives here."""
 
-import sys
 
 from invoke import Collection, task
 
 from clusterbook import commands
-from clusterbook.adapters.command_line import invoked_from_command_line, quiet_when_the_reader_leaves
+from clusterbook.adapters.command_line import parsed_line, quiet_when_the_reader_leaves
 from clusterbook.effects.console import exits_cleanly
 
 quiet_when_the_reader_leaves()  # `invoke --list | head` ends without a traceback
@@ -175,10 +174,10 @@ def _any_tier_task(action, doc):
 # configured one (clusterbook.cluster: invoke's configuration files and INVOKE_CLUSTERBOOK_CLUSTER, as
 # clusterbook/commands/settings.py reads them; invoke makes its task list before it parses the command line);
 # `deploy.tier --tier NAME` reaches any tier of any file
-collections = {name: Collection(name) for name in ("deploy", "models", "stop", "restart", "restore")}
-_operations = commands.command_line_operations(sys.argv)
-# --list --cluster F (invoke again, in its own process only); an unknown tier task names the tiers
-commands.check_command_line(sys.argv, _operations, relist=invoked_from_command_line())
+collections = {name: Collection(name) for name in commands.TIER_COLLECTIONS}
+_line = parsed_line()  # invoke's parse of its own flags; --list --cluster F lists F's tasks
+_operations = commands.command_line_operations(_line.cluster)
+commands.check_command_line(_line.tokens, _operations, _line.cluster)  # an unknown tier task names the file's tiers
 for _op in _operations:
     collections[_op.collection].add_task(_operation_task(_op))
 collections["deploy"].add_task(_any_tier_task("deploy", "Deploy any tier of the cluster file by name (--tier NAME)."))

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import os
 import sys
+from dataclasses import dataclass
 
 from invoke import Executor
 from invoke.main import program
 from invoke.parser import ParserContext
 
+from clusterbook.commands.tasklist import command_line_cluster
 from clusterbook.effects.connections import offline
 from clusterbook.effects.console import WAITED, WAITING_EXIT, end_process, exits_cleanly
 from clusterbook.model.problems import Refused
@@ -58,6 +60,36 @@ class CommandLine(Executor):
             with offline():  # connections.connect refuses: a dry path that tried to connect fails, naming it
                 return super().execute(*tasks)
         return super().execute(*tasks)
+
+
+@dataclass(frozen=True)
+class ParsedLine:
+    """What invoke parsed of its command line before it loads tasks.py."""
+
+    tokens: list[str]  # after invoke's own flags: the tasks and their flags, which invoke parses once tasks exist
+    listed: str | None  # F of `invoke --list --cluster F`
+
+    @property
+    def cluster(self) -> str | None:
+        """The command line's cluster file: the listing's, else the first task's --cluster."""
+        return self.listed or command_line_cluster(self.tokens)
+
+
+def parsed_line() -> ParsedLine:
+    """invoke's own parse of its flags, in invoke's process (elsewhere, e.g. a test that loads tasks.py: nothing).
+    `--list` takes an optional namespace, so invoke reads `--list --cluster F` as the namespace "--cluster" and F as
+    a task: F is taken back here and --list lists every task again (tasks.py lists F's), without a second process."""
+    if not invoked_from_command_line():
+        return ParsedLine([], None)
+    core, listing = program.core, program.args.list
+    value, listed = listing.value, None
+    if value == "--cluster" and core.unparsed:
+        listed = core.unparsed.pop(0)
+    elif isinstance(value, str) and value.startswith("--cluster="):
+        listed = value.split("=", 1)[1]
+    if listed is not None:
+        listing.set_value(True, cast=False)  # as invoke stores a bare --list
+    return ParsedLine(list(core.unparsed), listed)
 
 
 def invoked_from_command_line() -> bool:

@@ -19,7 +19,7 @@ WHERE = {
     "accept_folder": ("accept", "accept_folder"),
     **{n: ("lab", n) for n in ("lab_down", "lab_restart", "lab_status", "lab_up", "ssh_command")},
     **{n: ("runbooks", n) for n in ("logs", "run_named", "run_operation", "run_runbook", "status")},
-    **{n: ("tasklist", n) for n in ("check_command_line", "command_line_operations", "default_cluster",
+    **{n: ("tasklist", n) for n in ("check_command_line", "command_line_operations", "default_cluster", "TIER_COLLECTIONS",
                                     "task_operations")},
     "LAB_CLUSTER": ("settings", "LAB_CLUSTER"),
     "LAB_SLURM_CLUSTER": ("settings", "LAB_SLURM_CLUSTER"),

@@ -96,7 +96,8 @@ class SystemdService(Strict):
 # deploy.<tier>-workers, so a tier named like one of these would replace it (tests/unit/test_strict_input.py
 # compares this set with tasks.py's collection).
 RESERVED_TIER_NAMES = frozenset({
-    "accept-folder", "apply", "bench", "build", "check", "demo", "deploy", "docs", "down", "fabric", "faults", "fetch", "gateway",
+    "accept-folder", "apply", "bench", "build", "check", "demo", "deploy", "docs", "down", "fabric", "faults",
+    "fetch", "gateway",
     "hash", "install", "lab", "logs", "models", "monitoring", "plan", "preflight", "publish", "recovery", "reference",
     "rehearse", "render", "restart", "rollback", "router", "run", "serve", "slurm", "ssh", "ssh-config", "status",
     "stop", "tier", "tune", "up", "verify", "legacy", "restore"})

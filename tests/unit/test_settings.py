@@ -79,7 +79,7 @@ def test_a_tier_task_runs_the_operation_of_the_file_the_line_names():
     ridge = dry("deploy.tier", "--tier", "chat", "--cluster", "tests/clusters/ridge.yaml")
     assert ridge.returncode == 0 and "systemctl" in ridge.stdout, ridge.stdout + ridge.stderr
     missing = dry("deploy.gateway", "--cluster", "tests/clusters/mini.yaml")  # a file with no gateway
-    assert missing.returncode == 1 and "tests/clusters/mini.yaml has no deploy.gateway" in missing.stderr, \
-        missing.stderr
+    assert missing.returncode == 2 and "no task deploy.gateway for tests/clusters/mini.yaml: its tiers are" in \
+        missing.stderr, missing.stderr
     assert "Traceback" not in missing.stderr
 
