@@ -15,6 +15,8 @@ from pathlib import Path
 
 from invoke import Program
 
+from clusterbook.adapters.command_line import running
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -73,7 +75,8 @@ def run_invoke(*argv: str, env: dict[str, str] | None = None, cwd: Path = ROOT,
             sys.argv = line
             os.chdir(cwd)
             signal.setitimer(signal.ITIMER_REAL, timeout)
-            Program(version="in-process").run(line, exit=True)
+            with running(Program(version="in-process")) as program:  # tasks.py reads its parse
+                program.run(line, exit=True)
         except SystemExit as exc:
             code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
             if not isinstance(exc.code, int | None):

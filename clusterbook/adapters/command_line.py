@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import os
 import sys
+from contextlib import contextmanager
 from dataclasses import dataclass
 
-from invoke import Executor
-from invoke.main import program
+from invoke import Executor, Program
+from invoke.main import program as invoke_program
 from invoke.parser import ParserContext
 
 from clusterbook.commands.tasklist import command_line_cluster
@@ -79,7 +80,8 @@ def parsed_line() -> ParsedLine:
     """invoke's own parse of its flags, in invoke's process (elsewhere, e.g. a test that loads tasks.py: nothing).
     `--list` takes an optional namespace, so invoke reads `--list --cluster F` as the namespace "--cluster" and F as
     a task: F is taken back here and --list lists every task again (tasks.py lists F's), without a second process."""
-    if not invoked_from_command_line():
+    program = running_program()
+    if program is None:
         return ParsedLine([], None)
     core, listing = program.core, program.args.list
     value, listed = listing.value, None
@@ -92,10 +94,29 @@ def parsed_line() -> ParsedLine:
     return ParsedLine(list(core.unparsed), listed)
 
 
+PROGRAMS: list[Program] = []  # the programs parsing a command line in this process (clusterbook's, a test's)
+COMMAND: list[bool] = []  # this process is the clusterbook command (main)
+
+
+@contextmanager
+def running(program: Program):
+    """Let tasks.py read this program's parse while it runs (a test's in-process invoke)."""
+    PROGRAMS.append(program)
+    try:
+        yield program
+    finally:
+        PROGRAMS.remove(program)
+
+
 def invoked_from_command_line() -> bool:
-    """Whether this process is invoke's command line (its script, or python -m invoke), which ends when the tasks
-    are done; not a test or a program that runs tasks inside itself."""
-    return getattr(sys.modules.get("__main__"), "program", None) is program
+    """Whether this process is a command line (invoke's script, python -m invoke, or clusterbook), which ends when
+    its tasks are done; not a test or a program that runs tasks inside itself."""
+    return bool(COMMAND) or getattr(sys.modules.get("__main__"), "program", None) is invoke_program
+
+
+def running_program() -> Program | None:
+    """The program parsing this process's command line: clusterbook's or a test's, else invoke's own."""
+    return PROGRAMS[-1] if PROGRAMS else invoke_program if invoked_from_command_line() else None
 
 
 def quiet_when_the_reader_leaves() -> None:

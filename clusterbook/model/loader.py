@@ -10,6 +10,7 @@ from pathlib import Path as FsPath
 
 from pydantic import BaseModel, ValidationError
 
+from clusterbook import DATA_ROOT
 from clusterbook.model.crosscheck import check_cluster
 from clusterbook.model.parts import part_files, with_parts, with_series
 from clusterbook.model.problems import InputError, Path, Problem, shown
@@ -55,7 +56,9 @@ def _stats(files: list[str]) -> tuple:
     return tuple(out)
 
 
-REPOSITORY = FsPath(__file__).resolve().parents[2]  # engine.patches[].file is relative to it
+# engine.patches[].file and engine.patch_series are relative to the folder that holds clusterbook's patches/: the
+# checkout's top, or the installed package (clusterbook/__init__.py finds it)
+REPOSITORY = DATA_ROOT
 
 
 def read_patches(cluster: Cluster) -> list[tuple[Path, str]]:

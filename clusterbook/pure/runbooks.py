@@ -32,7 +32,7 @@ from clusterbook.model.runbook_schema import (
 from clusterbook.model.schema import Cluster, Tier
 from clusterbook.model.templating import render_string
 from clusterbook.model.yamlsource import YamlDocument, load_yaml
-from clusterbook.pure import allocation, kinds, layout, legacyplan, services, slurmjob, waits
+from clusterbook.pure import allocation, kinds, layout, legacyplan, packagedata, services, slurmjob, waits
 from clusterbook.pure import engine_build as eb
 from clusterbook.pure import flags as fl
 from clusterbook.pure import topology as topo
@@ -42,7 +42,7 @@ from clusterbook.pure.render import monitoring as mon
 from clusterbook.pure.render.artifacts import Artifact, RenderedOnDemand, ld_library_path
 from clusterbook.pure.render.escaping import checked_target
 
-RUNBOOK_DIR = Path(__file__).resolve().parents[2] / "runbooks"
+RUNBOOK_DIR = packagedata.RUNBOOKS
 FRAGMENTS = "fragments"  # the runbooks' folder of steps written once (runbooks/fragments/NAME.yaml)
 
 

@@ -11,6 +11,8 @@ LAYERS = ["model", "pure", "effects", "commands", "adapters", "acceptance"]
 
 
 def layer_of(module: str) -> int:
+    if module == "clusterbook":
+        return -1  # the package's own __init__ (its version, where its data lies): below every layer
     parts = module.split(".")
     assert parts[0] == "clusterbook" and len(parts) > 1 and parts[1] in LAYERS, f"{module} is in no layer folder"
     return LAYERS.index(parts[1])
