@@ -20,7 +20,6 @@ from clusterbook.acceptance.steps.rpc_workers import *  # noqa: F403
 from clusterbook.acceptance.steps.serving import *  # noqa: F403
 from clusterbook.acceptance.steps.slurm import *  # noqa: F403
 from clusterbook.commands.reportstamp import stamped
-from clusterbook.commands.settings import PROJECT
 from clusterbook.effects.connections import connect
 from clusterbook.model.loader import load_cluster
 from clusterbook.pure.verifysummary import summary_markdown
@@ -72,7 +71,7 @@ def tiers(cluster, request):
 
 @pytest.fixture(scope="session")
 def transport(cluster):
-    return connect(cluster, PROJECT)
+    return connect(cluster)  # the operator's files relative to the folder verify runs in, as every task's
 
 
 @pytest.fixture
@@ -124,7 +123,7 @@ def waiting_now(item) -> dict[str, str]:
         cluster = load_cluster(item.config.getoption("--live-cluster"))
         if not any(t.manager == "slurm" for t in cluster.tiers):
             return {}
-        return waiting_tiers(cluster, connect(cluster, PROJECT))
+        return waiting_tiers(cluster, connect(cluster))
     except Exception:  # no file, or the controller does not answer: the failure stands as it is
         return {}
 

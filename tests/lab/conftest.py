@@ -23,14 +23,15 @@ NEEDS_LAB = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("systemd-ns
 
 SLURM_LAB = ROOT / "lab/cluster-slurm.yaml"
 
-# The lab modules in the order that boots and deploys the lab least, after every other test: the soak (test_verify)
-# starts as the session does and runs beside the tests that need no lab (it waits, they compute), and leaves the lab
-# deployed for the rest of its module; test_deploy takes it down and boots it fresh, the modules after it reuse that
-# deployment, and the lifecycle test takes everything down last. The SLURM lab has containers of its own: in a run
-# that also holds other lab tests, test_slurm runs from the start in a pytest of its own beside them all
-# (SIDE_BY_SIDE), and test_slurm_side waits for it at the end.
-LAB_ORDER = ("test_verify", "test_deploy", "test_apply", "test_bench_recovery", "test_planner_accuracy",
-             "test_rehearsal", "test_lab", "test_slurm", "test_slurm_side")
+# The lab modules in the order that boots and deploys the lab least, after every other test: test_deploy takes the
+# lab down and boots it fresh, the modules after it reuse that deployment, and the lifecycle test takes everything
+# down last. The soak runs the main job three times on a lab of its own (benchmarks/soak.py --apart): it starts as
+# the session does, beside everything else, and test_soak reads its result at the end (issue 69: it no longer holds
+# the tests' lab for seven minutes). The SLURM lab has containers of its own too: in a run that also holds other lab
+# tests, test_slurm runs from the start in a pytest of its own beside them all (SIDE_BY_SIDE), and test_slurm_side
+# waits for it at the end.
+LAB_ORDER = ("test_deploy", "test_apply", "test_bench_recovery", "test_planner_accuracy", "test_rehearsal",
+             "test_verify", "test_lab", "test_soak", "test_slurm", "test_slurm_side")
 SIDE_BY_SIDE = "test_slurm"
 CHILD = "CLUSTERBOOK_LAB_SIDE_RUN"  # set in the side run's environment: it runs its tests itself
 SOAK = pytest.StashKey[tuple]()
@@ -73,14 +74,15 @@ def side_run_result(config) -> tuple[int, Path] | None:
 
 
 def start_soak() -> tuple:
-    """benchmarks/soak.py --runs 3 in the background: (process, its JSON file, its output file)."""
+    """benchmarks/soak.py --runs 3 on a lab of its own, in the background: (process, its JSON file, its output file,
+    the folder its runs write their reports and site in)."""
     folder = Path(tempfile.mkdtemp(prefix="clusterbook-soak-"))
-    out, log = folder / "soak.json", folder / "soak.log"
+    out, log, work = folder / "soak.json", folder / "soak.log", folder / "work"
     with log.open("w") as stream:
-        process = subprocess.Popen([sys.executable, "benchmarks/soak.py", "--runs", "3", "--out", str(out)],
-                                   cwd=ROOT, stdout=stream, stderr=subprocess.STDOUT, text=True,
-                                   start_new_session=True)  # its own process group: stopped with its invoke runs
-    return process, out, log
+        process = subprocess.Popen([sys.executable, "benchmarks/soak.py", "--runs", "3", "--out", str(out),
+                                    "--apart", str(work)], cwd=ROOT, stdout=stream, stderr=subprocess.STDOUT,
+                                   text=True, start_new_session=True)  # its own process group: stopped with its runs
+    return process, out, log, work
 
 
 def pytest_collection_finish(session):
@@ -88,7 +90,7 @@ def pytest_collection_finish(session):
     share with it (they never touch the lab)."""
     if session.config.option.collectonly or NEEDS_LAB.args[0]:
         return
-    if any(item.path.name == "test_verify.py" for item in session.items):
+    if any(item.path.name == "test_soak.py" for item in session.items):
         session.config.stash[SOAK] = start_soak()
 
 
@@ -100,11 +102,12 @@ def pytest_sessionfinish(session):
             process.wait(timeout=120)
 
 
-def soak_result(config) -> tuple[subprocess.CompletedProcess, Path]:
-    """Wait for the soak that the session started (or start one now) and return (result, its JSON file)."""
-    process, out, log = config.stash.get(SOAK, None) or start_soak()
+def soak_result(config) -> tuple[subprocess.CompletedProcess, Path, Path]:
+    """Wait for the soak that the session started (or start one now) and return (result, its JSON file, the folder
+    its last run's reports and site are in)."""
+    process, out, log, work = config.stash.get(SOAK, None) or start_soak()
     process.wait(timeout=3600)
-    return subprocess.CompletedProcess(process.args, process.returncode, log.read_text(), ""), out
+    return subprocess.CompletedProcess(process.args, process.returncode, log.read_text(), ""), out, work
 
 
 def invoke(*args, timeout=1800, cluster=LAB, extra_env=None):

@@ -14,7 +14,6 @@ from clusterbook.acceptance.steps.helpers import (
     systemd_rpc_tier,
     until_answers,
 )
-from clusterbook.commands.settings import PROJECT
 from clusterbook.effects import probes
 from clusterbook.effects.lab.lab import Lab
 from clusterbook.effects.recovery import disrupt
@@ -32,7 +31,7 @@ def _restart_node(cluster, cluster_file, transport, context, measured):
     node = tier.workers[-1]
     context.update(tier=tier, node=node)
     if is_lab(cluster_file):
-        power_off, boot = Lab(cluster, PROJECT).restart(node)
+        power_off, boot = Lab(cluster).restart(node)  # from the folder verify runs in, as every task
     else:
         started = time.monotonic()
         transport.run(node, "systemctl reboot", timeout=20)
