@@ -203,8 +203,8 @@ class Executor:
             return None
         result = self.transport.run(host, " && ".join(parts), timeout=60)
         if not result.ok:
-            what = " and ".join(["claim clusterbook's folders"] * bool(claim) + [
-                f"keep what this run replaces (generation {self.recording.gid})" for _ in [1] if self.recording])
+            what = " and ".join((["claim clusterbook's folders"] if claim else []) + (
+                [f"keep what this run replaces (generation {self.recording.gid})"] if self.recording else []))
             return Outcome(step.id, host, what, "failed", time.monotonic() - started, result.returncode,
                            result.tail())
         self.begun.add(host)  # one thread per host: no two threads add the same host
