@@ -76,14 +76,15 @@ def alert_window(cluster, tier) -> float:
     return cluster.recovery_level(tier.name).critical
 
 
-CLUSTERBOOK = "from clusterbook.adapters.tasks import main; main()"  # the `clusterbook` command, by this Python
+CLUSTERBOOK = "from clusterbook.adapters.tasks import main; main()"  # `clusterbook`, by this Python (-P: the
+# package installed in its environment, never one in the folder it runs in)
 
 
 def run_invoke(cluster_file, *argv, timeout=600):
     """A task of this cluster as an operator runs it, from the folder verify runs in (the cluster file's paths and
     the operator's files are relative to it), with the package's own command (no checkout needed); fails the step
     with its output if it fails."""
-    run = subprocess.run([sys.executable, "-c", CLUSTERBOOK, *argv, "--cluster", str(cluster_file)],
+    run = subprocess.run([sys.executable, "-P", "-c", CLUSTERBOOK, *argv, "--cluster", str(cluster_file)],
                          capture_output=True, text=True, timeout=timeout, env={**os.environ, "COLUMNS": "200"})
     assert run.returncode == 0, f"invoke {' '.join(argv)}:\n{run.stdout[-2000:]}{run.stderr[-2000:]}"
     return run
