@@ -20,16 +20,16 @@ MODES = ("check", "claim", "accept")
 SCOPES = ("gateway", "build", "tiers", "nodes")  # the gateway's node; the build node; the tiers' nodes; every node
 
 
-def owned_roots(c: Cluster) -> dict[str, str]:
-    """Every root of the paths clusterbook writes, with its scope: "gateway" (the gateway's paths), "build" (the
-    build node's sources), "tiers" (the engine, the models and the tiers' own files) or "nodes" (logs, endpoints,
-    environment files and generations, which every node a run changes keeps). A file named as clusterbook's (the
-    router's script) is no root."""
+def owned_roots(c: Cluster) -> dict[str, tuple[str, ...]]:
+    """Every root of the paths clusterbook writes, with the scopes of the paths in it: "gateway" (the gateway's
+    paths), "build" (the build node's sources), "tiers" (the engine, the models and the tiers' own files) or "nodes"
+    (logs, endpoints, environment files and generations, which every node a run changes keeps). A file named as
+    clusterbook's (the router's script) is no root."""
     shared, declared = c.storage.shared_dir, tuple(c.storage.owned_roots)
     classes = {where: cls for where, cls, _, _ in path_fields(c)}
     paths = dict(owned_paths(c))
     paths[("engine", "install_dir", "parent")] = posixpath.dirname(c.engine.install_dir.rstrip("/"))  # b-folders
-    out: dict[str, str] = {}
+    out: dict[str, set[str]] = {}
     for where, path in paths.items():
         root = own_folder(path, shared, declared)
         if root is None or (root == path.rstrip("/") and (classes.get(where), where[-1]) in FILE_FIELDS):
@@ -37,8 +37,8 @@ def owned_roots(c: Cluster) -> dict[str, str]:
         scope = ("gateway" if where[0] == "gateway" else "build" if where == ("engine", "build_dir") else
                  "tiers" if where[0] in ("engine", "tiers", "router") or where == ("storage", "models_dir")
                  else "nodes")
-        out[root] = max(out.get(root, scope), scope, key=SCOPES.index)
-    return dict(sorted(out.items()))
+        out.setdefault(root, set()).add(scope)
+    return {root: tuple(s for s in SCOPES if s in scopes) for root, scopes in sorted(out.items())}
 
 
 def roots_on(c: Cluster, node: str) -> list[str]:
@@ -46,7 +46,7 @@ def roots_on(c: Cluster, node: str) -> list[str]:
     that run them, the rest on every node."""
     on = {"gateway": {c.gateway.node} if c.gateway else set(), "build": {build_node(c)},
           "tiers": {n for t in c.tiers for n in t.nodes}, "nodes": {n.name for n in c.nodes}}
-    return [root for root, scope in owned_roots(c).items() if node in on[scope]]
+    return [root for root, scopes in owned_roots(c).items() if any(node in on[s] for s in scopes)]
 
 
 def program() -> str:

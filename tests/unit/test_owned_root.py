@@ -11,13 +11,17 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
 from clusterbook.effects.executor import Executor
 from clusterbook.effects.transport import LocalTransport
-from clusterbook.model.loader import load_cluster
+from clusterbook.model.loader import load_cluster, validate_document
+from clusterbook.model.schema import Cluster
+from clusterbook.model.yamlsource import parse_yaml
 from clusterbook.pure import ownership
 from clusterbook.pure.preflight import judge, parse_facts
 from clusterbook.pure.runbooks import Command, ExpandedStep, Expansion
+from tests.conftest import whole_data
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -147,10 +151,10 @@ def test_preflight_reports_each_root_and_fails_on_one_that_is_not_clusterbooks()
 def test_beefcake2s_roots_by_scope():
     c = load_cluster(ROOT / "cluster.yaml")
     roots = ownership.owned_roots(c)
-    assert roots["/opt/clusterbook"] == "tiers" and roots["/cluster/shared/ai"] == "nodes"
-    assert roots["/var/cache/clusterbook"] == "build" and "/var/cache/clusterbook" not in ownership.roots_on(
+    assert roots["/opt/clusterbook"] == ("tiers",) and roots["/cluster/shared/ai"] == ("nodes",)
+    assert roots["/var/cache/clusterbook"] == ("build",) and "/var/cache/clusterbook" not in ownership.roots_on(
         c, "vasp-02")
-    gateway = [r for r, scope in roots.items() if scope == "gateway"]
+    gateway = [r for r, scopes in roots.items() if scopes == ("gateway",)]
     assert gateway and all(r in ownership.roots_on(c, c.gateway.node) for r in gateway)
     assert "/opt/clusterbook" not in ownership.roots_on(c, c.gateway.node)  # slurm-ctl runs no tier
     assert not set(gateway) & set(ownership.roots_on(c, next(n.name for n in c.nodes if n.name != c.gateway.node)))
@@ -172,3 +176,13 @@ def test_the_node_program_and_the_commands_sent_pass_shellcheck(tmp_path):
         (tmp_path / name).write_text(text)
         proc = subprocess.run(["shellcheck", "-s", "sh", str(tmp_path / name)], capture_output=True, text=True)
         assert proc.returncode == 0, proc.stdout
+
+
+def test_a_root_that_holds_paths_of_several_scopes_is_claimed_wherever_any_of_them_is_written():
+    data = whole_data(ROOT / "cluster.yaml")
+    data["engine"]["build_dir"] = "/opt/clusterbook/sources"  # beside the install: the build node is vasp-01
+    data["gateway"]["docs_dir"] = "/var/lib/clusterbook/site"  # with the generations: every node's root
+    c = validate_document(parse_yaml(yaml.safe_dump(data), "edited.yaml"), Cluster)
+    roots = ownership.owned_roots(c)
+    assert roots["/opt/clusterbook"] == ("build", "tiers") and roots["/var/lib/clusterbook"] == ("gateway", "nodes")
+    assert "/var/lib/clusterbook" in ownership.roots_on(c, c.gateway.node)
