@@ -27,11 +27,12 @@ SLURM_LAB = ROOT / "lab/cluster-slurm.yaml"
 # lab down and boots it fresh, the modules after it reuse that deployment, and the lifecycle test takes everything
 # down last. The soak runs the main job three times on a lab of its own (benchmarks/soak.py --apart): it starts as
 # the session does, beside everything else, and test_soak reads its result at the end (issue 69: it no longer holds
-# the tests' lab for seven minutes). The SLURM lab has containers of its own too: in a run that also holds other lab
-# tests, test_slurm runs from the start in a pytest of its own beside them all (SIDE_BY_SIDE), and test_slurm_side
-# waits for it at the end.
-LAB_ORDER = ("test_deploy", "test_apply", "test_bench_recovery", "test_planner_accuracy", "test_rehearsal",
-             "test_verify", "test_lab", "test_soak", "test_slurm", "test_slurm_side")
+# the tests' lab for seven minutes); the CPU rehearsal, which compares speeds measured a minute apart, runs after
+# it (beside the soak, its baseline and its served decode differed by 58 %). The SLURM lab has containers of its own
+# too: in a run that also holds other lab tests, test_slurm runs from the start in a pytest of its own beside them
+# all (SIDE_BY_SIDE), and test_slurm_side waits for it at the end.
+LAB_ORDER = ("test_deploy", "test_apply", "test_bench_recovery", "test_planner_accuracy", "test_verify", "test_lab",
+             "test_soak", "test_rehearsal", "test_slurm", "test_slurm_side")
 SIDE_BY_SIDE = "test_slurm"
 CHILD = "CLUSTERBOOK_LAB_SIDE_RUN"  # set in the side run's environment: it runs its tests itself
 SOAK = pytest.StashKey[tuple]()
