@@ -17,7 +17,7 @@ from clusterbook.effects.connections import connect
 from clusterbook.effects.console import Failed, console, waits
 from clusterbook.effects.executor import Executor
 from clusterbook.effects.probes import prometheus_alerts, prometheus_query
-from clusterbook.effects.reporters import ConsoleReporter, RunLog, dry_run, recap, step_times
+from clusterbook.effects.reporters import ConsoleReporter, RunLog, dry_run, recap, run_log_path, step_times
 from clusterbook.effects.verified import state_dir
 from clusterbook.model.loader import load_cluster
 from clusterbook.pure import generations as gen
@@ -55,8 +55,7 @@ def run_runbook(s: Settings, runbook_id: str, cluster_file: str, tier: str | Non
         console.print()
         dry_run(expansion, deployed)
         return None
-    stamp = _time.strftime("%Y%m%dT%H%M%SZ", _time.gmtime())
-    log = s.runs / f"{stamp}-{cluster.cluster.name}-{runbook_id}{'-' + tier if tier else ''}.jsonl"
+    log = run_log_path(s.runs, cluster.cluster.name, runbook_id + (f"-{tier}" if tier else ""))
     started = _time.monotonic()
     recording = generation_recording(cluster, cluster_file, expansion) if expansion.generation else None
     executor = Executor(connect(cluster), deployed, [ConsoleReporter(), RunLog(log)], recording=recording,

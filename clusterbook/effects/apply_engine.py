@@ -16,7 +16,7 @@ from clusterbook.effects.change_hold import changing
 from clusterbook.effects.connections import connect
 from clusterbook.effects.console import Failed, console
 from clusterbook.effects.executor import Executor
-from clusterbook.effects.reporters import ConsoleReporter, RunLog
+from clusterbook.effects.reporters import ConsoleReporter, RunLog, run_log_path
 from clusterbook.effects.verified import listings, mark_verified, remember_verified, state_dir, verified_file
 from clusterbook.model.loader import load_cluster
 from clusterbook.model.problems import InputError
@@ -103,8 +103,7 @@ class ApplyEngine:
             table.add_row(r["host"], r["generation"], "\n".join(r["files"]) or "-", r["engine"] or "-")
         console.print(table)
         started = time.monotonic()
-        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-        log = self.runs / f"{stamp}-{cluster.cluster.name}-rollback-{phase}.jsonl"
+        log = run_log_path(self.runs, cluster.cluster.name, f"rollback-{phase}")
         report = Executor(connect(cluster), state_dir(cluster) / "deployed", [ConsoleReporter(), RunLog(log)],
                           claim=lambda host: ownership.claim_command(cluster, host)
                           ).run(ch.rollback_expansion(cluster, phase, chosen))

@@ -65,8 +65,16 @@ def hosts_suffix(title: str, hosts: tuple[str, ...]) -> str:
     return f" on {', '.join(hosts)}"
 
 
+def run_log_path(runs: Path, cluster: str, what: str) -> Path:
+    """runs/<UTC time to the millisecond>-<cluster>-<what>.jsonl: two runs started in one second keep a log each
+    (to the second, their lines went into one file)."""
+    now = time.time()
+    stamp = f"{time.strftime('%Y%m%dT%H%M%S', time.gmtime(now))}.{int(now % 1 * 1000):03d}Z"
+    return runs / f"{stamp}-{cluster}-{what}.jsonl"
+
+
 class RunLog:
-    """Appends every outcome to a JSON-lines file (runs/<time>-<cluster>-<runbook>.jsonl)."""
+    """Appends every outcome to a JSON-lines file (run_log_path)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path

@@ -161,3 +161,16 @@ def test_a_task_without_a_dry_run_refuses_dry_and_contacts_nothing(tmp_path, arg
 def test_a_task_that_contacts_nothing_still_runs_with_dry(tmp_path):
     proc = offline(tmp_path, "render", "--dry", "--out", str(tmp_path / "build"))
     assert (tmp_path / "build/slurm-ctl/etc/llama/slurm/llama-reasoning.sbatch").exists(), proc.stdout
+
+
+def test_two_runs_started_in_one_second_keep_a_log_each(tmp_path):
+    """Two runs of one runbook started within a second wrote their lines into one run log (second resolution)."""
+    import re
+    import time
+
+    from clusterbook.effects.reporters import run_log_path
+    first = run_log_path(tmp_path, "lab", "deploy-rpc-reasoning")
+    time.sleep(0.002)
+    second = run_log_path(tmp_path, "lab", "deploy-rpc-reasoning")
+    assert first != second and sorted([second, first]) == [first, second]  # the names sort as the runs began
+    assert re.fullmatch(r"\d{8}T\d{6}\.\d{3}Z-lab-deploy-rpc-reasoning\.jsonl", first.name), first.name
