@@ -1,6 +1,6 @@
 """The accept-folder command: the admin records, once, that a folder which already holds files is clusterbook's (its
-marker is written on each node that holds it, after the same checks as every claim: no package's, not a link, not
-writable by any user)."""
+marker is written on each node that holds it, after the same checks as every claim: no package's, not a link, owned
+by root or the connecting user, not writable by every user)."""
 
 from __future__ import annotations
 
@@ -31,8 +31,8 @@ def accept_folder(cluster_file: str, folder: str | None, dry: bool = False) -> N
     who = f"{getpass.getuser()}@{socket.gethostname()}"
     if dry:
         console.print(f"would mark {folder} as clusterbook's on {', '.join(nodes)} ({ownership.MARKER}: accepted by "
-                      f"{who}), where no package owns it, it is a folder, and no user but its owner may write it; "
-                      "nothing was contacted or changed")
+                      f"{who}), where no package owns it and it is a folder (not a link) owned by root or the user "
+                      "clusterbook connects as, which not every user may write; nothing was contacted or changed")
         return
     transport = connect(cluster)
     command = ownership.command([folder], "accept", who)
