@@ -96,21 +96,31 @@ def parsed_line() -> ParsedLine:
 
 PROGRAMS: list[Program] = []  # the programs parsing a command line in this process (clusterbook's, a test's)
 COMMAND: list[bool] = []  # this process is the clusterbook command (main)
+NESTED: list[Program] = []  # programs run inside this process's own (effects/in_process.py)
 
 
 @contextmanager
-def running(program: Program):
-    """Let tasks.py read this program's parse while it runs (a test's in-process invoke)."""
+def running(program: Program, nested: bool = False):
+    """Let tasks.py read this program's parse while it runs. A nested program (a task run inside another, or inside
+    a test) never ends the process, and leaves the outer line's waiting tiers as they were."""
     PROGRAMS.append(program)
+    waited = list(WAITED)
+    if nested:
+        NESTED.append(program)
     try:
         yield program
     finally:
         PROGRAMS.remove(program)
+        if nested:
+            NESTED.remove(program)
+            WAITED[:] = waited
 
 
 def invoked_from_command_line() -> bool:
     """Whether this process is a command line (invoke's script, python -m invoke, or clusterbook), which ends when
     its tasks are done; not a test or a program that runs tasks inside itself."""
+    if NESTED:
+        return False
     return bool(COMMAND) or getattr(sys.modules.get("__main__"), "program", None) is invoke_program
 
 

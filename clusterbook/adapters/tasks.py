@@ -420,10 +420,14 @@ class Clusterbook(Program):
         super().parse_collection()
 
 
+def program() -> Clusterbook:
+    """The `clusterbook` command's program."""
+    return Clusterbook(name="clusterbook", binary="clusterbook", version=__version__, executor_class=CommandLine)
+
+
 def main() -> None:
     """The `clusterbook` command (pyproject's console script)."""
     COMMAND.append(True)  # the process ends when its tasks are done
     quiet_when_the_reader_leaves()
-    with running(Clusterbook(name="clusterbook", binary="clusterbook", version=__version__,
-                             executor_class=CommandLine)) as program:
-        program.run()
+    with running(program()) as clusterbook:
+        clusterbook.run()

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -18,6 +15,7 @@ from clusterbook.commands.preflight import preflight
 from clusterbook.commands.runbooks import run_operation, run_runbook
 from clusterbook.commands.settings import LAB_CLUSTER, Settings
 from clusterbook.effects.console import Failed, console, waits
+from clusterbook.effects.in_process import run_pytest
 from clusterbook.effects.verified import mark_verified, remember_verified
 from clusterbook.model.loader import load_cluster
 from clusterbook.pure import packagedata
@@ -60,7 +58,7 @@ def verify(s: Settings, cluster_file: str, disruptive: bool, only: str | None) -
     load_cluster(cluster_file)
     reports = s.reports
     reports.mkdir(parents=True, exist_ok=True)
-    argv = [sys.executable, "-m", "pytest", str(packagedata.ACCEPTANCE), "--live-cluster", cluster_file,
+    argv = [str(packagedata.ACCEPTANCE), "--live-cluster", cluster_file,
             "-p", "no:cacheprovider",
             f"--cucumberjson={reports / 'verify.cucumber.json'}", f"--junitxml={reports / 'verify.junit.xml'}",
             "--verify-summary", str(reports / "verify-summary.md"), "-rA", "--tb=line", "-q"]
@@ -74,16 +72,16 @@ def verify(s: Settings, cluster_file: str, disruptive: bool, only: str | None) -
             raise Failed(f"no scenario matches '{only}'; give part of a name or a tag:\n  {names}")
         console.print(f"{len(chosen)} scenario(s) match '{only}': " + "; ".join(sc.name for sc in chosen))
         argv += ["-k", " or ".join(sorted({sc.test_name for sc in chosen}))]
-    # the scenarios' own invoke commands read these settings, this file among them
-    proc = subprocess.run(argv, env={**os.environ, **settings.as_environment(s, cluster=cluster_file)})
+    # a pytest session in this process; the scenarios' own tasks read these settings, this file among them
+    session = run_pytest(argv, env=settings.as_environment(s, cluster=cluster_file))
     console.print(f"reports: {reports}/verify-summary.md, verify.cucumber.json, verify.junit.xml")
-    if proc.returncode != 0:
+    if session.status != 0:
         results = reports / "verify-summary.json"
         if results.is_file() and only_waiting(json.loads(results.read_text())):  # nothing failed: VASP holds nodes
             waits(f"verify: every scenario that did not pass waits for a tier whose job waits for its nodes; "
                   f"verify again when it runs (see {reports}/verify-summary.md)")
             return
-        raise Failed(f"verify: scenarios failed (pytest exit status {proc.returncode}); "
+        raise Failed(f"verify: scenarios failed (pytest exit status {session.status}); "
                      f"see {reports}/verify-summary.md")
     if not only:  # every scenario passed: what the nodes run now is the state a rollback returns to
         try:

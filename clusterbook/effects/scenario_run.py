@@ -1,42 +1,47 @@
-"""One phase's acceptance scenarios in a pytest of their own, read back from its JUnit file."""
+"""One phase's acceptance scenarios in a pytest session of this process, read back from its JUnit file."""
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from clusterbook.effects.console import console
+from clusterbook.effects.in_process import run_pytest
 from clusterbook.pure import packagedata
 from clusterbook.pure.apply_history import ScenarioRun
 from clusterbook.pure.phases import Phase
 
+SCENARIOS_DEADLINE_S = 1800  # a phase's scenarios still running after this hang: they are stopped and count as failed
+
 
 def run_scenarios(cluster_file: str, phase: Phase, when: str, out: Path, names: dict[str, str]) -> ScenarioRun:
     """The phase's scenarios (its tag; a tier's narrowed to that tier) against the file's cluster; `names` turns
-    pytest's test names back into the scenarios' own."""
+    pytest's test names back into the scenarios' own. A session that hangs is interrupted at its deadline, and a
+    session that ends without its JUnit file (a crash of the run's plugins) fails the run: either way apply then
+    rolls the phase back."""
 
     junit = out / f"{phase.name}-{when.replace(' ', '-')}.junit.xml"
     summary = junit.with_suffix("").with_suffix(".summary.md")  # its JSON beside it says which scenarios wait
-    argv = [sys.executable, "-m", "pytest", str(packagedata.ACCEPTANCE), "--live-cluster", cluster_file, "-p",
-            "no:cacheprovider", "-m", phase.scenarios, f"--junitxml={junit}", "--verify-summary", str(summary),
-            "-q", "--tb=line", "-rN"]
+    argv = [str(packagedata.ACCEPTANCE), "--live-cluster", cluster_file, "-p", "no:cacheprovider",
+            "-m", phase.scenarios, f"--junitxml={junit}", "--verify-summary", str(summary), "-q", "--tb=line", "-rN"]
     if phase.tier:
         argv += ["--tier", phase.tier]
     console.print(f"[bold]{phase.name}[/]: scenarios {when} …")
     started = time.monotonic()
-    proc = subprocess.run(argv, capture_output=True, text=True)
+    session = run_pytest(argv, quiet=True, timeout=SCENARIOS_DEADLINE_S)
     run = ScenarioRun(when, seconds=time.monotonic() - started, report=str(junit))
+    if session.timed_out:
+        run.failed.append(f"the scenarios ran past {SCENARIOS_DEADLINE_S} s and were stopped: "
+                          f"{session.output.strip()[-300:]}")
     try:
         cases = ET.parse(junit).getroot().iter("testcase")
     except (OSError, ET.ParseError):
-        run.failed.append(f"pytest exited {proc.returncode}: {(proc.stdout + proc.stderr).strip()[-300:]}")
+        run.failed.append(f"pytest exited {session.status}: {session.output.strip()[-300:]}")
         return run
     waits = waiting_scenarios(summary.with_suffix(".json"))
-    for case in cases:
+    for case in (c for c in cases if c.get("name")):  # a session stopped at its deadline leaves one unnamed
         name = names.get(case.get("name", ""), case.get("name", ""))
         if (case.find("failure") is not None or case.find("error") is not None) and name in waits:
             run.waiting.append(name)

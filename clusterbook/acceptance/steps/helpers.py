@@ -1,16 +1,15 @@
 """What the acceptance steps share: the tiers, endpoints and waits they look at, each from the cluster file."""
 
 import json
-import os
 import re
-import subprocess
-import sys
 import time
 
 import httpx
 import pytest
 
+from clusterbook.adapters.tasks import program
 from clusterbook.effects import probes
+from clusterbook.effects.in_process import run_program
 from clusterbook.effects.lab.machines import Machine
 from clusterbook.model.loader import load_cluster
 from clusterbook.pure import slurmjob
@@ -76,16 +75,11 @@ def alert_window(cluster, tier) -> float:
     return cluster.recovery_level(tier.name).critical
 
 
-CLUSTERBOOK = "from clusterbook.adapters.tasks import main; main()"  # `clusterbook`, by this Python (-P: the
-# package installed in its environment, never one in the folder it runs in)
-
-
 def run_invoke(cluster_file, *argv, timeout=600):
-    """A task of this cluster as an operator runs it, from the folder verify runs in (the cluster file's paths and
-    the operator's files are relative to it), with the package's own command (no checkout needed); fails the step
-    with its output if it fails."""
-    run = subprocess.run([sys.executable, "-P", "-c", CLUSTERBOOK, *argv, "--cluster", str(cluster_file)],
-                         capture_output=True, text=True, timeout=timeout, env={**os.environ, "COLUMNS": "200"})
+    """A task of this cluster as an operator runs it (`clusterbook TASK --cluster F`), in this process, from the
+    folder verify runs in (the cluster file's paths and the operator's files are relative to it); fails the step
+    with its output if it fails or runs past `timeout`."""
+    run = run_program(program, ["clusterbook", *argv, "--cluster", str(cluster_file)], timeout=timeout)
     assert run.returncode == 0, f"invoke {' '.join(argv)}:\n{run.stdout[-2000:]}{run.stderr[-2000:]}"
     return run
 
