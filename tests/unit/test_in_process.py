@@ -83,3 +83,36 @@ def test_a_task_run_inside_a_command_line_returns_its_status_and_leaves_the_line
     run = run_program(program, ["clusterbook", "check", "--cluster", str(bad)], timeout=60)
     assert run.returncode == 2 and f"{bad}:" in run.stderr
     assert command_line.invoked_from_command_line() and not command_line.NESTED
+
+
+def test_a_phase_whose_scenarios_hang_fails_at_its_deadline_so_apply_rolls_it_back(tmp_path, monkeypatch):
+    from clusterbook.effects import scenario_run
+    from clusterbook.pure.phases import Phase
+
+    features = tmp_path / "acceptance"
+    features.mkdir()
+    (features / "conftest.py").write_text(textwrap.dedent("""
+        def pytest_addoption(parser):
+            for name in ("--live-cluster", "--verify-summary", "--tier"):
+                parser.addoption(name)
+    """))
+    (features / "test_phase_scenarios.py").write_text(textwrap.dedent("""
+        import time
+        import pytest
+
+        @pytest.mark.tier
+        def test_answers():
+            pass
+
+        @pytest.mark.tier
+        def test_hangs():
+            time.sleep(60)
+    """))
+    monkeypatch.setattr(scenario_run.packagedata, "ACCEPTANCE", features)
+    monkeypatch.setattr(scenario_run, "SCENARIOS_DEADLINE_S", 2)
+    started = time.monotonic()
+    run = scenario_run.run_scenarios("lab/cluster.yaml", Phase("fast", "deploy-fast", tier="fast", scenarios="tier"),
+                                     "after", tmp_path, names={"test_answers": "it answers"})
+    assert time.monotonic() - started < 20
+    assert run.passed == ["it answers"] and not run.ok, run
+    assert run.failed and "ran past 2 s and were stopped" in run.failed[0], run.failed
