@@ -4,7 +4,9 @@ count for every task of a command line, read from what invoke parsed, never from
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -15,6 +17,7 @@ from invoke.parser import ParserContext
 from clusterbook.commands.tasklist import command_line_cluster
 from clusterbook.effects.connections import offline
 from clusterbook.effects.console import WAITED, WAITING_EXIT, end_process, exits_cleanly
+from clusterbook.effects.in_process import run_program
 from clusterbook.model.problems import Refused
 
 
@@ -114,6 +117,15 @@ def running(program: Program, nested: bool = False):
         if nested:
             NESTED.remove(program)
             WAITED[:] = waited
+
+
+def run_line(make_program: Callable[[], Program], line: list[str], **how) -> subprocess.CompletedProcess:
+    """A command line run in this process by a nested program (it never ends the process), as a shell would:
+    output captured, exit status, a time limit (effects/in_process.run_program's `env`, `cwd`, `timeout`)."""
+    def run() -> None:
+        with running(make_program(), nested=True) as program:  # tasks.py reads its parse
+            program.run(line, exit=True)
+    return run_program(run, line, **how)
 
 
 def invoked_from_command_line() -> bool:

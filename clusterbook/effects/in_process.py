@@ -121,17 +121,11 @@ def exit_status(exc: SystemExit) -> int:
     return 0
 
 
-def run_program(make_program: Callable[[], object], line: list[str], *, env: dict[str, str] | None = None,
+def run_program(run: Callable[[], None], line: list[str], *, env: dict[str, str] | None = None,
                 cwd: Path | str | None = None, timeout: float | None = None) -> subprocess.CompletedProcess:
-    """An invoke program's command line `line` (its name first) in this process, its output captured; past
-    `timeout` it ends with status 124. The program runs as a nested one: it never ends this process."""
-    from clusterbook.adapters.command_line import running  # the adapter's registry of running programs
-
+    """`run()`, which runs the command line `line` (its program's name first) in this process, with that line as
+    sys.argv and its output captured; past `timeout` it ends with status 124, and a SystemExit is its status."""
     code = 0
-
-    def run() -> None:
-        with running(make_program(), nested=True) as program:  # tasks.py reads its parse
-            program.run(line, exit=True)
     with captured() as read:
         try:
             with environment({"COLUMNS": os.environ.get("COLUMNS", "200"), **(env or {})}, cwd, line):
@@ -158,7 +152,7 @@ def run_pytest(args: list[str], *, env: dict[str, str] | None = None, quiet: boo
                timeout: float | None = None) -> PytestRun:
     """`pytest ARGS…` in this process (its own session, config and plugins): printed as it runs, or captured
     when `quiet`; past `timeout` the session is interrupted as by Ctrl-C, its reports written."""
-    import pytest
+    import pytest  # lazy: pytest (0.1 s) only where scenarios run (verify, apply)
 
     def session() -> int:
         with environment(env):

@@ -11,7 +11,7 @@ import pytest
 
 from clusterbook.adapters import command_line
 from clusterbook.adapters.tasks import program
-from clusterbook.effects.in_process import TIMED_OUT, run_program, run_pytest, within
+from clusterbook.effects.in_process import TIMED_OUT, run_pytest, within
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -77,10 +77,11 @@ def test_a_hung_session_is_stopped_at_its_deadline_with_its_reports_written(scen
 def test_a_task_run_inside_a_command_line_returns_its_status_and_leaves_the_line_running(monkeypatch):
     monkeypatch.setattr(command_line, "COMMAND", [True])  # as in the `clusterbook` command's own process
     assert command_line.invoked_from_command_line()
-    run = run_program(program, ["clusterbook", "plan", "--cluster", str(ROOT / "lab/cluster.yaml")], timeout=60)
+    lab = str(ROOT / "lab/cluster.yaml")
+    run = command_line.run_line(program, ["clusterbook", "plan", "--cluster", lab], timeout=60)
     assert run.returncode == 0 and "reasoning" in run.stdout, run.stderr  # a command line would have exited here
     bad = sorted((ROOT / "tests/invalid").glob("*.yaml"))[0]
-    run = run_program(program, ["clusterbook", "check", "--cluster", str(bad)], timeout=60)
+    run = command_line.run_line(program, ["clusterbook", "check", "--cluster", str(bad)], timeout=60)
     assert run.returncode == 2 and f"{bad}:" in run.stderr
     assert command_line.invoked_from_command_line() and not command_line.NESTED
 

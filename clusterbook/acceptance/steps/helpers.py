@@ -7,9 +7,9 @@ import time
 import httpx
 import pytest
 
+from clusterbook.adapters.command_line import run_line
 from clusterbook.adapters.tasks import program
 from clusterbook.effects import probes
-from clusterbook.effects.in_process import run_program
 from clusterbook.effects.lab.machines import Machine
 from clusterbook.model.loader import load_cluster
 from clusterbook.pure import slurmjob
@@ -79,7 +79,7 @@ def run_invoke(cluster_file, *argv, timeout=600):
     """A task of this cluster as an operator runs it (`clusterbook TASK --cluster F`), in this process, from the
     folder verify runs in (the cluster file's paths and the operator's files are relative to it); fails the step
     with its output if it fails or runs past `timeout`."""
-    run = run_program(program, ["clusterbook", *argv, "--cluster", str(cluster_file)], timeout=timeout)
+    run = run_line(program, ["clusterbook", *argv, "--cluster", str(cluster_file)], timeout=timeout)
     assert run.returncode == 0, f"invoke {' '.join(argv)}:\n{run.stdout[-2000:]}{run.stderr[-2000:]}"
     return run
 
