@@ -106,3 +106,18 @@ def test_an_embeddings_tier_is_checked_as_its_kind(tmp_path, old, new, want):
     with pytest.raises(InputError) as err:
         load_cluster(path)
     assert want in str(err.value), str(err.value)
+
+
+def test_a_tiers_plan_is_made_once_per_cluster_and_tier_and_a_changed_copy_gets_its_own():
+    c = load_cluster(ROOT / "cluster.yaml")
+    tier = c.tier("reasoning")
+    first = kinds.plan_tier(c, tier)
+    assert kinds.plan_tier(c, tier) is first  # rendering asks about 11 times
+    longer = tier.model_copy(update={"ctx_size": tier.ctx_size // 2})  # the same name, another tier
+    assert kinds.plan_tier(c, longer) is not first and kinds.plan_tier(c, longer) == kinds.plan_tier(c, longer)
+    assert kinds.plan_tier(c, longer).ctx != first.ctx
+    other = c.model_copy(update={"tiers": [longer if t is tier else t for t in c.tiers]})
+    assert kinds.plan_tier(other, tier) is not first  # another cluster, the same tier object
+    for _ in range(kinds.PLANS_KEPT + 5):  # bounded: the oldest go
+        kinds.plan_tier(c, tier.model_copy())
+    assert len(kinds._PLANS) <= kinds.PLANS_KEPT
