@@ -16,7 +16,8 @@ WIDEST_PREFIX = {4: 16, 6: 48}  # a network's firewall rules admit its whole sub
 def service_findings(c: Cluster) -> list[Finding]:
     """Every problem of the rules below, as (path, message)."""
     out: list[Finding] = []
-    for rule in (_subnets, _kept_weights, _tailscale_name, _listen, _docs_path, _decisions_in_force, _model_ids):
+    for rule in (_subnets, _kept_weights, _unity_build, _tailscale_name, _listen, _docs_path, _decisions_in_force,
+                 _model_ids):
         out.extend(rule(c))
     return out
 
@@ -42,6 +43,14 @@ def _kept_weights(c: Cluster) -> list[Finding]:
              f"{t.keep_weights_s} s has no effect: no patch in engine.patches keeps a head's weights on its workers "
              "(one whose speeds_up names kept_weights); remove it, or add that patch")
             for i, t in enumerate(c.tiers) if getattr(t, "keep_weights_s", 0)]
+
+
+def _unity_build(c: Cluster) -> list[Finding]:
+    """A unity build of b11434 compiles only with the patch that keeps mtmd and ggml-rpc out of it."""
+    if not c.engine.unity_build or c.engine.patched_for("unity_build"):
+        return []
+    return [(("engine", "unity_build"), "true needs the patch that keeps mtmd and ggml-rpc out of the unity build "
+             "(one whose speeds_up names unity_build: patches/build-unity-apart.patch); add it, or set false")]
 
 
 def _tailscale_name(c: Cluster) -> list[Finding]:

