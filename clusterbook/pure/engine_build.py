@@ -36,10 +36,13 @@ def cuda_architectures(c: Cluster) -> list[str]:
 
 def cmake_options(c: Cluster) -> list[str]:
     """The configure options: Ninja, Release, RPC on, CUDA on for the GPUs' architectures when nodes have GPUs
-    (their compiler from the CUDA the cluster file names), tests and examples off, the build number stamped, a
-    unity build where the file asks for one, and the CPU extensions the file turns off left out."""
+    (their compiler from the CUDA the cluster file names), tests, examples and the HTTPS client off, the build
+    number stamped, a unity build where the file asks for one, and the CPU extensions the file turns off left
+    out."""
+    # LLAMA_OPENSSL off: llama-server's HTTPS client only downloads models, which the runbooks fetch; without it a
+    # build is the same wherever it is configured (the lab's host has OpenSSL's headers, its build node none)
     options = ["-GNinja", "-DCMAKE_BUILD_TYPE=Release", "-DGGML_RPC=ON", "-DLLAMA_BUILD_TESTS=OFF",
-               "-DLLAMA_BUILD_EXAMPLES=OFF", f"-DLLAMA_BUILD_NUMBER={c.engine.build}"]
+               "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_OPENSSL=OFF", f"-DLLAMA_BUILD_NUMBER={c.engine.build}"]
     toolset = toolset_bin(c.node(build_node(c)).os)
     if toolset:  # EL: the gcc-toolset's compilers build it, and nvcc uses its g++ as host compiler (CUDAHOSTCXX)
         options += [f"-DCMAKE_C_COMPILER={toolset}/gcc", f"-DCMAKE_CXX_COMPILER={toolset}/g++"]

@@ -24,6 +24,7 @@ def test_options_follow_the_gpus(cluster, archs, node, cuda_compiler):
     assert cuda_architectures(c) == archs
     assert build_node(c) == node
     assert "-DGGML_RPC=ON" in options and f"-DLLAMA_BUILD_NUMBER={c.engine.build}" in options
+    assert "-DLLAMA_OPENSSL=OFF" in options  # the same build whether the configuring host has OpenSSL's headers
     assert ("-DGGML_CUDA=ON" in options) == bool(archs)
     if archs:
         assert f"-DCMAKE_CUDA_ARCHITECTURES={';'.join(archs)}" in options and cuda_compiler in options
