@@ -143,9 +143,12 @@ def run_program(run: Callable[[], None], line: list[str], *, env: dict[str, str]
 class PytestRun:
     """How a pytest session in this process ended."""
 
-    status: int
-    timed_out: bool
+    status: int  # pytest's exit status (0-5), or TIMED_OUT
     output: str  # what it printed, where it was captured
+
+    @property
+    def timed_out(self) -> bool:
+        return self.status == TIMED_OUT
 
 
 def run_pytest(args: list[str], *, env: dict[str, str] | None = None, quiet: bool = False,
@@ -157,10 +160,7 @@ def run_pytest(args: list[str], *, env: dict[str, str] | None = None, quiet: boo
     def session() -> int:
         with environment(env):
             return int(pytest.main(args))
-    if not quiet:
-        finished, status = within(timeout, "pytest", session)
-        return PytestRun(int(status) if finished else TIMED_OUT, not finished, "")
-    with captured() as read:
+    with captured() if quiet else contextlib.nullcontext(lambda: ("", "")) as read:
         finished, status = within(timeout, "pytest", session)
         stdout, stderr = read()
-    return PytestRun(int(status) if finished else TIMED_OUT, not finished, stdout + stderr)
+    return PytestRun(int(status) if finished else TIMED_OUT, stdout + stderr)

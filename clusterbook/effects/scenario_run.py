@@ -42,7 +42,7 @@ def run_scenarios(cluster_file: str, phase: Phase, when: str, out: Path, names: 
         return run
     waits = waiting_scenarios(summary.with_suffix(".json"))
     for case in (c for c in cases if c.get("name")):  # a session stopped at its deadline leaves one unnamed
-        name = names.get(case.get("name", ""), case.get("name", ""))
+        name = names.get(case.get("name"), case.get("name"))
         if (case.find("failure") is not None or case.find("error") is not None) and name in waits:
             run.waiting.append(name)
         elif case.find("failure") is not None or case.find("error") is not None:

@@ -74,8 +74,8 @@ def test_the_hosts_background_build_waits_for_the_trees_lock_and_builds_its_targ
     with open(plan.lock, "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # as a build node's step holding the tree
         process = llama_build.spawn(job, tmp_path / "run" / "host-build.log")
-        time.sleep(1.5)
-        assert process.poll() is None and not (tree / "bin").exists()  # it waits for the lock
+        time.sleep(2)  # the process unpacks the source first thing once it holds the lock
+        assert process.poll() is None and not (root / "src").exists() and not (tree / "bin").exists()
     assert process.wait(timeout=120) == 0, (tmp_path / "run" / "host-build.log").read_text()
     binary = tree / "bin" / "llama-server"
     assert llama_build.LlamaBuild(plan).built and not (tree / "bin" / "other").exists()  # its targets only

@@ -97,6 +97,7 @@ def ensure_build(c: Cluster, jobs: int = 2) -> LlamaBuild:
 
 
 def run_job(job: BuildJob, jobs: int = 2) -> LlamaBuild:
+    """The job's tree built under the install runbook's lock, unless whoever held it before built it."""
     build = LlamaBuild(job.plan)
     Path(build.plan.tree).mkdir(parents=True, exist_ok=True)
     # the install runbook's lock, in the tree the lab's build nodes bind: one configure or build in it at a time
