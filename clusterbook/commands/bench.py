@@ -408,7 +408,7 @@ def faults(s: Settings, cluster_file: str, tier_name: str | None, names: tuple[s
     failed = [(run.fault, r) for run in runs for r in run.failed]
     if failed:
         raise Failed(f"{len(failed)} requests failed: " + "; ".join(
-            f"{fault}: {r.outcome} (sent {r.sent_s:g} s after the fault)" for fault, r in failed[:5]))
+            f"{fault}: {r.outcome} (sent {r.sent_s:.2f} s after the fault)" for fault, r in failed[:5]))
 
 
 def _ms(value: float | None) -> str:

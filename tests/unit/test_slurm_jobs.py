@@ -203,5 +203,28 @@ def test_a_job_that_ended_between_squeue_and_scancel_is_cancelled_not_failed(tie
     assert slurm_jobs.cancel(job, run=scancel_fails) == ([job_id], None)
     _, out = cli(config, slurm, "submit", "fast")
     ends["first"] = False
-    ids, why = slurm_jobs.cancel(job, run=scancel_fails)
+    now = [0.0]
+    ids, why = slurm_jobs.cancel(job, run=scancel_fails, sleep=lambda s: now.__setitem__(0, now[0] + s),
+                                 clock=lambda: now[0])
     assert ids == [out.strip()] and why.startswith("scancel exited 1")
+    assert now[0] >= slurm_jobs.LEAVING_S  # it looked again for as long as an ended job may linger
+
+
+def test_a_job_that_ended_on_its_own_but_lingers_in_squeue_a_moment_is_cancelled_not_failed(tier):
+    """Fresh-clone CI, SLURM lab: the released tier's job ended by itself; scancel said 'Invalid job id specified'
+    while squeue still listed it, for a moment."""
+    job, config, slurm = tier
+    _, out = cli(config, slurm, "submit", "fast")
+    job_id, now = out.strip(), [0.0]
+    real = slurm.command
+
+    def scancel_fails(argv, timeout=30):
+        if argv[0] == "scancel":
+            return 1, "", f"scancel: error: Kill job error on job id {job_id}: Invalid job id specified\n"
+        return real(argv, timeout)
+
+    def sleep(s):
+        now[0] += s
+        if now[0] >= 1.5:  # gone from squeue 1.5 s later
+            slurm.jobs[:] = [j for j in slurm.jobs if j.id != job_id]
+    assert slurm_jobs.cancel(job, run=scancel_fails, sleep=sleep, clock=lambda: now[0]) == ([job_id], None)
