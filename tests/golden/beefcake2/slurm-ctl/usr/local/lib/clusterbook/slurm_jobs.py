@@ -27,6 +27,7 @@ import time
 
 PREEMPTED_RECENT_S = 120  # a preempted job the keeper has not submitted again for longer: something else is wrong
 KEEP_IDS = 50  # ids kept per tier: more than one tier ever has in the queue at once
+LEAVING_S = 5  # after a failed scancel, how long a job that ended on its own may still show in squeue
 SEP = "\x1f"  # between the id and the caller's format in squeue's output: no field holds it
 
 
@@ -210,10 +211,16 @@ def cancel(job, only=None, wait_s=0, run=None, sleep=time.sleep, clock=time.mono
     if not ids:
         return [], None
     status, _, err = run(["scancel", "--user=" + job["user"]] + ids)
-    if status != 0:  # a job that ended between squeue and scancel ("Invalid job id specified") is done
+    # a job that ended between squeue and scancel ("Invalid job id specified") is done, though squeue may list it
+    # a moment longer (seen on the SLURM lab in CI); one still listed after LEAVING_S is a failure
+    leaving = clock() + LEAVING_S
+    while status != 0:
         left = own(job, run=run)
-        if left is None or set(ids) & {i.strip() for i in left}:
+        if left is not None and not set(ids) & {i.strip() for i in left}:
+            break
+        if clock() >= leaving:
             return ids, "scancel exited {}: {}".format(status, err.strip()[-300:])
+        sleep(0.5)
     if wait_s <= 0:  # asked not to wait: SLURM ends them (a job may stay COMPLETING for its grace time)
         return ids, None
     deadline = clock() + wait_s
