@@ -15,63 +15,50 @@ from clusterbook.effects.ssh import SshTransport
 from clusterbook.model.loader import load_cluster
 from tests.inprocess import run_invoke
 
+from . import side_runs
+
 ROOT = Path(__file__).resolve().parents[2]
 LAB = ROOT / "lab/cluster.yaml"
 NEEDS_LAB = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("systemd-nspawn"),
                                reason="the lab needs root and systemd-nspawn")
 
 
-SLURM_LAB = ROOT / "lab/cluster-slurm.yaml"
 
 # The lab modules in the order that boots and deploys the lab least, after every other test: test_deploy takes the
 # lab down and boots it fresh, the modules after it reuse that deployment, and the lifecycle test takes everything
 # down last. The soak runs the main job three times on a lab of its own (benchmarks/soak.py --apart): it starts as
 # the session does, beside everything else, and test_soak reads its result at the end (issue 69: it no longer holds
 # the tests' lab for seven minutes); the CPU rehearsal, which compares speeds measured a minute apart, runs after
-# it (beside the soak, its baseline and its served decode differed by 58 %). The SLURM lab has containers of its own
-# too: in a run that also holds other lab tests, test_slurm runs from the start in a pytest of its own beside them
-# all (SIDE_BY_SIDE), and test_slurm_side waits for it at the end.
+# it (beside the soak, its baseline and its served decode differed by 58 %). In a full run, the systemd lab's
+# modules and the SLURM labs' run from the start in side runs of their own (side_runs.py), and test_side_runs waits
+# for them at the end.
 LAB_ORDER = ("test_deploy", "test_apply", "test_bench_recovery", "test_planner_accuracy", "test_verify", "test_lab",
-             "test_soak", "test_rehearsal", "test_slurm", "test_slurm_side")
-SIDE_BY_SIDE = "test_slurm"
-CHILD = "CLUSTERBOOK_LAB_SIDE_RUN"  # set in the side run's environment: it runs its tests itself
+             "test_soak", "test_rehearsal", "test_slurm", "test_side_runs")
 SOAK = pytest.StashKey[tuple]()
-SIDE = pytest.StashKey[tuple]()
+SIDE = pytest.StashKey[list]()
 
 
 def pytest_collection_modifyitems(config, items):
-    """Every other test first, in its place; then the lab modules, in LAB_ORDER. In a run with other lab tests, the
-    SLURM lab's are handed to a side run (started at once) instead of running here."""
+    """Every other test first, in its place; then the lab modules, in LAB_ORDER. In a full run, the lab test groups
+    with labs of their own are handed to side runs (started at once) instead of running here."""
     here = Path(__file__).parent
     lab = sorted((item for item in items if item.path.parent == here),
                  key=lambda item: LAB_ORDER.index(item.path.stem) if item.path.stem in LAB_ORDER else len(LAB_ORDER))
     items[:] = [item for item in items if item.path.parent != here] + lab
-    side = [item for item in items if item.path.stem == SIDE_BY_SIDE]
-    others = [item for item in lab if item.path.stem not in (SIDE_BY_SIDE, "test_slurm_side")]
-    if side and others and not os.environ.get(CHILD) and not config.option.collectonly and not NEEDS_LAB.args[0]:
-        config.stash[SIDE] = start_side_run([item.nodeid for item in side])
-        config.hook.pytest_deselected(items=side)
-        items[:] = [item for item in items if item.path.stem != SIDE_BY_SIDE]
+    if config.option.collectonly or NEEDS_LAB.args[0]:
+        return
+    handed, config.stash[SIDE] = side_runs.hand_over(items)
+    if handed:
+        config.hook.pytest_deselected(items=handed)
+        items[:] = [item for item in items if item not in handed]
 
 
-def start_side_run(nodeids: list[str]) -> tuple:
-    """pytest of these tests in the background, with reports of its own: (process, its folder)."""
-    folder = Path(tempfile.mkdtemp(prefix="clusterbook-slurm-side-"))
-    env = {**os.environ, CHILD: "1", "INVOKE_CLUSTERBOOK_REPORTS": str(folder / "reports")}
-    with (folder / "pytest.log").open("w") as stream:
-        process = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rfE",
-                                    f"--junitxml={folder / 'junit.xml'}", *nodeids], cwd=ROOT, env=env,
-                                   stdout=stream, stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    return process, folder
-
-
-def side_run_result(config) -> tuple[int, Path] | None:
-    """Wait for the side run the session started, if it did: (its exit status, its folder)."""
-    process, folder = config.stash.get(SIDE, (None, None))
-    if process is None:
-        return None
-    process.wait(timeout=3600)
-    return process.returncode, folder
+def finished_side_runs(config) -> list[side_runs.SideRun]:
+    """Wait for the side runs the session started (none if it started none)."""
+    runs = config.stash.get(SIDE, [])
+    for run in runs:
+        run.process.wait(timeout=3600)
+    return runs
 
 
 def start_soak() -> tuple:
@@ -96,8 +83,8 @@ def pytest_collection_finish(session):
 
 
 def pytest_sessionfinish(session):
-    for key in (SOAK, SIDE):  # the session ended early (-x, ^C): the background runs go with it
-        process = session.config.stash.get(key, (None,))[0]
+    background = [session.config.stash.get(SOAK, (None,))[0], *(r.process for r in session.config.stash.get(SIDE, []))]
+    for process in background:  # the session ended early (-x, ^C): the background runs go with it
         if process and process.poll() is None:
             os.killpg(process.pid, signal.SIGTERM)
             process.wait(timeout=120)

@@ -4,7 +4,9 @@ names only part of it (its `legacy` section): seed 004's daemon and updater time
 - slab2: an RPC worker as a systemd unit (seeds 000-003's llama-rpc.service), on the reasoning tier's port;
 - slab3: an RPC worker started by hand with nohup (what seed 000 replaced), on the same port;
 - slab1: seed 004's job script, the daemon that submits it whenever it is not queued ("auto-start"), and the endpoint
-  updater run by a timer every 30 s; the job serves the fast tier's model on the fast tier's port."""
+  updater run by a timer every 30 s; the job serves the fast tier's model on the fast tier's port.
+
+slab1-3 are the SLURM lab's first, second and third node (`on`: another SLURM lab's names them otherwise)."""
 
 from __future__ import annotations
 
@@ -61,18 +63,23 @@ NOHUP = (f"cd /root; LD_LIBRARY_PATH={BIN} setsid -f nohup {BIN}/ggml-rpc-server
          "> /root/rpc-server.log 2>&1 < /dev/null")  # -f: it forks, and nothing of the ssh session waits for it
 
 
+def on(ssh, node: str) -> str:
+    """The name of slabN in the lab ssh reaches: its N-th node."""
+    return ssh.cluster.nodes[int(node.removeprefix("slab")) - 1].name
+
+
 def put(ssh) -> dict[tuple[str, str], str]:
     """Set the seeds' setup up and wait until it serves; the sha256 of each file the cluster file names."""
     for (node, path), text in {**FILES, **UNFILED}.items():
         mode = "755" if path.endswith((".sh", ".slurm")) else "644"
-        done = ssh.run(node, f"mkdir -p {shlex.quote(path.rsplit('/', 1)[0])} && cat > {shlex.quote(path)} && "
+        done = ssh.run(on(ssh, node), f"mkdir -p {shlex.quote(path.rsplit('/', 1)[0])} && cat > {shlex.quote(path)} && "
                              f"chmod {mode} {shlex.quote(path)}", stdin=text.encode())
         assert done.ok, done.tail()
     for node, command in (("slab2", "systemctl daemon-reload && systemctl enable --now llama-rpc"),
                           ("slab3", NOHUP),
                           ("slab1", "systemctl daemon-reload && systemctl enable --now ai-upstream.timer "
                                     "ai-autostart.service")):
-        done = ssh.run(node, command)
+        done = ssh.run(on(ssh, node), command)
         assert done.ok, done.tail()
     serving(ssh)
     return digests(ssh)
@@ -81,7 +88,7 @@ def put(ssh) -> dict[tuple[str, str], str]:
 def digests(ssh) -> dict[tuple[str, str], str]:
     found = {}
     for node, path in FILES:
-        out = ssh.run(node, f"cat {shlex.quote(path)}")
+        out = ssh.run(on(ssh, node), f"cat {shlex.quote(path)}")
         found[(node, path)] = hashlib.sha256(out.stdout.encode()).hexdigest() if out.ok else "absent"
     return found
 
@@ -93,9 +100,9 @@ def serving(ssh, timeout: int = 90) -> None:
              f"[ -n \"$a\" ] && curl -sf http://$a:{JOB_PORT}/health >/dev/null && "
              "[ -s /run/ai-inference-upstream ] && exit 0; sleep 1; done; "
              f"echo \"job {JOB}: $(squeue -h -n {JOB} -o '%i %T %R')\" >&2; exit 1")
-    done = ssh.run("slab1", check, timeout=timeout + 10)
+    done = ssh.run(on(ssh, "slab1"), check, timeout=timeout + 10)
     assert done.ok, done.tail()
     for node in ("slab2", "slab3"):
-        listens = ssh.run(node, f"for i in $(seq 30); do ss -Hltn 'sport = :{RPC_PORT}' | grep -q . && exit 0; "
-                                "sleep 1; done; exit 1", timeout=40)
+        listens = ssh.run(on(ssh, node), f"for i in $(seq 30); do ss -Hltn 'sport = :{RPC_PORT}' | grep -q . && "
+                                         "exit 0; sleep 1; done; exit 1", timeout=40)
         assert listens.ok, f"{node}: nothing listens on {RPC_PORT}"

@@ -20,10 +20,15 @@ from clusterbook.pure import layout
 from tests.conftest import whole_text
 
 from . import seeds_setup
-from .conftest import NEEDS_LAB, ROOT, SLURM_LAB, clients_through, invoke, no_request_fails_through, run_api_examples
+from .conftest import NEEDS_LAB, ROOT, clients_through, invoke, no_request_fails_through, run_api_examples
+from .side_runs import slurm_lab_file
 from .test_apply import latest_change, with_missing_model
 
 pytestmark = [pytest.mark.lab, NEEDS_LAB]
+SLURM_LAB = slurm_lab_file()  # lab/cluster-slurm.yaml, or its twin in a full run (conftest.py)
+NAME = load_cluster(SLURM_LAB).cluster.name
+HEAD, SLAB2, SLAB3 = (node.name for node in load_cluster(SLURM_LAB).nodes)  # slab1-3 in lab/cluster-slurm.yaml
+HEAD_IP = load_cluster(SLURM_LAB).node(HEAD).addresses["management"]
 REPORTS = Path(os.environ.get("INVOKE_CLUSTERBOOK_REPORTS", ROOT / "reports"))  # a run beside the others has its own
 DEPLOY = ("deploy.install", "models.fetch", "deploy.router", "deploy.gateway", "deploy.fast", "deploy.reasoning",
           "deploy.monitoring")
@@ -41,7 +46,7 @@ SEEDS_DIGESTS: dict = {}  # the seeds' files as they were before stop.legacy (te
 def slurm_lab(ssh):
     """The bring-up as beefcake2's: the engine and models, then the seeds' setup retired (running here first, as it
     ran there: seeds_setup.py), then the tiers, gateway and monitoring."""
-    up = invoke("lab.up", "--slurm", cluster=SLURM_LAB)
+    up = invoke("lab.up", "--slurm", "--cluster", str(SLURM_LAB), cluster=SLURM_LAB)
     assert up.returncode == 0, up.stdout[-2000:] + up.stderr
     run = invoke(*DEPLOY[:2], cluster=SLURM_LAB)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr
@@ -56,7 +61,7 @@ def slurm_lab(ssh):
 
 
 def test_slurm_is_configured(slurm_lab, ssh):
-    out = ssh.run("slab1", "sinfo -h -o '%P %D %T'").stdout
+    out = ssh.run(HEAD, "sinfo -h -o '%P %D %T'").stdout
     assert any(line.startswith("ai* ") and "down" not in line for line in out.splitlines()), out
     assert sum(int(line.split()[1]) for line in out.splitlines() if line.startswith("ai* ")) == 3, out
 
@@ -83,12 +88,12 @@ def test_stop_is_clean_within_the_grace_time(slurm_lab, ssh):
     result = invoke("stop.fast", cluster=SLURM_LAB)
     assert result.returncode == 0, result.stderr
     assert time.monotonic() - started < 10 + 15  # grace_seconds of the lab's tiers, plus SSH and polling
-    assert ssh.run("slab1", "squeue -h -n llama-fast").stdout.strip() == ""
-    assert not ssh.run("slab1", "test -e /cluster/shared/ai/endpoints/fast.json").ok, "record left behind"
-    log = ssh.run("slab1", "cat /cluster/shared/ai/logs/llama-fast-*.log").stdout
+    assert ssh.run(HEAD, "squeue -h -n llama-fast").stdout.strip() == ""
+    assert not ssh.run(HEAD, "test -e /cluster/shared/ai/endpoints/fast.json").ok, "record left behind"
+    log = ssh.run(HEAD, "cat /cluster/shared/ai/logs/llama-fast-*.log").stdout
     assert "SIGTERM (preemption or scancel), shutting down" in log
     assert invoke("deploy.fast", cluster=SLURM_LAB).returncode == 0
-    record = json.loads(ssh.run("slab1", "cat /cluster/shared/ai/endpoints/fast.json").stdout)
+    record = json.loads(ssh.run(HEAD, "cat /cluster/shared/ai/endpoints/fast.json").stdout)
     assert record["tier"] == "fast" and record["port"] == 8180
 
 
@@ -97,28 +102,28 @@ def test_a_cancelled_rpc_job_stops_its_head_before_its_workers(slurm_lab, ssh):
     at once. Each worker step's guard ignores the signal until its head has closed the connection, so the head stops
     cleanly (before the guard, it aborted with a backtrace as its workers vanished); then the guard kills the worker
     and the job leaves the queue without waiting for SLURM's KillWait."""
-    job = ssh.run("slab1", "squeue -h -n llama-reasoning -t R -o %i").stdout.strip()
+    job = ssh.run(HEAD, "squeue -h -n llama-reasoning -t R -o %i").stdout.strip()
     assert job, "no reasoning job"
     started = time.monotonic()
     try:
-        assert ssh.run("slab1", f"scancel {job}").ok
-        while ssh.run("slab1", f"squeue -h -j {job} 2>/dev/null").stdout.strip() and time.monotonic() - started < 40:
+        assert ssh.run(HEAD, f"scancel {job}").ok
+        while ssh.run(HEAD, f"squeue -h -j {job} 2>/dev/null").stdout.strip() and time.monotonic() - started < 40:
             time.sleep(0.5)
         left = time.monotonic() - started
         logs = "/cluster/shared/ai/logs/llama-reasoning-" + job
         if left >= 10:  # not after KillWait (30 s): say what SLURM and the job script did meanwhile
-            said = ssh.run("slab1", f"grep -h 'JobId={job}\\b' /var/log/slurm/slurmctld.log | tail -n 20; "
+            said = ssh.run(HEAD, f"grep -h 'JobId={job}\\b' /var/log/slurm/slurmctld.log | tail -n 20; "
                                    f"tail -n 20 {logs}.log; tail -n 5 {logs}-*.log").stdout
             pytest.fail(f"job {job} left the queue {left:.0f} s after scancel\n{said}")
-        head = ssh.run("slab1", f"cat {logs}-head.log").stdout
+        head = ssh.run(HEAD, f"cat {logs}-head.log").stdout
         assert "cleaning up before exit" in head, head[-2000:]
         assert "GGML_ASSERT" not in head and "libc.so" not in head, head[-2000:]  # no abort, no backtrace
-        log = ssh.run("slab1", f"cat {logs}.log").stdout
+        log = ssh.run(HEAD, f"cat {logs}.log").stdout
         assert "Aborted" not in log, log[-2000:]
         assert "restart 1 of" not in log, log[-2000:]  # the supervisor asked SLURM: a cancel is no crash
         # each worker ended by its guard: 143 when the job script stopped it after the head, 137 when SLURM's
         # signal reached the guard first (the head's guard ends with 143 too, on slab1)
-        assert len(re.findall(r"slab[23]: task 0: Exited with exit code 1(?:37|43)", log)) == 2, log[-2000:]
+        assert len(re.findall(rf"(?:{SLAB2}|{SLAB3}): task 0: Exited with exit code 1(?:37|43)", log)) == 2, log[-2000:]
     finally:
         assert invoke("deploy.reasoning", cluster=SLURM_LAB).returncode == 0
 
@@ -127,24 +132,24 @@ def test_a_job_cancelled_with_a_request_in_flight_leaves_the_queue_at_once(slurm
     """llama-server stops at once on SIGTERM when idle, but with a request in flight it waits for that request; the
     job, already cancelled, then stayed COMPLETING until SLURM's KillWait (32 s here). The server step's guard sends
     the second SIGTERM that makes it exit at once."""
-    job = ssh.run("slab1", "squeue -h -n llama-reasoning -t R -o %i").stdout.strip()
+    job = ssh.run(HEAD, "squeue -h -n llama-reasoning -t R -o %i").stdout.strip()
     assert job, "no reasoning job"
     request = threading.Thread(target=ssh.run, daemon=True, args=(
-        "slab1", "curl -s -o /dev/null -m 30 http://10.214.0.11:8181/completion "
+        HEAD, f"curl -s -o /dev/null -m 30 http://{HEAD_IP}:8181/completion "
                 "-d '{\"prompt\": \"hello\", \"n_predict\": 1500, \"ignore_eos\": true}'"))
     request.start()
     logs = "/cluster/shared/ai/logs/llama-reasoning-" + job
     try:
         deadline = time.monotonic() + 10
-        while "processing task" not in ssh.run("slab1", f"tail -n 3 {logs}-head.log").stdout:
+        while "processing task" not in ssh.run(HEAD, f"tail -n 3 {logs}-head.log").stdout:
             assert time.monotonic() < deadline, "the request never reached the head"
             time.sleep(0.2)
         started = time.monotonic()
-        assert ssh.run("slab1", f"scancel {job}").ok
-        while ssh.run("slab1", f"squeue -h -j {job} 2>/dev/null").stdout.strip() and time.monotonic() - started < 40:
+        assert ssh.run(HEAD, f"scancel {job}").ok
+        while ssh.run(HEAD, f"squeue -h -j {job} 2>/dev/null").stdout.strip() and time.monotonic() - started < 40:
             time.sleep(0.5)
         left = time.monotonic() - started
-        head = ssh.run("slab1", f"cat {logs}-head.log").stdout
+        head = ssh.run(HEAD, f"cat {logs}-head.log").stdout
         assert left < 10, f"job {job} left the queue {left:.0f} s after scancel\n{head[-1500:]}"
         assert "Received second interrupt, terminating immediately" in head, head[-1500:]
     finally:
@@ -158,7 +163,7 @@ def test_status_shows_jobs_nodes_and_endpoints(slurm_lab):
     assert "SLURM jobs" in result.stdout
     for job in ("llama-fast", "llama-reasoning"):
         row = next(line for line in result.stdout.splitlines() if line.startswith(f"│ {job} "))
-        assert "RUNNING" in row and "http://10.214.0." in row, row
+        assert "RUNNING" in row and f"http://{HEAD_IP.rsplit('.', 1)[0]}." in row, row
 
 
 def test_another_users_job_named_like_a_tier_changes_nothing(slurm_lab, ssh):
@@ -167,35 +172,36 @@ def test_another_users_job_named_like_a_tier_changes_nothing(slurm_lab, ssh):
     its own by recorded id and user: the keeper submits it again at once, stop and deploy leave that job alone, and
     status names it."""
     tier = load_cluster(SLURM_LAB).tier("fast")
-    assert ssh.run("slab1", "id mallory >/dev/null 2>&1 || useradd -M -s /bin/bash mallory").ok
-    held = ssh.run("slab1", "su mallory -c 'cd /tmp && sbatch --parsable -J llama-fast -p ai --hold --wrap true'")
+    assert ssh.run(HEAD, "id mallory >/dev/null 2>&1 || useradd -M -s /bin/bash mallory").ok
+    held = ssh.run(HEAD, "su mallory -c 'cd /tmp && sbatch --parsable -J llama-fast -p ai --hold --wrap true'")
     assert held.ok and held.stdout.strip().isdigit(), held.tail()
     theirs = held.stdout.strip()
     try:
-        own = ssh.run("slab1", "/usr/local/sbin/clusterbook-jobs squeue fast").stdout.split()
+        own = ssh.run(HEAD, "/usr/local/sbin/clusterbook-jobs squeue fast").stdout.split()
         assert own and theirs not in own, own
         started = time.monotonic()
-        assert ssh.run("slab1", "/usr/local/sbin/clusterbook-jobs cancel fast --wait 30").ok  # as a crash would
+        assert ssh.run(HEAD, "/usr/local/sbin/clusterbook-jobs cancel fast --wait 30").ok  # as a crash would
         limit = 2 * tier.slurm.keeper_interval_s + 15  # two keeper passes and the job's start
         while True:
-            state = ssh.run("slab1", "/usr/local/sbin/clusterbook-jobs squeue fast -o %T").stdout.split()
+            state = ssh.run(HEAD, "/usr/local/sbin/clusterbook-jobs squeue fast -o %T").stdout.split()
             if state and state[0] in ("PENDING", "RUNNING", "CONFIGURING"):
                 break
             assert time.monotonic() - started < limit, f"fast not submitted again within {limit} s of its cancel"
             time.sleep(1)
-        journal = ssh.run("slab1", "journalctl -t clusterbook-keeper -n 5 --no-pager").stdout
+        journal = ssh.run(HEAD, "journalctl -t clusterbook-keeper -n 5 --no-pager").stdout
         assert f"not its own, left alone: job {theirs} mallory PENDING" in journal, journal
         status = invoke("status", cluster=SLURM_LAB)
         assert status.returncode == 0 and f"job {theirs} mallory" in status.stdout, status.stdout[-2000:]
         assert invoke("stop.fast", cluster=SLURM_LAB).returncode == 0
-        assert ssh.run("slab1", f"squeue -h -j {theirs} -o '%u %T'").stdout.split() == ["mallory", "PENDING"]
-        assert not ssh.run("slab1", "/usr/local/sbin/clusterbook-jobs squeue fast").stdout.strip()
+        assert ssh.run(HEAD, f"squeue -h -j {theirs} -o '%u %T'").stdout.split() == ["mallory", "PENDING"]
+        assert not ssh.run(HEAD, "/usr/local/sbin/clusterbook-jobs squeue fast").stdout.strip()
     finally:
         assert invoke("deploy.fast", cluster=SLURM_LAB).returncode == 0
-        assert ssh.run("slab1", f"squeue -h -j {theirs} -o %u").stdout.strip() == "mallory"  # still untouched
-        ssh.run("slab1", f"scancel {theirs}")
+        assert ssh.run(HEAD, f"squeue -h -j {theirs} -o %u").stdout.strip() == "mallory"  # still untouched
+        ssh.run(HEAD, f"scancel {theirs}")
 
 
+@pytest.mark.second_slurm_lab
 def test_while_a_vasp_like_job_holds_every_node_deploy_waits_and_nothing_pages(slurm_lab, ssh, tmp_path):
     """Issue 64: a job of the higher-priority partition on all three nodes (VASP's, on beefcake2) preempts both tiers,
     as it should. Deploy then ends waiting (exit status 3, naming the holder) at once: it failed after 309 s before.
@@ -206,15 +212,15 @@ def test_while_a_vasp_like_job_holds_every_node_deploy_waits_and_nothing_pages(s
     from clusterbook.pure.render.artifacts import render_artifacts
     from clusterbook.pure.slurmjob import script_digest
 
-    assert ssh.run("slab1", "id mallory >/dev/null 2>&1 || useradd -M -s /bin/bash mallory").ok
-    held = ssh.run("slab1", "su mallory -c 'cd /tmp && sbatch --parsable -J vasp-relax -p vasp -N3 --exclusive "
+    assert ssh.run(HEAD, "id mallory >/dev/null 2>&1 || useradd -M -s /bin/bash mallory").ok
+    held = ssh.run(HEAD, "su mallory -c 'cd /tmp && sbatch --parsable -J vasp-relax -p vasp -N3 --exclusive "
                             "--time=10 --wrap \"sleep 600\"'")
     assert held.ok and held.stdout.strip().isdigit(), held.tail()
     vasp = held.stdout.strip()
     jobs = "/usr/local/sbin/clusterbook-jobs"
     try:
         deadline = time.monotonic() + 60
-        while ssh.run("slab1", f"{jobs} squeue fast -o %T; {jobs} squeue reasoning -o %T").stdout.split() \
+        while ssh.run(HEAD, f"{jobs} squeue fast -o %T; {jobs} squeue reasoning -o %T").stdout.split() \
                 != ["PENDING", "PENDING"]:
             assert time.monotonic() < deadline, "the tiers were not preempted within 60 s"
             time.sleep(1)
@@ -233,12 +239,12 @@ def test_while_a_vasp_like_job_holds_every_node_deploy_waits_and_nothing_pages(s
         assert applied.returncode == 3, applied.stdout[-3000:] + applied.stderr[-2000:]
         said = applied.stdout + applied.stderr
         assert "kept, not rolled back" in said and "rolling back" not in said, said[-3000:]
-        [phase] = latest_change("lab-slurm")["phases"]
+        [phase] = latest_change(NAME)["phases"]
         assert phase["outcome"] == "waiting" and not phase.get("rollback"), phase
         edited = load_cluster(changed)
         digest = script_digest(next(a for a in render_artifacts(edited)
                                     if a.path == sbatch_path(edited, edited.tier("fast"))).text)
-        assert ssh.run("slab1", f"{jobs} squeue fast -o %k").stdout.split() == [digest]  # pending with the new script
+        assert ssh.run(HEAD, f"{jobs} squeue fast -o %k").stdout.split() == [digest]  # pending with the new script
         checked = invoke("verify", "--only", "is healthy and lists its models", cluster=SLURM_LAB)
         assert checked.returncode == 3, checked.stdout[-3000:] + checked.stderr[-2000:]  # waiting, not failed
         c = load_cluster(SLURM_LAB)  # past the longest `for:` of the down alerts, and the probe's and scrapes' lag,
@@ -246,14 +252,14 @@ def test_while_a_vasp_like_job_holds_every_node_deploy_waits_and_nothing_pages(s
         past = max(c.recovery_level(t.name).critical for t in c.tiers) + c.monitoring.probe_interval_s \
             + 4 * c.monitoring.scrape_interval_s
         time.sleep(max(0.0, past - (time.monotonic() - preempted)))
-        out = ssh.run("slab1", "curl -sfG localhost:9090/api/v1/query --data-urlencode 'query=ALERTS{alertstate="
+        out = ssh.run(HEAD, "curl -sfG localhost:9090/api/v1/query --data-urlencode 'query=ALERTS{alertstate="
                                "\"firing\"}' | jq -r '.data.result[].metric | \"\\(.alertname) \\(.severity)\"'")
         firing = set(out.stdout.split("\n")) - {""}
         assert firing == {"TierWaitingForNodes info"}, firing
     finally:
-        ssh.run("slab1", f"scancel {vasp}")
+        ssh.run(HEAD, f"scancel {vasp}")
     deadline = time.monotonic() + 60
-    while not ssh.run("slab1", "test -e /cluster/shared/ai/endpoints/fast.json && "
+    while not ssh.run(HEAD, "test -e /cluster/shared/ai/endpoints/fast.json && "
                                "test -e /cluster/shared/ai/endpoints/reasoning.json").ok:
         assert time.monotonic() < deadline, "the tiers were not back within 60 s of the VASP-like job's end"
         time.sleep(1)
@@ -301,14 +307,15 @@ def test_docs_publish_serves_the_site_from_the_gateway(slurm_lab):
     result = invoke("docs.publish", cluster=SLURM_LAB)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr
     built = re.search(r"at (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)\)", result.stdout.replace("\n", " ")).group(1)
-    footer = f"Built by clusterbook from lab/cluster-slurm.yaml (sha256 {file_digest(SLURM_LAB)[:12]}) at {built}"
-    for url in ("http://10.214.0.11:8095/", "http://10.214.0.11:8090/docs/", "http://10.214.0.11:8090/docs/api/"):
+    shown = SLURM_LAB.relative_to(ROOT)  # the twin's file is in .clusterbook/
+    footer = f"Built by clusterbook from {shown} (sha256 {file_digest(SLURM_LAB)[:12]}) at {built}"
+    for url in (f"http://{HEAD_IP}:8095/", f"http://{HEAD_IP}:8090/docs/", f"http://{HEAD_IP}:8090/docs/api/"):
         page = httpx.get(url, timeout=10)
         assert page.status_code == 200 and footer in page.text, (url, page.status_code)
     again = invoke("docs.publish", cluster=SLURM_LAB)  # a second publish swaps in the new build, keeps the old
     assert again.returncode == 0, again.stdout[-2000:] + again.stderr
-    assert footer not in httpx.get("http://10.214.0.11:8095/", timeout=10).text
-    browse_published("http://10.214.0.11:8090/docs/")
+    assert footer not in httpx.get(f"http://{HEAD_IP}:8095/", timeout=10).text
+    browse_published(f"http://{HEAD_IP}:8090/docs/")
 
 
 def browse_published(url: str) -> None:
@@ -332,7 +339,7 @@ def browse_published(url: str) -> None:
     driver = webdriver.Chrome(options=options, service=webdriver.ChromeService(shutil.which("chromedriver")))
     try:
         driver.get(url)
-        assert driver.find_element(By.CSS_SELECTOR, "article h1").text == "lab-slurm"
+        assert driver.find_element(By.CSS_SELECTOR, "article h1").text == NAME
         assert "Built by clusterbook" in driver.find_element(By.CSS_SELECTOR, "footer").text
         driver.get(url + "api/")
         tabs = driver.find_element(By.CSS_SELECTOR, ".tabbed-set")
@@ -366,7 +373,7 @@ def test_apply_rolls_a_bad_change_back_and_resubmits_the_previous_script(slurm_l
     [run] = applied
     assert run.returncode == 1, run.stdout[-4000:]
     assert "rolled back at reasoning" in run.stderr and "left the queue" in run.stderr, run.stderr[-3000:]
-    [phase] = latest_change("lab-slurm")["phases"]
+    [phase] = latest_change(NAME)["phases"]
     assert phase["outcome"] == "rolled back" and phase["rollback"]["answered"], phase
     restored = [f for r in phase["rollback"]["restored"] for f in r["files"]]
     assert script.path in restored, restored
@@ -377,6 +384,7 @@ def test_apply_rolls_a_bad_change_back_and_resubmits_the_previous_script(slurm_l
     assert script_digest(script.text) in status.stdout, status.stdout  # the job runs the previous script again
 
 
+@pytest.mark.second_slurm_lab
 def test_the_solvers_placement_is_deployed_and_every_tier_answers_at_once(slurm_lab, tmp_path):
     """Issue 30 on the lab: fast asks SLURM for 3G of a node's 4 GB, so beside reasoning on all three nodes one of
     them waits in the queue. `plan --solve` finds reasoning on two nodes; its diff, applied with patch, is deployed
@@ -406,6 +414,7 @@ def test_the_solvers_placement_is_deployed_and_every_tier_answers_at_once(slurm_
         assert again.returncode == 0, again.stdout[-3000:] + again.stderr
 
 
+@pytest.mark.second_slurm_lab
 def test_a_tier_on_demand_is_released_when_idle_and_started_by_its_first_request(slurm_lab, tmp_path):
     """Issue 33 on the lab: reasoning on demand (released after 5 s idle). The scenarios wait for the release each
     time: the first request is answered within 25 % of the predicted cold start, ten concurrent first requests start
@@ -460,18 +469,18 @@ def test_past_its_slots_and_queue_a_request_gets_429_at_once(slurm_lab, tmp_path
     assert overload["gateway_ms"]["max"] is not None, overload  # nginx said how long it took (its own header)
 
 
-EMBED_TIER = """  - name: embed
+EMBED_TIER = f"""  - name: embed
     kind: embeddings
-    description: Embeddings of the small model on slab3, in a partition of its own.
+    description: Embeddings of the small model on {SLAB3}, in a partition of its own.
     manager: slurm
-    node: slab3
+    node: {SLAB3}
     port: 8182
     model: lab-fast-a
     ctx_size: 512
     batch_size: 256
     ubatch_size: 256
     threads: 1
-    slurm: {partition: embed, mem: 1G, grace_seconds: 10, requeue: false, gres: null, keeper_interval_s: 3}
+    slurm: {{partition: embed, mem: 1G, grace_seconds: 10, requeue: false, gres: null, keeper_interval_s: 3}}
 """
 
 
@@ -483,7 +492,7 @@ def with_embeddings_tier(path: Path) -> Path:
     for anchor in ("\nplanner:", "    - {name: ai, ", "    - {path: /reasoning/"):
         assert text.count(anchor) == 1, f"the SLURM lab's file changed ({anchor!r}): update this test"
     text = text.replace("\nplanner:", EMBED_TIER + "\nplanner:")
-    partition = "    - {name: embed, nodes: [slab3], priority_tier: 1, preempt_mode: REQUEUE}\n"
+    partition = f"    - {{name: embed, nodes: [{SLAB3}], priority_tier: 1, preempt_mode: REQUEUE}}\n"
     text = text.replace("    - {name: ai, ", partition + "    - {name: ai, ")
     text = text.replace("    - {path: /reasoning/", "    - {path: /embeddings/, tier: embed, port: 8087}\n"
                         "    - {path: /reasoning/")
@@ -491,6 +500,7 @@ def with_embeddings_tier(path: Path) -> Path:
     return path
 
 
+@pytest.mark.second_slurm_lab
 def test_an_embeddings_tier_runs_as_a_slurm_job_behind_the_gateway(slurm_lab, ssh, tmp_path):
     """Issue 68: the third kind under SLURM. Its job (slurm.conf's new partition first) runs on slab3, registers its
     endpoint, the gateway routes /embeddings/ to it and its scenario passes; stop.embed cancels its own job."""
@@ -502,11 +512,11 @@ def test_an_embeddings_tier_runs_as_a_slurm_job_behind_the_gateway(slurm_lab, ss
         assert run.returncode == 0, run.stdout[-3000:] + run.stderr
         result = invoke("verify", "--only", "Embeddings", cluster=embed, timeout=300)
         assert result.returncode == 0 and "1 passed" in result.stdout, result.stdout[-3000:] + result.stderr
-        running = ssh.run("slab1", "squeue -h -n llama-embed -o '%T %N %P'")
-        assert running.stdout.split() == ["RUNNING", "slab3", "embed"], running.stdout
+        running = ssh.run(HEAD, "squeue -h -n llama-embed -o '%T %N %P'")
+        assert running.stdout.split() == ["RUNNING", SLAB3, "embed"], running.stdout
         gone = invoke("stop.embed", cluster=embed)
         assert gone.returncode == 0, gone.stdout[-2000:] + gone.stderr
-        assert ssh.run("slab1", "squeue -h -n llama-embed").stdout.strip() == ""
+        assert ssh.run(HEAD, "squeue -h -n llama-embed").stdout.strip() == ""
     finally:
         back = invoke("deploy.slurm", "deploy.fast", "deploy.gateway", cluster=SLURM_LAB, timeout=600)
         assert back.returncode == 0, back.stdout[-3000:] + back.stderr
@@ -567,26 +577,26 @@ def test_restore_legacy_brings_the_seeds_setup_back_and_leaves_nothing_of_cluste
     the seeds' setup ran, named or found (a unit, a nohup worker, seed 004's daemon and its job, the updater's timer);
     restore.legacy stops clusterbook's units, jobs and site, and brings that back: the setup serves again, its files
     byte for byte, and no unit or job of clusterbook's runs on any node."""
-    record = ssh.run("slab3", "cat /var/lib/clusterbook/generations-slurm/legacy/record.json")
+    record = ssh.run(SLAB3, "cat /var/lib/clusterbook/generations-slurm/legacy/record.json")
     assert record.ok and "rpc-server" in json.loads(record.stdout)["processes"][0]["argv"][0], record.tail()
     run = invoke("restore.legacy", cluster=SLURM_LAB)
     print(run.stdout[-3000:])
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr
     seeds_setup.serving(ssh)
     assert seeds_setup.digests(ssh) == SEEDS_DIGESTS
-    assert ssh.run("slab1", "systemctl is-active ai-upstream.timer ai-autostart.service").ok
-    assert ssh.run("slab2", "systemctl is-enabled llama-rpc && systemctl is-active llama-rpc").ok
+    assert ssh.run(HEAD, "systemctl is-active ai-upstream.timer ai-autostart.service").ok
+    assert ssh.run(SLAB2, "systemctl is-enabled llama-rpc && systemctl is-active llama-rpc").ok
     ours = ("for u in $(systemctl list-units --no-legend --plain --state=active,activating "
             "--type=service,timer,path | awk '{print $1}'); do f=$(systemctl show -p FragmentPath --value \"$u\"); "
             "[ -n \"$f\" ] && grep -q 'Generated by clusterbook' \"$f\" && echo \"$u\"; done; true")
-    for node in ("slab1", "slab2", "slab3"):
+    for node in (HEAD, SLAB2, SLAB3):
         running = ssh.run(node, ours)
         assert running.ok and not running.stdout.strip(), f"{node}: clusterbook's units run: {running.stdout}"
         assert ssh.run(node, "! test -e /etc/systemd/journald.conf.d/clusterbook.conf").ok  # journald's own limit
     gateway = load_cluster(SLURM_LAB).gateway
-    held = ssh.run("slab1", f"ss -Hltn 'sport = :{gateway.path_port}'; ls {layout.NGINX_SITE_ENABLED}")
+    held = ssh.run(HEAD, f"ss -Hltn 'sport = :{gateway.path_port}'; ls {layout.NGINX_SITE_ENABLED}")
     assert not held.stdout.strip(), held.stdout  # clusterbook's site left nginx
-    queue = ssh.run("slab1", "squeue -h -u root -o %j").stdout.split()  # the tiers' jobs are root's here
+    queue = ssh.run(HEAD, "squeue -h -u root -o %j").stdout.split()  # the tiers' jobs are root's here
     assert queue == [seeds_setup.JOB], queue
     again = invoke("restore.legacy", cluster=SLURM_LAB)  # a second run changes nothing
     lines = "\n".join(line for line in again.stdout.splitlines() if not line.startswith(("┃", "│")))
