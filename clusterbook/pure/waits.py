@@ -15,7 +15,11 @@ def _state(unit: str) -> str:
 
 
 def _exited(unit: str) -> str:
-    return f'echo "{EXITED} {unit} is $state; its journal ends:"; journalctl -u {unit} -n 6 --no-pager -o cat'
+    """The program's own last lines, then systemd's last word on the unit (its lines about killing the unit's
+    control group once filled the tail and hid the program's error)."""
+    service = unit if "." in unit else f"{unit}.service"
+    return (f'echo "{EXITED} {unit} is $state; its journal ends:"; '
+            f"journalctl _SYSTEMD_UNIT={service} -n 6 --no-pager -o cat; journalctl -u {unit} -n 1 --no-pager -o cat")
 
 
 def http_or_exited(url: str, status: int, unit: str, restart_sec: int) -> str:
