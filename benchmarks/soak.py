@@ -3,9 +3,11 @@ duration and resilience figures (power-off, boot, recovery), and write them as J
 
     .venv/bin/python benchmarks/soak.py [--runs 3] [--out benchmarks/results/soak.json] [--apart DIR]
 
-With --apart DIR it runs on a lab of its own beside the lab the tests use (CI: both at once): lab/cluster.yaml with
-only its names and addresses changed (cluster `soak`, nodes soak1-3, 10.216.0.0/23), from DIR, a folder that links
-to every entry of the checkout but its outputs (runs/, reports/, site/, .clusterbook/), which the runs write there.
+With --apart DIR each run has a lab of its own beside the lab the tests use, and the runs go at once (CI: beside
+the tests; issue 69: one after another they were the suite's longest wait): lab/cluster.yaml with only its names and
+addresses changed (run 1: cluster `soak`, nodes soak1-3, 10.216.0.0/23; run 2: `soakb`, 10.218; run 3: `soakc`,
+10.219), each from DIR/run-N, a folder that links to every entry of the checkout but its outputs (runs/, reports/,
+site/, .clusterbook/), which the run writes there.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import re
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -25,13 +28,18 @@ RESILIENCE = "Resilience"
 
 
 OUTPUTS = {"runs", "reports", "site", ".clusterbook", ".git", "__pycache__"}  # what a run writes; kept apart
-APART = {r"\blab([123])\b": r"soak\1", r"\b10\.213\.": "10.216.", r"(?m)^  name: lab$": "  name: soak",
-         r"\.clusterbook/lab/": ".clusterbook/soak/"}  # lab/cluster.yaml's names and addresses, and no other text
+LABS = (("soak", 216), ("soakb", 218), ("soakc", 219))  # each run's lab with --apart: its name, its subnets' octet
 
 
-def apart(folder: Path) -> Path:
+def apart_names(name: str, octet: int) -> dict[str, str]:
+    """lab/cluster.yaml's names and addresses, and no other text, as a soak lab's."""
+    return {r"\blab([123])\b": rf"{name}\1", r"\b10\.213\.": f"10.{octet}.", r"(?m)^  name: lab$": f"  name: {name}",
+            r"\.clusterbook/lab/": f".clusterbook/{name}/"}
+
+
+def apart(folder: Path, name: str = "soak", octet: int = 216) -> Path:
     """A folder that reads as the checkout (a link to each of its entries) and writes its own outputs, holding the
-    lab's file with the soak's names and addresses: its path."""
+    lab's file with a soak lab's names and addresses: its path."""
     folder.mkdir(parents=True, exist_ok=True)
     for entry in ROOT.iterdir():
         if entry.name not in OUTPUTS and not (folder / entry.name).exists():
@@ -41,9 +49,9 @@ def apart(folder: Path) -> Path:
     for entry in (ROOT / "lab").iterdir():
         (folder / "lab" / entry.name).symlink_to(entry)
     text = (ROOT / "lab/cluster.yaml").read_text()
-    for pattern, new in APART.items():
+    for pattern, new in apart_names(name, octet).items():
         text, count = re.subn(pattern, new, text)
-        assert count, f"lab/cluster.yaml no longer has {pattern}: update benchmarks/soak.py's APART"
+        assert count, f"lab/cluster.yaml no longer has {pattern}: update benchmarks/soak.py's apart_names"
     (folder / "lab/cluster.yaml").unlink()
     (folder / "lab/cluster.yaml").write_text(text)
     return folder
@@ -77,20 +85,30 @@ def main() -> int:
     parser.add_argument("--out", default=str(ROOT / "benchmarks/results/soak.json"))
     parser.add_argument("--apart", help="run from this folder, on a lab of its own (see above)")
     args = parser.parse_args()
-    where = apart(Path(args.apart)) if args.apart else ROOT
-    runs = []
-    for i in range(1, args.runs + 1):
-        run = one_run(i, where)
-        runs.append(run)
+    if args.apart and args.runs > len(LABS):
+        parser.error(f"--apart runs at most {len(LABS)} runs (one lab each)")
+    wheres = ([apart(Path(args.apart) / f"run-{i}", *LABS[i - 1]) for i in range(1, args.runs + 1)] if args.apart
+              else [ROOT] * args.runs)
+
+    def reported(i: int) -> dict:
+        run = one_run(i, wheres[i - 1])
         figures = ", ".join(f"{k} {v}" for k, v in run["resilience"].items())
         print(f"run {i}: demo exit {run['demo_exit']} in {run['demo_s']:.0f} s; {figures}", flush=True)
         if run["tail"]:
-            print(run["tail"])
+            print(run["tail"], flush=True)
+        if args.apart:  # the run's lab goes with it; the tests' lab is theirs
+            invoke(wheres[i - 1], "lab.down", "--cluster", "lab/cluster.yaml")
+        return run
+
+    if args.apart:  # each on a lab of its own: all at once
+        with ThreadPoolExecutor(args.runs) as pool:
+            runs = list(pool.map(reported, range(1, args.runs + 1)))
+    else:
+        runs = [reported(i) for i in range(1, args.runs + 1)]
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    if args.apart:  # the soak's lab goes with it; the tests' lab is theirs
-        invoke(where, "lab.down", "--cluster", "lab/cluster.yaml")
+    labs = ", ".join(name for name, _ in LABS[:args.runs])
     Path(args.out).write_text(json.dumps({"machine": f"{platform.node()} ({os.cpu_count()} cores)",
-                                          "lab": "its own (cluster soak)" if args.apart else "lab/cluster.yaml",
+                                          "lab": f"a lab each, at once ({labs})" if args.apart else "lab/cluster.yaml",
                                           "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                                           "runs": runs}, indent=2) + "\n")
     passed = sum(r["demo_exit"] == 0 and r["lab_down_ok"] for r in runs)

@@ -26,12 +26,12 @@ NEEDS_LAB = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("systemd-ns
 
 # The lab modules in the order that boots and deploys the lab least, after every other test: test_deploy takes the
 # lab down and boots it fresh, the modules after it reuse that deployment, and the lifecycle test takes everything
-# down last. The soak runs the main job three times on a lab of its own (benchmarks/soak.py --apart): it starts as
-# the session does, beside everything else, and test_soak reads its result at the end (issue 69: it no longer holds
-# the tests' lab for seven minutes); the CPU rehearsal, which compares speeds measured a minute apart, runs after
-# it (beside the soak, its baseline and its served decode differed by 58 %). In a full run, the systemd lab's
-# modules and the SLURM labs' run from the start in side runs of their own (side_runs.py), and test_side_runs waits
-# for them at the end.
+# down last. The soak runs the main job three times, each on a lab of its own, all at once (benchmarks/soak.py
+# --apart): it starts as the session does, beside everything else, and test_soak reads its result at the end. The
+# CPU rehearsal, which compares speeds measured a minute apart, runs after it (beside the soak, its baseline and its
+# served decode differed by 58 %). In a full run, the systemd lab's modules, the SLURM labs' and the unit modules
+# that wait on their own clocks run from the start in side runs of their own (side_runs.py), and test_side_runs
+# waits for them at the end.
 LAB_ORDER = ("test_deploy", "test_apply", "test_bench_recovery", "test_planner_accuracy", "test_verify", "test_lab",
              "test_soak", "test_rehearsal", "test_slurm", "test_side_runs")
 SOAK = pytest.StashKey[tuple]()
@@ -62,20 +62,20 @@ def finished_side_runs(config) -> list[side_runs.SideRun]:
 
 
 def start_soak() -> tuple:
-    """benchmarks/soak.py --runs 3 on a lab of its own, in the background: (process, its JSON file, its output file,
-    the folder its runs write their reports and site in)."""
+    """benchmarks/soak.py --runs 3, each run on a lab of its own, all at once, in the background: (process, its JSON
+    file, its output file, the folder its first run writes its reports and site in)."""
     folder = Path(tempfile.mkdtemp(prefix="clusterbook-soak-"))
     out, log, work = folder / "soak.json", folder / "soak.log", folder / "work"
     with log.open("w") as stream:
         process = subprocess.Popen([sys.executable, "benchmarks/soak.py", "--runs", "3", "--out", str(out),
                                     "--apart", str(work)], cwd=ROOT, stdout=stream, stderr=subprocess.STDOUT,
                                    text=True, start_new_session=True)  # its own process group: stopped with its runs
-    return process, out, log, work
+    return process, out, log, work / "run-1"
 
 
 def pytest_collection_finish(session):
-    """Start the soak as soon as it is selected: about seven minutes of lab work that the tests before the lab's
-    share with it (they never touch the lab)."""
+    """Start the soak as soon as it is selected: three main jobs of lab work that the other tests share the machine
+    with (they never touch its labs)."""
     if session.config.option.collectonly or NEEDS_LAB.args[0]:
         return
     if any(item.path.name == "test_soak.py" for item in session.items):
@@ -92,7 +92,7 @@ def pytest_sessionfinish(session):
 
 def soak_result(config) -> tuple[subprocess.CompletedProcess, Path, Path]:
     """Wait for the soak that the session started (or start one now) and return (result, its JSON file, the folder
-    its last run's reports and site are in)."""
+    its first run's reports and site are in)."""
     process, out, log, work = config.stash.get(SOAK, None) or start_soak()
     process.wait(timeout=3600)
     return subprocess.CompletedProcess(process.args, process.returncode, log.read_text(), ""), out, work

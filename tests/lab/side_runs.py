@@ -2,6 +2,8 @@
 beside the session's other tests; test_side_runs waits for them at the end and reports what they found.
 
 The groups (issue 69: one after another, the lab tests were the run's last eleven minutes):
+- `clocks`: unit modules that mostly wait on their own clocks (real servers on loopback, their timeouts and
+  restarts), so they cost the others little beside them;
 - `lab`: the systemd lab's modules (lab/cluster.yaml);
 - `slurm`: test_slurm.py on the SLURM lab (lab/cluster-slurm.yaml);
 - `slurm-b`: test_slurm.py's tests marked `second_slurm_lab`, on a twin of the SLURM lab: lab/cluster-slurm.yaml
@@ -28,6 +30,8 @@ TWIN = ROOT / ".clusterbook/lab-slurm-b/cluster-slurm.yaml"
 TWIN_NAMES = {r"\bslab([123])\b": r"slb\1", r"\b10\.214\.": "10.217.",  # names and addresses, and no other text
               r"(?m)^  name: lab-slurm$": "  name: lab-slurm-b",
               r"\.clusterbook/lab-slurm/": ".clusterbook/lab-slurm-b/"}
+CLOCK_MODULES = ("test_gateway_hold", "test_faults_bench", "test_step_supervisor", "test_hold_hostile",
+                 "test_on_demand")
 SYSTEMD_LAB_MODULES = ("test_deploy", "test_apply", "test_bench_recovery", "test_planner_accuracy", "test_verify",
                        "test_lab")
 WAITER = "test_side_runs"  # the test that waits for the side runs: a session that selects it starts them
@@ -59,6 +63,8 @@ def write_twin() -> Path:
 def group(item) -> str | None:
     """The side run a lab test belongs to, if any."""
     stem = item.path.stem
+    if stem in CLOCK_MODULES:
+        return "clocks"
     if stem in SYSTEMD_LAB_MODULES:
         return "lab"
     if stem == "test_slurm":

@@ -1,6 +1,6 @@
-"""The README's main job (invoke demo) three times from a fresh lab, run by benchmarks/soak.py on a lab of its own
-(the lab file with its names and addresses changed) beside the other tests from the session's start: each run
-deploys a fresh lab and verifies every scenario with --disruptive."""
+"""The README's main job (invoke demo) three times from a fresh lab, run by benchmarks/soak.py, each run on a lab of
+its own (the lab file with its names and addresses changed), all at once, beside the other tests from the session's
+start: each run deploys a fresh lab and verifies every scenario with --disruptive."""
 
 import json
 import re
@@ -35,7 +35,7 @@ def test_the_readme_main_job_passes_three_times_from_a_fresh_lab(soak):
 
 
 def test_verify_passes_every_scenario(soak):
-    """The soak's last demo ran invoke verify --disruptive on a fresh deployment; its reports say so."""
+    """The soak's first demo ran invoke verify --disruptive on a fresh deployment; its reports say so."""
     result, _, work = soak
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr
     junit = (work / "reports/verify.junit.xml").read_text()

@@ -13,13 +13,15 @@ JOURNAL = """#!/bin/bash
 # the program's own lines (_SYSTEMD_UNIT=), or everything about the unit (-u): the program's, then systemd's
 program='llama_model_load: error loading model: tensor not found
 main: exiting due to model loading error'
+cg=/system.slice/llama-reasoning.service
+kill="llama-reasoning.service: Failed to kill control group $cg, ignoring: Input/output error"
 systemd="$program
-llama-reasoning.service: Failed to kill control group /system.slice/llama-reasoning.service, ignoring: Input/output error
-llama-reasoning.service: Failed to kill control group /system.slice/llama-reasoning.service, ignoring: Input/output error
-llama-reasoning.service: Failed to kill control group /system.slice/llama-reasoning.service, ignoring: Input/output error
-llama-reasoning.service: Failed to kill control group /system.slice/llama-reasoning.service, ignoring: Input/output error
-llama-reasoning.service: Failed to kill control group /system.slice/llama-reasoning.service, ignoring: Input/output error
-llama-reasoning.service: Failed to kill control group /system.slice/llama-reasoning.service, ignoring: Input/output error
+$kill
+$kill
+$kill
+$kill
+$kill
+$kill
 llama-reasoning.service: Main process exited, code=exited, status=1/FAILURE
 llama-reasoning.service: Failed with result 'exit-code'."
 case "$*" in
