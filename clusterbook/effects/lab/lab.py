@@ -158,6 +158,10 @@ class Lab:
         with step("network: bridges " + ", ".join(network.bridge_name(self.c, n) for n in self.c.networks)):
             network.ensure_bridges(self.c)
         self.start_build()
+        raised = machines.raise_inotify_limit()
+        if raised is not None:
+            console.print(f"[green]✓[/] host: fs.inotify.max_user_instances {raised} → {machines.INOTIFY_FLOOR} "
+                          "(the nodes' systemd and Prometheus share root's)")
         base = ensure_rootfs()
         public_key, host_keys = self.ensure_keys()
         self.ensure_source()

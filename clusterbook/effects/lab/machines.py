@@ -18,6 +18,20 @@ from clusterbook.pure import ownership
 from clusterbook.pure.engine_build import plan_build
 
 STATE = Path("/var/lib/clusterbook-lab")
+INOTIFY_INSTANCES = Path("/proc/sys/fs/inotify/max_user_instances")
+INOTIFY_FLOOR = 1024  # the containers' root shares the host root's instances: about 10 a booted node (systemd,
+# journald, logind, Prometheus' file discovery), and six labs of three nodes ran past Debian's 128
+
+
+def raise_inotify_limit(path: Path = INOTIFY_INSTANCES) -> int | None:
+    """Give the host's root at least INOTIFY_FLOOR inotify instances: the old limit if it was raised, else None.
+    Past the limit a node's programs fail quietly (Prometheus found no SLURM tier to scrape: 'Error adding file
+    watcher: too many open files', in CI with six labs booting at once)."""
+    old = int(path.read_text())
+    if old >= INOTIFY_FLOOR:
+        return None
+    path.write_text(f"{INOTIFY_FLOOR}\n")
+    return old
 
 
 @dataclass(frozen=True)
