@@ -43,15 +43,20 @@ def read_key(path):
 
 
 def base_url(tier):
-    """The tier's URL: fixed for a systemd tier, the endpoint record's for a SLURM one (None: no record)."""
+    """The tier's URL: fixed for a systemd tier, the endpoint record's for a SLURM one (None: no record, or one
+    naming no node of the tier: a record is anyone's who can write the shared folder, and the probe sends the
+    tier's key where it points)."""
     if tier["url"]:
         return tier["url"]
     try:
         with open(tier["record"]) as f:
-            record = json.load(f)
-        return urllib.parse.urlunsplit(("http", "%s:%d" % (record["host"], int(record["port"])), "", "", ""))
-    except (OSError, ValueError, KeyError, TypeError):
+            record = json.loads(f.read(4096))
+        host, port = str(record["host"]), int(record["port"])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
+    if (tier.get("hosts") is not None and host not in tier["hosts"]) or not 0 < port < 65536:
+        return None
+    return urllib.parse.urlunsplit(("http", "%s:%d" % (host, port), "", "", ""))
 
 
 def loaded_model(url, key, tier):

@@ -181,3 +181,20 @@ def test_an_embeddings_tier_is_asked_its_kinds_request(probe, http_tier, tmp_pat
     assert any(line.startswith('clusterbook_tier_ttft_seconds{tier="fast", model="a"} ') for line in lines)
     posted = [(p, b) for p, _, b in fake.asked if b is not None]
     assert posted == [("/v1/embeddings", {"model": "a", "input": "Say OK."})]
+
+
+@pytest.mark.parametrize("record, url", [
+    ({"host": "10.0.0.32", "port": 8180}, "http://10.0.0.32:8180"),
+    ({"host": "vasp-02", "port": 8180}, "http://vasp-02:8180"),
+    ({"host": "evil.example", "port": 8180}, None),  # the probe sends the tier's key where the record points
+    ({"host": "10.0.0.32", "port": 70000}, None),
+    ({"host": ["10.0.0.32"], "port": 8180}, None),
+    ("not a record", None),
+])
+def test_the_probe_follows_an_endpoint_record_only_to_a_node_of_its_tier(probe, record, url):
+    import json
+
+    module, _, tier = probe
+    tier["hosts"] = ["10.0.0.32", "vasp-02"]  # as rendered: the tier's nodes' names and addresses
+    Path(tier["record"]).write_text(json.dumps(record))
+    assert module.base_url(tier) == url
