@@ -16,6 +16,7 @@ from clusterbook.pure import kinds, slurmjob
 from clusterbook.pure import topology as topo
 from clusterbook.pure.kinds import server_argv
 from clusterbook.pure.render.artifacts import ld_library_path
+from clusterbook.pure.render.node_config import tier_hosts
 
 MIB = 2**20
 BUFFER = re.compile(r"(load_tensors|llama_kv_cache|sched_reserve):\s+(\S+?)(?:\[([\d.:]+)\])?\s+"
@@ -233,10 +234,18 @@ def api_key(transport, c: Cluster, tier) -> str | None:
 
 
 def registered_endpoint(transport, c: Cluster, tier) -> dict | None:
-    """A SLURM tier's endpoint record on the controller (host, port, job_id, nodes), or None while none is there."""
-
+    """A SLURM tier's endpoint record on the controller (host, port, job_id, nodes), or None while none is there or
+    it names no node of the tier and port (a record is anyone's who can write the shared folder, and a client asks,
+    with the tier's key, where it points)."""
     out = transport.run(c.slurm_controller, f"cat {c.storage.endpoint_dir}/{tier.name}.json 2>/dev/null")
-    return json.loads(out.stdout) if out.ok and out.stdout.strip() else None
+    try:
+        record = json.loads(out.stdout) if out.ok and out.stdout.strip() else None
+    except ValueError:
+        return None
+    if not isinstance(record, dict) or str(record.get("host")) not in tier_hosts(c, tier) \
+            or not 0 < (record["port"] if type(record.get("port")) is int else 0) < 65536:
+        return None
+    return record
 
 
 def prometheus_alerts(transport, c: Cluster) -> list[dict]:

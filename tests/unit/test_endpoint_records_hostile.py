@@ -103,3 +103,25 @@ def test_prometheus_gets_no_target_from_a_hostile_record(target_writer, record):
     done = run()
     assert done.returncode == 0, done.stderr  # one bad record stops no other tier's
     assert json.loads((sd / "reasoning.json").read_text()) == [] and json.loads((sd / "fast.json").read_text()) == []
+
+
+class Controller:
+    """A transport whose controller holds one endpoint record."""
+
+    def __init__(self, text: str):
+        self.text = text
+
+    def run(self, node, command, timeout=120):
+        from clusterbook.effects.transport import Result
+        return Result(node, command, 0, self.text, "")
+
+
+@pytest.mark.parametrize("record", HOSTILE + ["not json", [1, 2]], ids=range(len(HOSTILE) + 2))
+def test_the_operators_side_reads_no_hostile_record(record):
+    from clusterbook.effects.probes import registered_endpoint
+
+    c = load_cluster(ROOT / "lab/cluster-slurm.yaml")
+    text = record if isinstance(record, str) else json.dumps(record)
+    assert registered_endpoint(Controller(text), c, c.tier("reasoning")) is None
+    good = {"host": "10.214.0.12", "port": 8181, "job_id": "7"}
+    assert registered_endpoint(Controller(json.dumps(good)), c, c.tier("reasoning")) == good
