@@ -6,9 +6,9 @@ The groups (issue 69: one after another, the lab tests were the run's last eleve
   restarts), so they cost the others little beside them;
 - `lab`: the systemd lab's modules (lab/cluster.yaml);
 - `slurm`: test_slurm.py on the SLURM lab (lab/cluster-slurm.yaml);
-- `slurm-b`: test_slurm.py's tests marked `second_slurm_lab`, on a twin of the SLURM lab: lab/cluster-slurm.yaml
-  with only its names and addresses changed (cluster lab-slurm-b, nodes slb1-3, 10.217.0.0/23), written to
-  .clusterbook/lab-slurm-b/cluster-slurm.yaml. Run them on it yourself with
+- `slurm-b`: test_slurm.py's tests marked `second_slurm_lab` (about half its minutes), on a twin of the SLURM lab:
+  lab/cluster-slurm.yaml with only its names and addresses changed (cluster lab-slurm-b, nodes slb1-3,
+  10.217.0.0/23), written to .clusterbook/lab-slurm-b/cluster-slurm.yaml. Run them on it yourself with
   CLUSTERBOOK_SLURM_LAB=.clusterbook/lab-slurm-b/cluster-slurm.yaml (`slurm_lab_file`).
 A session that names lab modules itself (`pytest tests/lab/test_slurm.py`) runs them in its own process."""
 

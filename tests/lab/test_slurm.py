@@ -128,6 +128,7 @@ def test_a_cancelled_rpc_job_stops_its_head_before_its_workers(slurm_lab, ssh):
         assert invoke("deploy.reasoning", cluster=SLURM_LAB).returncode == 0
 
 
+@pytest.mark.second_slurm_lab
 def test_a_job_cancelled_with_a_request_in_flight_leaves_the_queue_at_once(slurm_lab, ssh):
     """llama-server stops at once on SIGTERM when idle, but with a request in flight it waits for that request; the
     job, already cancelled, then stayed COMPLETING until SLURM's KillWait (32 s here). The server step's guard sends
@@ -166,6 +167,7 @@ def test_status_shows_jobs_nodes_and_endpoints(slurm_lab):
         assert "RUNNING" in row and f"http://{HEAD_IP.rsplit('.', 1)[0]}." in row, row
 
 
+@pytest.mark.second_slurm_lab
 def test_another_users_job_named_like_a_tier_changes_nothing(slurm_lab, ssh):
     """Issue 64: a job name is anyone's. Another user's held job named llama-fast used to answer the keeper's
     `squeue -n`, and the fast tier, cancelled, stayed down until that job went (91 s here). Now the tier's jobs are
