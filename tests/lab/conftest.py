@@ -38,6 +38,7 @@ SOAK = pytest.StashKey[tuple]()
 SIDE = pytest.StashKey[list]()
 
 
+@pytest.hookimpl(trylast=True)  # after -m and -k have deselected: only what the session still runs is handed over
 def pytest_collection_modifyitems(config, items):
     """Every other test first, in its place; then the lab modules, in LAB_ORDER. In a full run, the lab test groups
     with labs of their own are handed to side runs (started at once) instead of running here."""
