@@ -1,6 +1,6 @@
-"""The side runs' tests: in a full run, conftest.py hands each lab test group with a lab of its own (the systemd
-lab's modules, the SLURM lab's, and its twin's) to a pytest of its own from the start (side_runs.py); this test waits
-for them and reports what they found."""
+"""The side runs' tests: in a full run, conftest.py hands each group with a lab or clock of its own (the systemd
+lab's modules, the SLURM lab's, its twin's, and the unit modules that wait on their own clocks) to a pytest of its
+own from the start (side_runs.py); this test waits for them and reports what they found."""
 
 import re
 import xml.etree.ElementTree as ET

@@ -25,7 +25,7 @@ from .side_runs import slurm_lab_file
 from .test_apply import latest_change, with_missing_model
 
 pytestmark = [pytest.mark.lab, NEEDS_LAB]
-SLURM_LAB = slurm_lab_file()  # lab/cluster-slurm.yaml, or its twin in a full run (conftest.py)
+SLURM_LAB = slurm_lab_file()  # lab/cluster-slurm.yaml, or its twin in a full run (side_runs.py)
 NAME = load_cluster(SLURM_LAB).cluster.name
 HEAD, SLAB2, SLAB3 = (node.name for node in load_cluster(SLURM_LAB).nodes)  # slab1-3 in lab/cluster-slurm.yaml
 HEAD_IP = load_cluster(SLURM_LAB).node(HEAD).addresses["management"]
