@@ -21,6 +21,7 @@ from clusterbook.pure.render.escaping import UnsafeValue, guard
 from tests.conftest import whole_text
 
 ROOT = Path(__file__).resolve().parents[2]
+DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # libyaml: the examples dump a whole cluster file each
 CLUSTERS = {name: yaml.safe_load((ROOT / path).read_text())
             for name, path in {"beefcake2": "cluster.yaml", "lab-slurm": "lab/cluster-slurm.yaml",
                                "ridge": "tests/clusters/ridge.yaml"}.items()}
@@ -93,7 +94,7 @@ def test_hostile_value_is_refused_with_a_line_or_changes_no_line_structure(case,
     data = CLUSTERS[name]
     original = dict(string_paths(data))[path]
     value = original + hostile if keep else hostile
-    text = yaml.safe_dump(replaced(data, path, value), allow_unicode=True, sort_keys=False)
+    text = yaml.dump(replaced(data, path, value), Dumper=DUMPER, allow_unicode=True, sort_keys=False)
     try:
         cluster, artifacts = render_or_refuse(text)
     except InputError as exc:
