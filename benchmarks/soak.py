@@ -37,7 +37,7 @@ def apart_names(name: str, octet: int) -> dict[str, str]:
             r"\.clusterbook/lab/": f".clusterbook/{name}/"}
 
 
-def apart(folder: Path, name: str = "soak", octet: int = 216) -> Path:
+def apart(folder: Path, name: str, octet: int) -> Path:
     """A folder that reads as the checkout (a link to each of its entries) and writes its own outputs, holding the
     lab's file with a soak lab's names and addresses: its path."""
     folder.mkdir(parents=True, exist_ok=True)

@@ -16,7 +16,6 @@ from clusterbook.pure import kinds, slurmjob
 from clusterbook.pure import topology as topo
 from clusterbook.pure.kinds import server_argv
 from clusterbook.pure.render.artifacts import ld_library_path
-from clusterbook.pure.render.node_config import tier_hosts
 
 MIB = 2**20
 BUFFER = re.compile(r"(load_tensors|llama_kv_cache|sched_reserve):\s+(\S+?)(?:\[([\d.:]+)\])?\s+"
@@ -242,8 +241,8 @@ def registered_endpoint(transport, c: Cluster, tier) -> dict | None:
         record = json.loads(out.stdout) if out.ok and out.stdout.strip() else None
     except ValueError:
         return None
-    if not isinstance(record, dict) or str(record.get("host")) not in tier_hosts(c, tier) \
-            or not 0 < (record["port"] if type(record.get("port")) is int else 0) < 65536:
+    port = record.get("port") if isinstance(record, dict) else None
+    if type(port) is not int or not 0 < port < 65536 or str(record.get("host")) not in topo.tier_hosts(c, tier):
         return None
     return record
 

@@ -6,6 +6,7 @@ import re
 import shlex
 from dataclasses import dataclass
 
+from clusterbook.model.hosts import candidate_nodes
 from clusterbook.model.schema import Cluster, Gpu, Node, RpcTier, Tier
 from clusterbook.pure.layersplit import CPU, Placement, cpu_head_ngl, place_layers
 
@@ -39,6 +40,13 @@ def http_address(c: Cluster, tier: Tier) -> str:
 
 def listen_network(c: Cluster, tier: Tier) -> str:
     return tier.listen_network or c.management_network
+
+
+def tier_hosts(c: Cluster, tier) -> list[str]:
+    """The names and addresses (the tier's listen network's, as its job registers them) of the nodes a tier may run
+    on: where its endpoint record may point."""
+    nodes = candidate_nodes(c, tier)
+    return sorted(set(nodes) | {address(c, n, listen_network(c, tier)) for n in nodes})
 
 
 def endpoint_url(c: Cluster, tier: Tier) -> str:

@@ -46,7 +46,7 @@ class SideRun:
 
 def slurm_lab_file() -> Path:
     """The SLURM lab test_slurm.py runs on: lab/cluster-slurm.yaml, or the one a side run names."""
-    return Path(os.environ.get(SLURM_LAB_FILE) or SLURM_LAB)
+    return ROOT / os.environ[SLURM_LAB_FILE] if os.environ.get(SLURM_LAB_FILE) else SLURM_LAB  # relative: to ROOT
 
 
 def write_twin() -> Path:
@@ -92,7 +92,7 @@ def hand_over(items: list) -> tuple[list, list[SideRun]]:
         return [], []
     groups: dict[str, list] = {}
     for item in items:
-        if group(item):
-            groups.setdefault(group(item), []).append(item)
+        if name := group(item):
+            groups.setdefault(name, []).append(item)
     runs = [start(name, [item.nodeid for item in members]) for name, members in groups.items()]
     return [item for members in groups.values() for item in members], runs

@@ -31,7 +31,6 @@ from clusterbook.pure.render.monitoring_files import monitoring_files
 from clusterbook.pure.render.node_config import (
     hold_memory_max_mib,
     keeper_config,
-    tier_hosts,
     wake_config,
 )
 from clusterbook.pure.render.tierkit import engine_env, ld_library_path, numa_exec
@@ -325,7 +324,7 @@ def _gateway_files(c: Cluster) -> list[Artifact]:
                               tier=tier.name))
     if c.slurm_tiers:
         # only SLURM tiers move; a systemd tier keeps its rendered upstream
-        tiers = [{"name": t.name, "upstream": upstream_name(t.name), "hosts": " ".join(tier_hosts(c, t))}
+        tiers = [{"name": t.name, "upstream": upstream_name(t.name), "hosts": " ".join(topo.tier_hosts(c, t))}
                  for t in c.slurm_tiers]
         files += periodic(c, node, "updater", template("upstream-updater.sh.j2", header=header(c), gateway=gw,
                                                         endpoint_dir=c.storage.endpoint_dir, tiers=tiers),

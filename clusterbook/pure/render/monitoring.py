@@ -20,7 +20,6 @@ from clusterbook.pure import topology as topo
 from clusterbook.pure.kinds import plan_cluster
 from clusterbook.pure.layout import RULES, SD_DIR, TEXTFILE_DIR
 from clusterbook.pure.planner.residency import plan_residency
-from clusterbook.pure.render.node_config import tier_hosts
 
 GPU_METRICS = "clusterbook_gpu"
 
@@ -72,7 +71,7 @@ def probe_config(c: Cluster) -> str:
                       "request": {"path": path, "body": body},  # the model's id goes in at each probe
                       "url": None if slurm else topo.endpoint_url(c, tier),
                       "record": posixpath.join(c.storage.endpoint_dir, f"{tier.name}.json") if slurm else None,
-                      "hosts": tier_hosts(c, tier) if slurm else None,  # where its record may point
+                      "hosts": topo.tier_hosts(c, tier) if slurm else None,  # where its record may point
                       "job": {"job": topo.units(tier).job, "user": c.access.user, "nodes": candidate_nodes(c, tier),
                               "marks": {"ids": (slurmjob.marker(c, tier, "ids")
                                                 if c.keeper_node == c.monitoring.node else None)}}

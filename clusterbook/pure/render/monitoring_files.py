@@ -12,7 +12,7 @@ from clusterbook.pure.layout import path as at
 from clusterbook.pure.render import monitoring as mon
 from clusterbook.pure.render.artifact import Artifact, header, node_program, periodic, template
 from clusterbook.pure.render.escaping import Quoted
-from clusterbook.pure.render.node_config import ALERT_JOURNAL_MEMORY_MIB, tier_hosts
+from clusterbook.pure.render.node_config import ALERT_JOURNAL_MEMORY_MIB
 
 
 def monitoring_files(c: Cluster) -> list[Artifact]:
@@ -66,7 +66,7 @@ def monitoring_files(c: Cluster) -> list[Artifact]:
                            "monitoring: nvidia-smi -> node exporter textfile", "monitoring: GPU collector")
     # model ids are Names (letters, digits, . _ -): their JSON array is safe inside the script's single quotes
     slurm = [{"name": t.name, "models": Quoted(json.dumps(t.models)) if t.router_mode else None,
-              "hosts": " ".join(tier_hosts(c, t))} for t in c.slurm_tiers]
+              "hosts": " ".join(topo.tier_hosts(c, t))} for t in c.slurm_tiers]
     if slurm:
         files += periodic(c, m.node, "scrape_targets",
                            template("scrape-targets.sh.j2", header=h, sd_dir=layout.SD_DIR,

@@ -36,7 +36,7 @@ def wake_config(c: Cluster) -> str:
                             "record": posixpath.join(c.storage.endpoint_dir, f"{tier.name}.json"),
                             "cap_s": wait_cap_s(c, tier, plan),
                             "key_file": tier.api_key.file if tier.api_key and tier.api_key.file else None,
-                            "hosts": tier_hosts(c, tier),
+                            "hosts": topo.tier_hosts(c, tier),
                             "marks": {m: slurmjob.marker(c, tier, m) for m in slurmjob.MARKS}}
     return json.dumps({"port": c.gateway.wake_port, "tiers": tiers, "routes": hold_routes(c),
                        "body_max": c.gateway.body_max_mib << 20, "in_flight_max": c.gateway.hold_in_flight_max,
@@ -56,13 +56,6 @@ def hold_memory_max_mib(c: Cluster) -> int:
     return HOLD_BASE_MIB + c.gateway.hold_in_flight_max * c.gateway.body_max_mib + 64
 
 
-def tier_hosts(c: Cluster, tier) -> list[str]:
-    """The names and addresses (the tier's listen network's, as its job registers them) of the nodes a tier may run
-    on: where its endpoint record may point."""
-    nodes = candidate_nodes(c, tier)
-    return sorted(set(nodes) | {topo.address(c, n, topo.listen_network(c, tier)) for n in nodes})
-
-
 def hold_routes(c: Cluster) -> dict:
     """Every tier behind the gateway as the hold sees it: where it serves (its address, or a SLURM job's record),
     its hold, the Retry-After past it, its timeout, the route's path prefix and the mark of a change in progress."""
@@ -75,7 +68,7 @@ def hold_routes(c: Cluster) -> dict:
             "record": posixpath.join(c.storage.endpoint_dir, f"{tier.name}.json") if slurm else None,
             "hold_s": hold_s(c, tier, plan), "retry_after": whole_s(predict_load(c, tier, plan).recovery_s),
             "timeout_s": tier.timeout_s, "prefix": route.path, "changing": layout.changing_mark(tier),
-            "continue": route.continue_streams, "hosts": tier_hosts(c, tier) if slurm else None}
+            "continue": route.continue_streams, "hosts": topo.tier_hosts(c, tier) if slurm else None}
         if slurm:  # while its job is away (the record gone, the tier still wanted), the new job is waited for
             load = predict_load(c, tier, plan)
             routes[tier.name].update(new_job_hold_s=new_job_hold_s(c, tier, plan),
