@@ -91,6 +91,6 @@ def test_lab_refuses_without_root_with_apt_hint(monkeypatch):
     with pytest.raises(Failed, match="needs root"):
         lab.preflight()
     monkeypatch.setattr(os, "geteuid", lambda: 0)
-    monkeypatch.setattr(shutil, "which", lambda tool: None if tool == "debootstrap" else "/usr/bin/" + tool)
-    with pytest.raises(Failed, match="apt-get install -y debootstrap"):
+    monkeypatch.setattr(shutil, "which", lambda tool: None if tool == "mmdebstrap" else "/usr/bin/" + tool)
+    with pytest.raises(Failed, match="apt-get install -y mmdebstrap"):
         lab.preflight()

@@ -21,13 +21,13 @@ def test_two_labs_starting_at_once_build_the_root_file_system_once(tmp_path, mon
     debootstrap into the same folder, and one failed (CI, 2026-12-02). Now one builds while the other waits."""
     built = []
 
-    def fake_debootstrap(base):
+    def fake_bootstrap(base):
         built.append(threading.current_thread().name)
         time.sleep(0.3)  # long enough for the other lab to arrive meanwhile
         base.mkdir(parents=True)
         (base / ".clusterbook-ready").write_text("")
 
-    monkeypatch.setattr(rootfs, "_debootstrap", fake_debootstrap)
+    monkeypatch.setattr(rootfs, "_bootstrap", fake_bootstrap)
     got = both_labs_at_once(lambda: rootfs.ensure_rootfs(tmp_path))
     assert len(built) == 1
     assert got["lab"] == got["slurm-lab"] == rootfs.base_dir(tmp_path)

@@ -8,7 +8,7 @@ import pytest
 
 from clusterbook.commands.acceptance import matching, scenarios
 from clusterbook.effects.lab.machines import _state
-from clusterbook.effects.lab.progress import debootstrap_progress, ninja_progress
+from clusterbook.effects.lab.progress import bootstrap_progress, ninja_progress
 
 
 def test_a_zombie_is_not_a_running_process():
@@ -64,9 +64,11 @@ def test_only_matches_scenario_names_tags_and_features(only, expected):
 @pytest.mark.parametrize("parse,line,expected", [
     (ninja_progress, "[12/224] Building CXX object ggml/src/ggml.cpp.o", "12/224 targets"),
     (ninja_progress, "FAILED: x.o", None),
-    (debootstrap_progress, "I: Unpacking libc6...", "unpacking libc6"),
-    (debootstrap_progress, "I: Retrieving InRelease ", "retrieving InRelease"),
-    (debootstrap_progress, "W: something", None),
+    (bootstrap_progress, "I: downloading packages with apt...", "downloading packages with apt"),
+    (bootstrap_progress, "I: installing remaining packages inside the chroot...",
+     "installing remaining packages inside the chroot"),
+    (bootstrap_progress, "I: Unpacking libc6...", "unpacking libc6"),
+    (bootstrap_progress, "W: something", None),
 ])
 def test_progress_comes_from_the_tools_own_lines(parse, line, expected):
     assert parse(line) == expected

@@ -21,7 +21,7 @@ from clusterbook.effects.lab.progress import step
 from clusterbook.effects.lab.rootfs import ensure_rootfs
 from clusterbook.model.schema import Cluster
 
-REQUIRED = {"systemd-nspawn": "systemd-container", "debootstrap": "debootstrap", "ip": "iproute2",
+REQUIRED = {"systemd-nspawn": "systemd-container", "mmdebstrap": "mmdebstrap", "ip": "iproute2",
             "ssh": "openssh-client", "ssh-keygen": "openssh-client", "cmake": "cmake", "g++": "g++"}
 HTTP_PORT = 8765
 
@@ -37,7 +37,7 @@ LAB_MODELS = {
 def preflight() -> None:
     """Root and the container tools are required; say how to get them."""
     if os.geteuid() != 0:
-        raise Failed("the lab needs root (systemd-nspawn, bridges, debootstrap): run it as root, e.g. with sudo")
+        raise Failed("the lab needs root (systemd-nspawn, bridges, mmdebstrap): run it as root, e.g. with sudo")
     missing = sorted({pkg for tool, pkg in REQUIRED.items() if shutil.which(tool) is None})
     if missing:
         raise Failed(f"the lab needs {', '.join(missing)}: apt-get install -y {' '.join(missing)}")

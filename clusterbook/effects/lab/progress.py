@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from clusterbook.effects.console import console
 
 NINJA_LINE = re.compile(r"^\[(\d+)/(\d+)\]")
-DEBOOTSTRAP_LINE = re.compile(r"^I: (\w.*?)[.\s]*$")
+BOOTSTRAP_LINE = re.compile(r"^I: (\w.*?)[.\s]*$")
 
 
 def ninja_progress(line: str) -> str | None:
@@ -22,9 +22,9 @@ def ninja_progress(line: str) -> str | None:
     return f"{m.group(1)}/{m.group(2)} targets" if m else None
 
 
-def debootstrap_progress(line: str) -> str | None:
-    """'I: Unpacking libc6...' -> 'unpacking libc6'."""
-    m = DEBOOTSTRAP_LINE.match(line)
+def bootstrap_progress(line: str) -> str | None:
+    """mmdebstrap's (and debootstrap's) 'I: downloading packages with apt...' -> 'downloading packages with apt'."""
+    m = BOOTSTRAP_LINE.match(line)
     return m.group(1)[0].lower() + m.group(1)[1:] if m else None
 
 

@@ -1,4 +1,4 @@
-"""The lab's base Debian root file system: debootstrap once, cached until its package list changes."""
+"""The lab's base Debian root file system: made once with mmdebstrap, cached until its package list changes."""
 
 from __future__ import annotations
 
@@ -8,10 +8,11 @@ import subprocess
 from pathlib import Path
 
 from clusterbook.effects.lab.cachelock import cache_lock
-from clusterbook.effects.lab.progress import debootstrap_progress, run_reporting, step
+from clusterbook.effects.lab.progress import bootstrap_progress, run_reporting, step
 
 CACHE = Path("/var/cache/clusterbook/rootfs")
 SUITE = "bookworm"
+MIRROR = "http://deb.debian.org/debian"  # debootstrap's default; written into the nodes' sources.list
 # What a node needs to boot, be reached and run the llama.cpp binaries; the tiers are deploy's job.
 PACKAGES = ("systemd", "systemd-sysv", "dbus", "openssh-server", "iproute2", "curl", "procps", "ca-certificates",
             "libgomp1", "numactl", "nftables", "python3", "slurm-wlm", "munge", "nginx-light", "jq",
@@ -27,26 +28,29 @@ def base_dir(cache: Path = CACHE) -> Path:
 
 
 def ensure_rootfs(cache: Path = CACHE) -> Path:
-    """The cached base root file system (built with debootstrap when missing, about 90 s). Both labs may start at
+    """The cached base root file system (made with mmdebstrap when missing, about 40 s). Both labs may start at
     once on a machine without it: one builds it under a lock while the other waits, then finds it ready."""
     base = base_dir(cache)
     if (base / ".clusterbook-ready").exists():
         return base
-    with cache_lock(base, "its debootstrap of the same root file system"):
+    with cache_lock(base, "its mmdebstrap of the same root file system"):
         if not (base / ".clusterbook-ready").exists():
-            _debootstrap(base)
+            _bootstrap(base)
     return base
 
 
-def _debootstrap(base: Path) -> None:
-    """Build the root file system in a folder beside base and move it into place (under the lock)."""
+def _bootstrap(base: Path) -> None:
+    """Build the root file system in a folder beside base and move it into place (under the lock). mmdebstrap, not
+    debootstrap: apt downloads in parallel and dpkg unpacks in batches, 35-42 s against 78 s for the same packages on
+    this 2-core machine, 40 CPU-seconds against 76 (debootstrap unpacks one package at a time); apt takes usrmerge
+    where debootstrap took usr-is-merged, so perl comes too (7 packages more)."""
     shutil.rmtree(base, ignore_errors=True)
     tmp = base.with_name(base.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    with step(f"debootstrap {SUITE} with {len(PACKAGES)} packages (about 90 s, cached afterwards)") as report:
-        run_reporting(["debootstrap", "--variant=minbase", f"--include={','.join(PACKAGES)}", SUITE, str(tmp)],
-                      report, debootstrap_progress)
-        # Host keys are made per node by the lab (and recorded in known_hosts); drop the ones debootstrap made.
+    with step(f"mmdebstrap {SUITE} with {len(PACKAGES)} packages (about 40 s, cached afterwards)") as report:
+        run_reporting(["mmdebstrap", "--variant=minbase", f"--include={','.join(PACKAGES)}", SUITE, str(tmp),
+                       MIRROR], report, bootstrap_progress)
+        # Host keys are made per node by the lab (and recorded in known_hosts); drop the ones the packages made.
         for key in (tmp / "etc/ssh").glob("ssh_host_*"):
             key.unlink()
         subprocess.run(["chroot", str(tmp), "systemctl", "enable", "systemd-networkd"], check=True,
