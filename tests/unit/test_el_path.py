@@ -188,6 +188,7 @@ def test_a_half_patched_tree_is_removed_with_the_reason_and_unpacked_again_by_th
     src = tmp_path / "b/src"
     src.mkdir(parents=True)
     (src / "f.txt").write_text("old\n")
+    (src / "CMakeLists.txt").write_text("")  # the source step unpacks none without it
     assert subprocess.run(["bash", "-c", command], capture_output=True).returncode == 0
     assert (src / "f.txt").read_text() == "new\n" and (src / ".clusterbook-patches").exists()
     (src / ".clusterbook-patches").unlink()  # as a run that failed after patching half of the series left it

