@@ -29,9 +29,9 @@ from clusterbook.effects.lab.lab import LAB_MODELS
 from clusterbook.effects.lab.llama_build import build_job, run_job
 from clusterbook.effects.lab.models import write_model
 from clusterbook.model.loader import load_cluster
+from clusterbook.pure.engine_build import KERNELS_ONLY_O3
 
 UNITY = "-DCMAKE_UNITY_BUILD=ON"
-KERNELS_ONLY = ("-DCMAKE_C_FLAGS_RELEASE=", "-DCMAKE_CXX_FLAGS_RELEASE=", "-DGGML_OPT_LEVEL=")  # engine.optimize
 REQUESTS, TOKENS, ROUNDS = 20, 64, 5
 
 
@@ -93,11 +93,9 @@ def main() -> None:
     ap.add_argument("--skip-plain", action="store_true", help="leave out the one-file-at-a-time build (5 minutes)")
     args = ap.parse_args()
     job = build_job(load_cluster(args.cluster))
-    plain = [o for o in job.plan.options if o != UNITY and not o.startswith(KERNELS_ONLY)]
-    kernels = [o for o in job.plan.options if o.startswith(KERNELS_ONLY)] or [
-        "-DCMAKE_C_FLAGS_RELEASE=-O1 -DNDEBUG", "-DCMAKE_CXX_FLAGS_RELEASE=-O1 -DNDEBUG", "-DGGML_OPT_LEVEL=-O3"]
+    plain = [o for o in job.plan.options if o != UNITY and o not in KERNELS_ONLY_O3]
     variants = {"one file at a time, all -O3": plain, "unity build, all -O3": [*plain, UNITY],
-                "unity build, ggml -O3, the rest -O1": [*plain, UNITY, *kernels]}
+                "unity build, ggml -O3, the rest -O1": [*plain, UNITY, *KERNELS_ONLY_O3]}
     if args.skip_plain:
         del variants["one file at a time, all -O3"]
     with tempfile.TemporaryDirectory(prefix="clusterbook-lab-build-") as scratch:

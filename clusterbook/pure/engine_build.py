@@ -34,6 +34,11 @@ def cuda_architectures(c: Cluster) -> list[str]:
                   key=int)
 
 
+# engine.optimize: kernels (patches/build-ggml-opt-level.patch): the rest at -O1, ggml's targets -O3 after it
+KERNELS_ONLY_O3 = ["-DCMAKE_C_FLAGS_RELEASE=-O1 -DNDEBUG", "-DCMAKE_CXX_FLAGS_RELEASE=-O1 -DNDEBUG",
+                   "-DGGML_OPT_LEVEL=-O3"]
+
+
 def cmake_options(c: Cluster) -> list[str]:
     """The configure options: Ninja, Release, RPC on, CUDA on for the GPUs' architectures when nodes have GPUs
     (their compiler from the CUDA the cluster file names), tests, examples and the HTTPS client off, the build
@@ -48,8 +53,8 @@ def cmake_options(c: Cluster) -> list[str]:
         options += [f"-DCMAKE_C_COMPILER={toolset}/gcc", f"-DCMAKE_CXX_COMPILER={toolset}/g++"]
     if c.engine.unity_build:  # a batch of a target's sources per compile (patches/build-unity-apart.patch)
         options.append("-DCMAKE_UNITY_BUILD=ON")
-    if c.engine.optimize == "kernels":  # ggml at -O3 after the rest's -O1 (patches/build-ggml-opt-level.patch)
-        options += [f"-DCMAKE_{lang}_FLAGS_RELEASE=-O1 -DNDEBUG" for lang in ("C", "CXX")] + ["-DGGML_OPT_LEVEL=-O3"]
+    if c.engine.optimize == "kernels":
+        options += KERNELS_ONLY_O3
     if "amx" in c.engine.cpu_features_off:  # GCC: an explicit -mno-* holds against ggml's later -march=native
         flags = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
         options += [f"-DCMAKE_C_FLAGS={flags}", f"-DCMAKE_CXX_FLAGS={flags}"]

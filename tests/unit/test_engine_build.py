@@ -231,7 +231,7 @@ def test_a_node_without_the_build_nodes_cpu_features_refuses_the_release(tmp_pat
 
 @pytest.mark.parametrize("line, patch, options", [
     ("  unity_build: true", "build-unity-apart", ["-DCMAKE_UNITY_BUILD=ON"]),
-    ("  optimize: kernels", "build-ggml-opt-level",
+    ("  optimize: kernels", "build-ggml-opt-level",  # the rest at -O1, ggml's own -O3 after it
      ["-DCMAKE_C_FLAGS_RELEASE=-O1 -DNDEBUG", "-DCMAKE_CXX_FLAGS_RELEASE=-O1 -DNDEBUG", "-DGGML_OPT_LEVEL=-O3"]),
 ])
 def test_the_labs_build_options_need_their_patch(tmp_path, monkeypatch, line, patch, options):
