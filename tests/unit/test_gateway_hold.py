@@ -195,6 +195,45 @@ def test_a_request_queued_longer_than_the_hold_is_held_from_when_its_tier_failed
     assert response.status == 200 and 4.5 <= waited < 6.5, (response.status, body, waited)
 
 
+class DiesInItsError(Tier):
+    """A router whose model instance SLURM's scancel killed: a 500 begun (its headers only, or part of its body),
+    then the router itself gone; after that, a tier that answers."""
+
+    cut: ClassVar[int] = 0
+    sent: ClassVar[bytes] = b""
+
+    def do_POST(self):
+        if DiesInItsError.cut == 0:
+            DiesInItsError.cut += 1
+            self.rfile.read(int(self.headers["Content-Length"]))
+            self.send_response(500)
+            chunked = DiesInItsError.sent.startswith(b"10\r\n")  # the router relays its instance's answer in chunks
+            self.send_header(*(("Transfer-Encoding", "chunked") if chunked else ("Content-Length", "100")))
+            self.end_headers()
+            self.wfile.write(DiesInItsError.sent)
+            self.wfile.flush()
+            self.connection.shutdown(socket.SHUT_RDWR)
+            self.close_connection = True
+            return None
+        return super().do_POST()
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("sent", [b"", b"proxy erro", b"10\r\nproxy erro"])
+def test_a_tier_that_dies_in_the_middle_of_an_error_is_held_like_one_that_died_with_the_request(hold, stream, sent):
+    """CI once: a stream to the fast tier (a router) while its job was cancelled got nginx's own 503 "without the
+    hold": a router relays its instance's 500 in chunks, the hold raised on the cut chunk (IncompleteRead) and answered
+    502, which nginx takes for the hold's own failure and sends the request on to the tier without it, which was down.
+    A cut 500 of a stated length was passed on to the client as it was. Now each is held like a request the tier went
+    away with, and answered once the tier is back."""
+    hold_port, port, servers = hold
+    DiesInItsError.cut, DiesInItsError.sent = 0, sent
+    servers.append(start(port, DiesInItsError))
+    response, body, _ = ask(hold_port, {"prompt": "hi", **({"stream": True} if stream else {})})
+    assert response.status == 200 and DiesInItsError.cut == 1, (response.status, body)
+    assert body.endswith(b"data: [DONE]\n\n") if stream else json.loads(body)["got"] == {"prompt": "hi"}
+
+
 def test_while_a_slurm_job_is_away_its_new_job_is_waited_for_and_a_stopped_tier_is_not(hold, tmp_path):
     hold_port, port, servers = hold
     route = module_of(hold).HoldHandler.routes["reasoning"]

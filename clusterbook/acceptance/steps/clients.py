@@ -1,11 +1,14 @@
 """Steps that keep clients busy through the gateway while a scenario's fault happens, and check that none of their
 requests failed (issue 46: a fault costs clients nothing within the planned recovery)."""
 
+import time
+
 import pytest
 from pytest_bdd import given, then
 
 from clusterbook.effects import probes
 from clusterbook.effects.faults import Clients
+from clusterbook.pure import layout
 from clusterbook.pure import topology as topo
 
 CLIENTS_PER_TIER = 2  # one streaming, one not: few enough that the scenario's own checks are not queued behind them
@@ -34,12 +37,12 @@ def start_clients(cluster, transport, context, request, tiers) -> None:
         url = topo.client_url(cluster, tier) + "/v1/chat/completions"
         pools[tier.name] = Clients(url, probes.api_key(transport, cluster, tier), CLIENTS_PER_TIER,
                                    tier.timeout_s + 60, tier.served_models[0], STREAM_TOKENS).start()
-    context["clients"] = pools
+    context.update(clients=pools, clients_since=int(time.time()) - 5)  # the gateway's clock may be a little behind
     request.addfinalizer(lambda: [pool.stop(0) for pool in pools.values()])  # also when a step before the end fails
 
 
 @then("no client request failed meanwhile")
-def _none_failed(cluster, context, measured):
+def _none_failed(cluster, transport, context, measured):
     failed = []
     for name, pool in context["clients"].items():
         requests = pool.stop(cluster.tier(name).timeout_s + 60)
@@ -47,4 +50,13 @@ def _none_failed(cluster, context, measured):
         failed += [(name, r) for r in requests if r.outcome != "ok"]
     if failed:
         pytest.fail(f"{len(failed)} client requests failed: " + "; ".join(
-            f"{name} {'stream' if r.stream else 'request'}: {r.outcome} {r.why[:200]!r}" for name, r in failed[:4]))
+            f"{name} {'stream' if r.stream else 'request'}: {r.outcome} {r.why[:200]!r}" for name, r in failed[:4])
+            + gateway_log(cluster, transport, context["clients_since"]))
+
+
+def gateway_log(cluster, transport, since: int) -> str:
+    """What the gateway's hold (the wake service) and nginx said while the clients ran: why a request failed."""
+    wake = layout.path(cluster, "wake_unit").rsplit("/", 1)[-1]
+    result = transport.run(cluster.gateway.node, f"journalctl -u {wake} --since @{since} -o short-unix -n 40 "
+                           "--no-pager; echo '-- nginx:'; tail -n 15 /var/log/nginx/error.log", timeout=30)
+    return f"\nthe gateway ({cluster.gateway.node}) meanwhile:\n{result.stdout[-6000:]}{result.stderr[-500:]}"

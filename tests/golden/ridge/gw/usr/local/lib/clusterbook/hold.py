@@ -468,7 +468,7 @@ class HoldHandler(http.server.BaseHTTPRequestHandler):
                 route.wait_turn(key)
                 tries += 1
                 response = self.open_stream(route, backend, path, data, (key, PACE_S if tries > 1 else 0))
-                if not isinstance(response, http.client.HTTPResponse):  # in line again; the hold counts from the
+                if response in (NOT_THERE, LOST):  # in line again; the hold counts from the
                     lost += response == LOST  # tier's failure, as admitted() does
                     if lost >= self.max_lost:
                         route.sent(key)
@@ -476,13 +476,10 @@ class HoldHandler(http.server.BaseHTTPRequestHandler):
                                                "request; it is not sent again") if opened else self.failed_twice(route)
                     route.queue(key)
                     started, response = (time.monotonic() if tries == 1 or response == LOST else started), None
-            if response is not None and response.status != 200:
-                answer = response.read(65536)
-                if not opened:
-                    return self.reply(response.status, [(k, v) for k, v in response.getheaders()
-                                                        if k.lower() not in HOP], answer)
-                return self.end_stream(f"tier {route.name} refused to continue the stream ({response.status}: "
-                                       f"{UNSAFE.sub('', answer.decode(errors='replace'))[:200]})")
+            if isinstance(response, tuple):  # the tier's whole answer, not a stream (an error)
+                why = UNSAFE.sub("", response[2].decode(errors="replace"))[:200]
+                return self.end_stream(f"tier {route.name} refused to continue the stream ({response[0]}: {why})") \
+                    if opened else self.reply(*response)
             if response is not None:
                 if not opened:
                     self.answered = True
@@ -522,8 +519,7 @@ class HoldHandler(http.server.BaseHTTPRequestHandler):
             limit, retry_after = route.later(limit, retry_after)
 
     def open_stream(self, route, backend, path, data, turn):
-        """The tier's answer to a stream request (its headers read); NOT_THERE when it was not there or is loading,
-        LOST when it went away while it had the request."""
+        """The tier's stream (headers read) or whole other answer; NOT_THERE: not there or loading; LOST: it went."""
         connection, delivered = self.connect(route, backend), False
         headers = dict(self.passed_headers(), **{"Content-Type": "application/json"})
         try:
@@ -533,13 +529,17 @@ class HoldHandler(http.server.BaseHTTPRequestHandler):
             finally:
                 route.sent(*turn)
             response = connection.getresponse()
-        except (OSError, http.client.HTTPException):
-            connection.close()
+            answer = response.read(65536) if response.status not in (200, 502, 503) else None
+            if answer is not None and response.length:  # cut short: the tier went away as it answered
+                raise http.client.IncompleteRead(answer)
+        except (OSError, http.client.HTTPException):  # a broken answer was never the client's: 502 would be the
+            connection.close()  # hold's own failure to nginx, which sends the request on to the tier without it
             return LOST if delivered else NOT_THERE
-        if response.status in (502, 503):
-            connection.close()
-            return NOT_THERE
-        return response
+        if response.status == 200:
+            return response
+        connection.close()
+        return NOT_THERE if response.status in (502, 503) else \
+            (response.status, [(k, v) for k, v in response.getheaders() if k.lower() not in HOP], answer)
 
     def relay(self, response, sent, tokens):
         """Pass a stream's lines to the client as they come; (done, sent, tokens): done when the stream ended ([DONE],
