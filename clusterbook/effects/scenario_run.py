@@ -46,7 +46,9 @@ def run_scenarios(cluster_file: str, phase: Phase, when: str, out: Path, names: 
         if (case.find("failure") is not None or case.find("error") is not None) and name in waits:
             run.waiting.append(name)
         elif case.find("failure") is not None or case.find("error") is not None:
-            run.failed.append(name)
+            found = case.find("failure") if case.find("failure") is not None else case.find("error")
+            why = " ".join((found.get("message") or "").split())[:240]  # what failed: on call needs more than a name
+            run.failed.append(f"{name}: {why}" if why else name)
         elif case.find("skipped") is None:
             run.passed.append(name)
     colour = "green" if run.ok else "red"

@@ -117,3 +117,30 @@ def test_a_phase_whose_scenarios_hang_fails_at_its_deadline_so_apply_rolls_it_ba
     assert time.monotonic() - started < 20
     assert run.passed == ["it answers"] and not run.ok, run
     assert run.failed and "ran past 2 s and were stopped" in run.failed[0], run.failed
+
+
+def test_a_failed_scenario_says_what_failed_beside_its_name(tmp_path, monkeypatch):
+    """CI once: apply said only "reasoning fails its scenarios before the change (Every tier is healthy and lists its
+    models)"; the reason the scenario gave is what the operator needs."""
+    from clusterbook.effects import scenario_run
+    from clusterbook.pure.phases import Phase
+
+    features = tmp_path / "acceptance"  # the test module's name is its own: one process imports both tests' modules
+    features.mkdir()
+    (features / "conftest.py").write_text(textwrap.dedent("""
+        def pytest_addoption(parser):
+            for name in ("--live-cluster", "--verify-summary", "--tier"):
+                parser.addoption(name)
+    """))
+    (features / "test_failing_scenario.py").write_text(textwrap.dedent("""
+        import pytest
+
+        @pytest.mark.tier
+        def test_healthy():
+            assert False, "tier reasoning: /health answered 503\\n  Loading model"
+    """))
+    monkeypatch.setattr(scenario_run.packagedata, "ACCEPTANCE", features)
+    run = scenario_run.run_scenarios("lab/cluster.yaml", Phase("fast", "deploy-fast", tier="fast", scenarios="tier"),
+                                     "before", tmp_path, names={"test_healthy": "Every tier is healthy"})
+    assert len(run.failed) == 1 and run.failed[0].startswith("Every tier is healthy: "), run.failed
+    assert "tier reasoning: /health answered 503 Loading model" in run.failed[0], run.failed
