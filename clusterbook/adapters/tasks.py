@@ -342,12 +342,13 @@ def bench_rehearse(c, cluster=None, tier=None, install_dir=None, models_dir=None
 
 
 @task(name="tune", help={"cluster": BENCH_HELP["cluster"], "tier": BENCH_HELP["tier"], **LOCAL_HELP,
-                         "parallel": "parallel slot counts to try with the live server (default 1,2,4)"})
+                         "parallel": "parallel slot counts to try with the live server (default 1,2,4)",
+                         "quick": "one repetition of short runs: checks the path, too few to choose settings by"})
 @command
-def bench_tune(c, cluster=None, tier=None, install_dir=None, models_dir=None, parallel="1,2,4"):
+def bench_tune(c, cluster=None, tier=None, install_dir=None, models_dir=None, parallel="1,2,4", quick=False):
     """Grid of ubatch, batch, flash attention, KV types (llama-bench) and parallel slots (server); the best."""
     commands.tune(cfg(c), cluster or cfg(c).cluster, tier, install_dir, models_dir,
-                  tuple(int(p) for p in parallel.split(",")))
+                  tuple(int(p) for p in parallel.split(",")), quick)
 
 
 @task(name="recovery", help={"cluster": BENCH_HELP["cluster"], "tier": BENCH_HELP["tier"],

@@ -190,7 +190,7 @@ def _record_gpu_memory(s: Settings, cluster, tier, shape) -> None:
                       f"nvidia-smi {r['used'] / GIB:.2f} GiB, ratio {r['ratio']}")
 
 
-def parallel_sweep(s: Settings, cluster, tier, parallels: tuple[int, ...]) -> list[dict]:
+def parallel_sweep(s: Settings, cluster, tier, parallels: tuple[int, ...], tokens: int = 64) -> list[dict]:
     """The live server with each parallel slot count, as many clients as slots: aggregate throughput."""
 
     points = []
@@ -199,20 +199,21 @@ def parallel_sweep(s: Settings, cluster, tier, parallels: tuple[int, ...]) -> li
             with Rehearsal(cluster, tier.model_copy(update={"parallel": n}), s.reports / "rehearsal"):
                 url = topo.endpoint_url(cluster, tier)
                 concurrency_point(url, tier.model, None, 1, 8)  # warm up
-                points.append({"parallel": n, **concurrency_point(url, tier.model, None, n, 64)})
+                points.append({"parallel": n, **concurrency_point(url, tier.model, None, n, tokens)})
     return points
 
 
 def tune(s: Settings, cluster_file: str, tier_name: str | None, install_dir: str | None, models_dir: str | None,
-         parallels: tuple[int, ...] = (1, 2, 4)) -> None:
-    """Try the settings grid with llama-bench over the tier's RPC workers; print the best and the change to make."""
+         parallels: tuple[int, ...] = (1, 2, 4), quick: bool = False) -> None:
+    """Try the settings grid with llama-bench over the tier's RPC workers; print the best and the change to make
+    (quick: one repetition of short runs, which checks the path on a machine and chooses nothing)."""
     cluster = localize(load_cluster(cluster_file), install_dir, models_dir)
     tier = _bench_tier(cluster, tier_name)
     head_gpus = gpu_assignment(cluster, tier).get(tier.head, "")
     with console.status("starting the RPC workers …") as status:
         with Rehearsal(cluster, tier, s.reports / "rehearsal", with_head=False):
-            grid, best, again = run_tune(cluster, tier, head_gpus, progress=status.update)
-    parallel = parallel_sweep(s, cluster, tier.model_copy(update=best.settings()), parallels)
+            grid, best, again = run_tune(cluster, tier, head_gpus, progress=status.update, quick=quick)
+    parallel = parallel_sweep(s, cluster, tier.model_copy(update=best.settings()), parallels, 16 if quick else 64)
     table = Table("flash attn", "K", "V", "ubatch", "batch", "decode tok/s", "prompt tok/s", title=f"tune {tier.name}")
     for p in sorted(grid, key=lambda p: -p.decode_tps):
         table.add_row("on" if p.flash_attn else "off", p.cache_k, p.cache_v, str(p.ubatch), str(p.batch),
@@ -232,12 +233,15 @@ def tune(s: Settings, cluster_file: str, tier_name: str | None, install_dir: str
                        f"tok/s against {one} with one slot")
     console.print(f"best: {best.settings()} at {best.decode_tps:.1f} tok/s; measured again: {again.decode_tps:.1f} "
                   f"tok/s ({again.decode_tps / best.decode_tps:.1%} of the grid's best)")
+    if quick:
+        console.print("[yellow]quick: one repetition of short runs, too few to choose settings by; the change below "
+                      "only shows the path (run bench.tune without --quick to choose)[/]")
     console.print("change in the cluster file, tier " + tier.name + ":\n  " + "\n  ".join(changes) if changes
                   else "the cluster file already has the best settings")
     s.reports.mkdir(parents=True, exist_ok=True)
     (s.reports / "tune.json").write_text(json.dumps({
         "card": _card(), "tier": tier.name, "grid": [p.__dict__ for p in grid], "best": best.__dict__,
-        "again": again.__dict__, "parallel": parallel, "change": changes}, indent=2))
+        "again": again.__dict__, "parallel": parallel, "change": changes, "quick": quick}, indent=2))
 
 
 def _tier_card(cluster, tier) -> str:

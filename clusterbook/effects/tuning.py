@@ -80,19 +80,25 @@ def points(rows: list[dict]) -> list[Point]:
     return [Point(*key, entry.get("decode", 0.0), entry.get("prompt", 0.0)) for key, entry in found.items()]
 
 
-def tune(c: Cluster, tier: RpcTier, gpus: str, progress=lambda text: None) -> tuple[list[Point], Point, Point]:
+QUICK = {"reps": 1, "prompt": 128, "gen": 32}  # bench.tune --quick: the whole path, a twelfth of the work
+
+
+def tune(c: Cluster, tier: RpcTier, gpus: str, progress=lambda text: None,
+         quick: bool = False) -> tuple[list[Point], Point, Point]:
     """Measure the grid, pick the best decode point, and measure it again to show it holds: the better of two runs,
     as the best is the better of the grid's (one run alone, on a busy CPU, has measured half of it)."""
     measured: list[Point] = []
+    size = QUICK if quick else {}
     for fa, k, v in grid(c, tier):
         progress(f"llama-bench: flash attention {'on' if fa else 'off'}, K {k}, V {v}, ubatch 256/512, batch 512/2048")
-        measured += points(run_llama_bench(c, llama_bench_argv(c, tier, _on(fa), k, v, "256,512", "512,2048"), gpus))
+        measured += points(run_llama_bench(c, llama_bench_argv(c, tier, _on(fa), k, v, "256,512", "512,2048", **size),
+                                           gpus))
     best = max(measured, key=lambda p: p.decode_tps)
     runs = []
     for i in (1, 2):
         progress(f"llama-bench: the best point again ({i} of 2)")
         runs += points(run_llama_bench(c, llama_bench_argv(c, tier, _on(best.flash_attn), best.cache_k, best.cache_v,
-                                                            str(best.ubatch), str(best.batch)), gpus))
+                                                            str(best.ubatch), str(best.batch), **size), gpus))
     return measured, best, max(runs, key=lambda p: p.decode_tps)
 
 

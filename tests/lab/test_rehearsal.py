@@ -66,7 +66,7 @@ def test_rehearse_and_bench_on_cpu(local):
 
 
 def test_tune_on_cpu(local):
-    result = invoke("bench.tune", "--cluster", CLUSTER, "--parallel", "1,2", *local)
+    result = invoke("bench.tune", "--cluster", CLUSTER, "--parallel", "1,2", "--quick", *local)  # the path, not figures
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr
     tune = json.loads((ROOT / "reports/tune.json").read_text())
     assert len(tune["grid"]) == 8  # no GPU: no flash attention; 2 cache settings x ubatch 256/512 x batch 512/2048
@@ -78,5 +78,6 @@ def test_tune_on_cpu(local):
         return {k: v for k, v in p.items() if k not in ("decode_tps", "prompt_tps")}
     assert settings(tune["again"]) == settings(tune["best"])
     assert tune["again"]["decode_tps"] > 0 and tune["best"]["decode_tps"] == max(p["decode_tps"] for p in tune["grid"])
-    assert [p["parallel"] for p in tune["parallel"]] == [1, 2]
+    assert [p["parallel"] for p in tune["parallel"]] == [1, 2] and tune["quick"] is True
+    assert "too few to choose settings by" in result.stdout
     assert all(p["aggregate_tps"] > 0 for p in tune["parallel"])
