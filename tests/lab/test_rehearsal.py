@@ -18,19 +18,6 @@ pytestmark = [pytest.mark.lab, pytest.mark.skipif(os.geteuid() != 0, reason="the
 CLUSTER = "tests/clusters/rehearsal-cpu.yaml"
 
 
-@pytest.fixture(scope="module", autouse=True)
-def ahead_of_the_labs():
-    """In a full run the labs' side runs share the machine's two cores, and llama-bench measured its neighbours: the
-    tune's best point again at 90 tokens/s against the grid's 282 (a CI run from a cold machine, the labs booting
-    meanwhile). Here its processes run ahead of them (root may raise a priority; the invoke runs in this thread,
-    and its programs inherit it), so the rehearsal measures llama.cpp, not what else the machine
-    does. Only the test does this: bench.tune on a cluster's node never runs ahead of anything."""
-    before = os.getpriority(os.PRIO_PROCESS, 0)
-    os.setpriority(os.PRIO_PROCESS, 0, -10)
-    yield
-    os.setpriority(os.PRIO_PROCESS, 0, before)
-
-
 @pytest.fixture(scope="module")
 def local(tmp_path_factory):
     build = ensure_build(load_cluster(ROOT / "lab/cluster.yaml"))  # the lab build node's tree, if built

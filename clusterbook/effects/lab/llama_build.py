@@ -25,6 +25,8 @@ from clusterbook.pure.engine_build import BuildPlan, patch_set, plan_build
 
 CACHE = Path("/var/cache/clusterbook/llama.cpp")
 BUILD_NICE = -5  # every lab waits for the host's build: it runs ahead of what runs beside it (root may; others keep 0)
+# Linux weighs sessions against each other (autogroups, sched_autogroup_enabled) and a process's nice only within its
+# own: the build, a session of its own, sets its autogroup's nice, and its own where autogroups are off
 
 
 @dataclass(frozen=True)
@@ -210,7 +212,9 @@ def _run(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":  # start_in_background's process: python -m clusterbook.effects.lab.llama_build JOB.json
-    with contextlib.suppress(PermissionError):  # its compilers inherit it
+    with contextlib.suppress(OSError):  # its compilers inherit both
+        Path("/proc/self/autogroup").write_text(str(BUILD_NICE))
+    with contextlib.suppress(OSError):
         os.setpriority(os.PRIO_PROCESS, 0, BUILD_NICE)
     spec = json.loads(Path(sys.argv[1]).read_text())
     run_job(BuildJob(**{**spec, "plan": BuildPlan(**spec["plan"])}))
