@@ -70,7 +70,7 @@ def run_llama_bench(c: Cluster, argv: list[str], gpus: str) -> list[dict]:
 
 
 def points(rows: list[dict]) -> list[Point]:
-    """Pair each setting's pp512 and tg128 rows into points."""
+    """Pair each setting's prompt (pp) and generation (tg) rows into points."""
     found: dict[tuple, dict] = {}
     for r in rows:
         key = (r["n_ubatch"], r["n_batch"], bool(r["flash_attn"] == 1 or r["flash_attn"] is True), r["type_k"],

@@ -62,3 +62,24 @@ def test_a_model_too_big_for_one_device_reads_so():
     text = markdown(cost, 3)
     assert text.count("does not fit one device") == 2 and "against llama-bench" not in text
     assert "| llama-bench (tg32) | 20.0 |" in text
+
+
+@pytest.mark.parametrize("quick,sizes", [(False, ["-r", "3", "-p", "512", "-n", "128"]),
+                                         (True, ["-r", "1", "-p", "128", "-n", "32"])])
+def test_the_tune_runs_every_llama_bench_at_its_size(beefcake2, monkeypatch, quick, sizes):
+    """bench.tune --quick (the CPU rehearsal's test): the grid and the best point again, each one short run."""
+    from clusterbook.effects import tuning
+    runs = []
+
+    def bench(c, argv, gpus):
+        runs.append(argv)
+        ub, b = (int(argv[argv.index(flag) + 1].split(",")[0]) for flag in ("-ub", "-b"))
+        return [{"n_ubatch": ub, "n_batch": b, "flash_attn": argv[argv.index("-fa") + 1] == "on", "type_k": "f16",
+                 "type_v": "f16", "n_gen": gen, "avg_ts": 10.0} for gen in (0, 1)]
+    monkeypatch.setattr(tuning, "run_llama_bench", bench)
+    tier = beefcake2.tier("reasoning")
+    grid, best, again = tuning.tune(beefcake2, tier, "0", quick=quick)
+    assert len(runs) == len(tuning.grid(beefcake2, tier)) + 2 == len(grid) + 2  # the grid, the best twice again
+    assert best.decode_tps == again.decode_tps == 10.0
+    for argv in runs:
+        assert [argv[argv.index(f) + 1] for f in ("-r", "-p", "-n")] == sizes[1::2], argv
