@@ -10,7 +10,7 @@ from clusterbook.pure.engine_build import plan_build
 
 SYSTEMD_DIR = "/etc/systemd/system"
 SBIN = "/usr/local/sbin"
-LIB = "/usr/local/lib/clusterbook"  # node programs others import (hold.py, slurm_jobs.py)
+LIB = "/usr/local/lib/clusterbook"  # node programs others import (hold.py, hold_streams.py, slurm_jobs.py)
 PROMETHEUS_DIR = "/etc/prometheus"
 RULES = "rules/clusterbook.rules.yml"  # relative to the configuration: promtool resolves it the same way
 RULE_TESTS = "rules/clusterbook.rules.test.yml"
@@ -80,6 +80,7 @@ def cluster_paths(c: Cluster) -> dict[str, str]:
         "alert_journal_unit": unit_file("clusterbook-alert-journal"),
         "wake": f"{SBIN}/clusterbook-wake",
         "hold": f"{LIB}/hold.py",  # the wake service imports it from there (node/wake.py)
+        "hold_streams": f"{LIB}/hold_streams.py",  # ... and hold.py this, from beside it
         "wake_config": "/etc/clusterbook/wake.json",
         "wake_unit": unit_file("clusterbook-wake"),
         "node_exporter_unit": unit_file("clusterbook-node-exporter"),  # EL: its package's unit name varies

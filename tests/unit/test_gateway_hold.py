@@ -208,7 +208,9 @@ class DiesInItsError(Tier):
             self.rfile.read(int(self.headers["Content-Length"]))
             self.send_response(500)
             chunked = DiesInItsError.sent.startswith(b"10\r\n")  # the router relays its instance's answer in chunks
-            self.send_header(*(("Transfer-Encoding", "chunked") if chunked else ("Content-Length", "100")))
+            whole = DiesInItsError.sent.startswith(b"proxy error: ")  # the router's own answer, complete
+            self.send_header(*(("Transfer-Encoding", "chunked") if chunked else
+                               ("Content-Length", str(len(DiesInItsError.sent)) if whole else "100")))
             self.end_headers()
             self.wfile.write(DiesInItsError.sent)
             self.wfile.flush()
@@ -219,13 +221,14 @@ class DiesInItsError(Tier):
 
 
 @pytest.mark.parametrize("stream", [False, True])
-@pytest.mark.parametrize("sent", [b"", b"proxy erro", b"10\r\nproxy erro"])
+@pytest.mark.parametrize("sent", [b"", b"proxy erro", b"10\r\nproxy erro", b"proxy error: Connection"])
 def test_a_tier_that_dies_in_the_middle_of_an_error_is_held_like_one_that_died_with_the_request(hold, stream, sent):
     """CI once: a stream to the fast tier (a router) while its job was cancelled got nginx's own 503 "without the
     hold": a router relays its instance's 500 in chunks, the hold raised on the cut chunk (IncompleteRead) and answered
     502, which nginx takes for the hold's own failure and sends the request on to the tier without it, which was down.
-    A cut 500 of a stated length was passed on to the client as it was. Now each is held like a request the tier went
-    away with, and answered once the tier is back."""
+    A cut 500 of a stated length was passed on to the client as it was, and so was the router's whole 500 "proxy
+    error: …" (its instance went away). Now each is held like a request the tier went away with, and answered once the
+    tier is back."""
     hold_port, port, servers = hold
     DiesInItsError.cut, DiesInItsError.sent = 0, sent
     servers.append(start(port, DiesInItsError))

@@ -150,12 +150,25 @@ class Fatal(Tier):
         self.close_connection = True
 
 
+class InstanceGone(Fatal):
+    """A router whose model instance such a request kills each time: the router's own 500 "proxy error: …"."""
+
+    def do_POST(self):
+        Fatal.posts += 1
+        self.rfile.read(int(self.headers["Content-Length"]))
+        self.send_response(500)
+        self.send_header("Content-Length", "23")
+        self.end_headers()
+        self.wfile.write(b"proxy error: Connection")
+
+
+@pytest.mark.parametrize("tier", [Fatal, InstanceGone])
 @pytest.mark.parametrize("stream", [False, True])
-def test_a_request_that_failed_the_tier_three_times_is_not_sent_again(hold, stream):
+def test_a_request_that_failed_the_tier_three_times_is_not_sent_again(hold, stream, tier):
     """Each time, every user of the tier paid the recovery; it was sent again until the hold ran out."""
     hold_port, port, servers = hold
     Fatal.posts = 0
-    servers.append(start(port, Fatal))
+    servers.append(start(port, tier))
     response, body, _ = ask(hold_port, {"prompt": "poison", "stream": stream})
     # 500, not 502: nginx takes a 502 from the hold for the hold's own failure and would send the request to the
     # tier itself, a fourth time (fresh-clone CI: two clients of a double fault got nginx's 503 that way)

@@ -30,6 +30,7 @@ def scripts(tmp_path):
 def test_every_node_script_is_python_3_6(tmp_path):
     found = scripts(tmp_path)
     assert {"/usr/local/sbin/clusterbook-wake", "/usr/local/lib/clusterbook/hold.py",
+            "/usr/local/lib/clusterbook/hold_streams.py",
             "/usr/local/sbin/clusterbook-tier-probe", "/usr/local/sbin/clusterbook-gguf-check",
             "/usr/local/sbin/clusterbook-legacy"} <= set(found)
     for path, text in found.items():

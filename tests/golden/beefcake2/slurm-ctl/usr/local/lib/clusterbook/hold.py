@@ -25,9 +25,13 @@ import re
 import select
 import socket
 import socketserver
+import sys
 import threading
 import time
 import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # hold_streams.py is installed beside it
+from hold_streams import TooDeep, as_json, continuation, last_event, streamed_text
 
 BACKEND = re.compile(r"^[A-Za-z0-9.:-]{1,253}$")
 UNSAFE = re.compile(r"[^A-Za-z0-9 ,.:()_-]")  # what a tier or SLURM says goes into JSON answers: plain words only
@@ -39,101 +43,14 @@ def get(url, key=None, timeout=2.0):
         return response.status, response.read()
 
 
-class TooDeep(ValueError):
-    """A request body nested deeper than Python's parser goes."""
-
-
-def as_json(data):
-    """A request's or an event's JSON object, or None; TooDeep where it nests past the parser's recursion limit (a
-    RecursionError, which is no ValueError, ended the thread that met it)."""
-    try:
-        value = json.loads(data) if data else None
-    except RecursionError:
-        raise TooDeep("nested too deeply") from None
-    except ValueError:
-        return None
-    return value if isinstance(value, dict) else None
-
-
-SHAPED = ("tools", "functions", "response_format", "grammar", "json_schema")  # an answer held to these cannot be
-# continued from a prefill: a tool call's arguments, a format's value would start again or come twice
-
-
-def uncontinuable(payload):
-    """Why a cut stream of this request cannot be continued from what its client got; None when it can: a chat whose
-    messages are text, or a completion with a text prompt, with no tools or format to hold its answer to."""
-    if payload is None:
-        return "its request was too large to read"
-    shaped = [k for k in SHAPED if payload.get(k)]
-    if shaped:
-        return "its request asks for {}".format(", ".join(shaped))
-    if isinstance(payload.get("n"), int) and payload["n"] > 1:
-        return "its request asks for several choices"
-    messages = payload.get("messages")
-    if isinstance(messages, list):
-        if all(isinstance(m, dict) and isinstance(m.get("content"), str) and isinstance(m.get("role"), str)
-               and not m.get("tool_calls") for m in messages):
-            return None
-        return "its messages are not all plain text (content parts or tool calls)"
-    return None if isinstance(payload.get("prompt"), str) else "its prompt is not plain text"
-
-
-def continuation(payload, sent, tokens, allowed=True):
-    """(request, None) that continues a cut stream from what its client got, sent = (answer, reasoning): a chat's
-    answer so far as an assistant prefill (a trailing assistant message of the client's own, itself a prefill, is
-    extended), with a thinking model's reasoning so far (llama-server continues the reasoning where the answer has
-    not begun), or a completion's prompt extended; its token limit less what was sent. (None, why) where it cannot
-    be continued, or the route continues no stream (continue_streams: false, where a chat template cannot continue an
-    assistant message). A stream cut before anything reached its client (tokens 0) is the request itself, sent
-    again: an empty assistant prefill is refused by some chat templates."""
-    request, (answer, reasoning) = dict(payload or {}), sent
-    if not tokens:
-        return request, None
-    why = uncontinuable(payload) or (None if allowed else "its route continues no stream")
-    if why:
-        return None, why
-    if isinstance(payload.get("messages"), list):
-        messages = list(payload["messages"])
-        last = messages[-1] if messages and messages[-1].get("role") == "assistant" else None
-        prefill = dict(last or {"role": "assistant"}, content=(last or {}).get("content", "") + answer)
-        if reasoning:
-            prefill["reasoning_content"] = str((last or {}).get("reasoning_content") or "") + reasoning
-        request["messages"] = (messages[:-1] if last else messages) + [prefill]
-    else:
-        request["prompt"] = payload["prompt"] + answer
-    for key in ("max_tokens", "max_completion_tokens", "n_predict"):
-        if isinstance(payload.get(key), int) and payload[key] > 0:
-            request[key] = max(1, payload[key] - tokens)
-    return request, None
-
-
-def streamed_text(event):
-    """(answer, reasoning, anything) one stream event adds: a chat's delta content and reasoning_content
-    (llama-server's reasoning parser puts a thinking model's thoughts there), or a completion's text (llama-server's
-    own too); anything: it carried something for the client beyond its role (text, a tool call's delta)."""
-    if not event:
-        return "", "", False
-    choices = event.get("choices")
-    if isinstance(choices, list) and choices and isinstance(choices[0], dict):
-        delta = choices[0].get("delta")
-        if not isinstance(delta, dict):
-            piece = choices[0].get("text")
-            return (piece if isinstance(piece, str) else ""), "", bool(piece)
-        answer, reasoning = (delta.get(k) if isinstance(delta.get(k), str) else "" for k in
-                             ("content", "reasoning_content"))
-        return answer, reasoning, bool(answer or reasoning or delta.get("tool_calls") or delta.get("function_call"))
-    piece = event.get("content")
-    return (piece if isinstance(piece, str) else ""), "", bool(piece)
-
-
-def last_event(event):
-    """An event that ends its stream: a choice with a finish reason, or llama-server's own `stop`."""
-    if not event:
-        return False
-    choices = event.get("choices")
-    if isinstance(choices, list) and choices and isinstance(choices[0], dict):
-        return choices[0].get("finish_reason") is not None
-    return event.get("stop") is True
+def whole(response, data):
+    """A tier's whole answer as the hold takes it: NOT_THERE while the tier is not there or loads (502, 503), LOST
+    where a router's model instance went away with the request (500 "proxy error: …"), else (status, headers, body)."""
+    if response.status in (502, 503):
+        return NOT_THERE
+    if response.status == 500 and data.startswith(ROUTER_LOST):
+        return LOST
+    return response.status, [(k, v) for k, v in response.getheaders() if k.lower() not in HOP], data
 
 
 def unavailable(route, limit, retry_after):
@@ -154,6 +71,7 @@ LINE_MAX = 1 << 20  # bytes of one stream line the hold reads at once (a longer 
 NOT_THERE, LOST = "not there", "lost"  # no answer: the tier was not there (or loading), or went away with the request
 STREAM = re.compile(rb'"stream"\s*:\s*true')  # a body too large to parse asks for a stream (relayed as it comes)
 WAITING_RETRY_MAX_S = 7 * 86400  # the longest Retry-After a tier waiting for other jobs' nodes gives
+ROUTER_LOST = b"proxy error: "  # llama-server's router answers 500 so when its model instance went away (its proxy)
 HOP = {"connection", "keep-alive", "proxy-connection", "te", "trailer", "transfer-encoding", "upgrade",
        "content-length", "x-clusterbook-tier"}  # not passed on: each hop sets its own
 
@@ -442,9 +360,7 @@ class HoldHandler(http.server.BaseHTTPRequestHandler):
             return LOST if delivered else NOT_THERE
         finally:
             connection.close()
-        if response.status in (502, 503):
-            return NOT_THERE
-        return response.status, [(k, v) for k, v in response.getheaders() if k.lower() not in HOP], data
+        return whole(response, data)
 
     def connect(self, route, backend):
         host, port = backend.rsplit(":", 1)
@@ -538,8 +454,7 @@ class HoldHandler(http.server.BaseHTTPRequestHandler):
         if response.status == 200:
             return response
         connection.close()
-        return NOT_THERE if response.status in (502, 503) else \
-            (response.status, [(k, v) for k, v in response.getheaders() if k.lower() not in HOP], answer)
+        return whole(response, answer)
 
     def relay(self, response, sent, tokens):
         """Pass a stream's lines to the client as they come; (done, sent, tokens): done when the stream ended ([DONE],
