@@ -43,11 +43,11 @@ def run_scenarios(cluster_file: str, phase: Phase, when: str, out: Path, names: 
     waits = waiting_scenarios(summary.with_suffix(".json"))
     for case in (c for c in cases if c.get("name")):  # a session stopped at its deadline leaves one unnamed
         name = names.get(case.get("name"), case.get("name"))
-        if (case.find("failure") is not None or case.find("error") is not None) and name in waits:
+        failed = next((e for e in (case.find("failure"), case.find("error")) if e is not None), None)
+        if failed is not None and name in waits:
             run.waiting.append(name)
-        elif case.find("failure") is not None or case.find("error") is not None:
-            found = case.find("failure") if case.find("failure") is not None else case.find("error")
-            why = " ".join((found.get("message") or "").split())[:240]  # what failed: on call needs more than a name
+        elif failed is not None:
+            why = " ".join((failed.get("message") or "").split())[:240]  # what failed: on call needs more than a name
             run.failed.append(f"{name}: {why}" if why else name)
         elif case.find("skipped") is None:
             run.passed.append(name)

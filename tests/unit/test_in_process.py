@@ -86,10 +86,8 @@ def test_a_task_run_inside_a_command_line_returns_its_status_and_leaves_the_line
     assert command_line.invoked_from_command_line() and not command_line.NESTED
 
 
-def test_a_phase_whose_scenarios_hang_fails_at_its_deadline_so_apply_rolls_it_back(tmp_path, monkeypatch):
-    from clusterbook.effects import scenario_run
-    from clusterbook.pure.phases import Phase
-
+def acceptance_folder(tmp_path):
+    """A stand-in for the package's acceptance folder: a conftest that takes the options run_scenarios passes."""
     features = tmp_path / "acceptance"
     features.mkdir()
     (features / "conftest.py").write_text(textwrap.dedent("""
@@ -97,6 +95,14 @@ def test_a_phase_whose_scenarios_hang_fails_at_its_deadline_so_apply_rolls_it_ba
             for name in ("--live-cluster", "--verify-summary", "--tier"):
                 parser.addoption(name)
     """))
+    return features
+
+
+def test_a_phase_whose_scenarios_hang_fails_at_its_deadline_so_apply_rolls_it_back(tmp_path, monkeypatch):
+    from clusterbook.effects import scenario_run
+    from clusterbook.pure.phases import Phase
+
+    features = acceptance_folder(tmp_path)
     (features / "test_phase_scenarios.py").write_text(textwrap.dedent("""
         import time
         import pytest
@@ -125,13 +131,7 @@ def test_a_failed_scenario_says_what_failed_beside_its_name(tmp_path, monkeypatc
     from clusterbook.effects import scenario_run
     from clusterbook.pure.phases import Phase
 
-    features = tmp_path / "acceptance"  # the test module's name is its own: one process imports both tests' modules
-    features.mkdir()
-    (features / "conftest.py").write_text(textwrap.dedent("""
-        def pytest_addoption(parser):
-            for name in ("--live-cluster", "--verify-summary", "--tier"):
-                parser.addoption(name)
-    """))
+    features = acceptance_folder(tmp_path)  # its test module's name is its own: one process imports both tests'
     (features / "test_failing_scenario.py").write_text(textwrap.dedent("""
         import pytest
 
