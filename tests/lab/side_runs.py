@@ -3,7 +3,9 @@ beside the session's other tests; test_side_runs waits for them at the end and r
 
 The groups (issue 69: one after another, the lab tests were the run's last eleven minutes):
 - `clocks`: unit modules that mostly wait on their own clocks (real servers on loopback, their timeouts and
-  restarts), so they cost the others little beside them;
+  restarts), so they cost the others little beside them (15 CPU-seconds in 130 s alone); they run ahead of the rest,
+  as the host's llama.cpp build and root file system do in the same minutes (priority.py), or their waits would
+  stretch;
 - `lab`: the systemd lab's modules (lab/cluster.yaml);
 - `slurm`: test_slurm.py on the SLURM lab (lab/cluster-slurm.yaml);
 - `slurm-b`: test_slurm.py's tests marked `second_slurm_lab` (about half its minutes), on a twin of the SLURM lab:
@@ -21,6 +23,8 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from clusterbook.effects.lab.priority import ahead
 
 ROOT = Path(__file__).resolve().parents[2]
 CHILD = "CLUSTERBOOK_LAB_SIDE_RUN"  # set in a side run's environment: it runs its tests itself
@@ -79,8 +83,9 @@ def start(name: str, nodeids: list[str]) -> SideRun:
     if name == "slurm-b":
         env[SLURM_LAB_FILE] = str(write_twin())
     with (folder / "pytest.log").open("w") as stream:
-        process = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rfE",
-                                    f"--junitxml={folder / 'junit.xml'}", *nodeids], cwd=ROOT, env=env,
+        argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rfE",
+                f"--junitxml={folder / 'junit.xml'}", *nodeids]
+        process = subprocess.Popen(ahead(argv) if name == "clocks" else argv, cwd=ROOT, env=env,
                                    stdout=stream, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     return SideRun(name, process, folder)
 

@@ -5,7 +5,6 @@ root file system is made and the nodes boot, and the CPU rehearsal uses it."""
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import fcntl
 import hashlib
@@ -19,14 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from clusterbook.effects.lab.cachelock import cache_lock
+from clusterbook.effects.lab.priority import put_ahead
 from clusterbook.effects.lab.progress import ninja_progress, run_reporting, step
 from clusterbook.model.schema import Cluster
 from clusterbook.pure.engine_build import BuildPlan, patch_set, plan_build
 
 CACHE = Path("/var/cache/clusterbook/llama.cpp")
-BUILD_NICE = -5  # every lab waits for the host's build: it runs ahead of what runs beside it (root may; others keep 0)
-# Linux weighs sessions against each other (autogroups, sched_autogroup_enabled) and a process's nice only within its
-# own: the build, a session of its own, sets its autogroup's nice, and its own where autogroups are off
 
 
 @dataclass(frozen=True)
@@ -212,9 +209,6 @@ def _run(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":  # start_in_background's process: python -m clusterbook.effects.lab.llama_build JOB.json
-    with contextlib.suppress(OSError):  # its compilers inherit both
-        Path("/proc/self/autogroup").write_text(str(BUILD_NICE))
-    with contextlib.suppress(OSError):
-        os.setpriority(os.PRIO_PROCESS, 0, BUILD_NICE)
+    put_ahead()  # a session of its own: every lab waits for it (its compilers inherit the priority)
     spec = json.loads(Path(sys.argv[1]).read_text())
     run_job(BuildJob(**{**spec, "plan": BuildPlan(**spec["plan"])}))

@@ -58,18 +58,23 @@ def step(title: str) -> Iterator[Callable[[str], None]]:
 
 
 def run_reporting(argv: list[str], report: Callable[[str], None],
-                  progress: Callable[[str], str | None] = lambda line: None) -> None:
-    """Run argv, passing each progress figure its output shows to report; on failure raise RuntimeError with
-    the last lines of the output."""
+                  progress: Callable[[str], str | None] = lambda line: None, new_session: bool = False) -> None:
+    """Run argv (in a session of its own if asked), passing each progress figure its output shows to report; on
+    failure raise RuntimeError with the last lines of the output; interrupted, stop it."""
     tail: deque[str] = deque(maxlen=25)
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
-                            errors="replace")
+                            errors="replace", start_new_session=new_session)
     assert proc.stdout is not None
-    for line in proc.stdout:
-        line = line.rstrip("\n")
-        tail.append(line)
-        figure = progress(line)
-        if figure:
-            report(figure)
+    try:
+        for line in proc.stdout:
+            line = line.rstrip("\n")
+            tail.append(line)
+            figure = progress(line)
+            if figure:
+                report(figure)
+    except BaseException:  # ^C: a tool in a session of its own gets no signal from the terminal
+        proc.kill()
+        proc.wait()
+        raise
     if proc.wait() != 0:
         raise RuntimeError(f"{' '.join(argv[:3])} … failed with exit status {proc.returncode}:\n" + "\n".join(tail))

@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 
 from clusterbook.effects.lab.cachelock import cache_lock
+from clusterbook.effects.lab.priority import ahead
 from clusterbook.effects.lab.progress import bootstrap_progress, run_reporting, step
 
 CACHE = Path("/var/cache/clusterbook/rootfs")
@@ -48,8 +49,8 @@ def _bootstrap(base: Path) -> None:
     tmp = base.with_name(base.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     with step(f"mmdebstrap {SUITE} with {len(PACKAGES)} packages (about 40 s, cached afterwards)") as report:
-        run_reporting(["mmdebstrap", "--variant=minbase", f"--include={','.join(PACKAGES)}", SUITE, str(tmp),
-                       MIRROR], report, bootstrap_progress)
+        run_reporting(ahead(["mmdebstrap", "--variant=minbase", f"--include={','.join(PACKAGES)}", SUITE, str(tmp),
+                             MIRROR]), report, bootstrap_progress, new_session=True)  # every lab waits for it
         # Host keys are made per node by the lab (and recorded in known_hosts); drop the ones the packages made.
         for key in (tmp / "etc/ssh").glob("ssh_host_*"):
             key.unlink()
