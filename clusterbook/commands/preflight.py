@@ -16,12 +16,12 @@ from clusterbook.model.loader import load_cluster
 from clusterbook.pure.preflight import Check, facts_command, judge, parse_facts
 
 
-def judged(cluster, node: str, out: Result, asked_at: float) -> list[Check]:
+def judged(cluster, node: str, out: Result, asked: tuple[float, float]) -> list[Check]:
     """What the facts command printed on a node (alone, or in a deploy's look-ahead), judged against the file."""
     if not out.ok:
         return [Check(node, "reachable", "the facts command runs over SSH",
                       f"exit {out.returncode}: {out.tail(2) or out.stdout[-200:]}", "failed")]
-    return judge(cluster, node, parse_facts(out.stdout), asked_at)
+    return judge(cluster, node, parse_facts(out.stdout), asked)
 
 
 def preflight_checks(cluster, nodes: list[str]) -> list:
@@ -31,7 +31,7 @@ def preflight_checks(cluster, nodes: list[str]) -> list:
     def one(node: str) -> list[Check]:
         started = time.time()
         out = transport.run(node, facts_command(cluster, node), timeout=60)
-        return judged(cluster, node, out, (started + time.time()) / 2)
+        return judged(cluster, node, out, (started, time.time()))
 
     with console.status(f"preflight of {', '.join(nodes)} …"), ThreadPoolExecutor(max_workers=len(nodes)) as pool:
         return [c for result in pool.map(one, nodes) for c in result]

@@ -64,7 +64,7 @@ def run_runbook(s: Settings, runbook_id: str, cluster_file: str, tier: str | Non
     if preflight and hosts:  # the preflight's facts travel in the look-ahead's round trip (both only read)
         with console.status(f"preflight of {', '.join(hosts)} …"):
             known, replies = executor.ask_ahead(expansion, {h: facts_command(cluster, h) for h in hosts})
-        checks = [c for h in hosts for c in judged(cluster, h, replies[h].result, replies[h].asked_at)]
+        checks = [c for h in hosts for c in judged(cluster, h, replies[h].result, replies[h].asked)]
         print_preflight(cluster, hosts, checks, quiet=True)  # a failed preflight ends the command here
     report = executor.run(expansion, known)
     if expansion.runbook == "install" and not report.failure:  # the engine link, for apply --dry's comparison

@@ -81,10 +81,11 @@ class Report:
 
 @dataclass(frozen=True)
 class Reply:
-    """A host's whole answer to the look-ahead, and this machine's clock mid-round-trip (for clock checks)."""
+    """A host's whole answer to the look-ahead, and this machine's clock when it was asked and when it answered (for
+    clock checks)."""
 
     result: Result
-    asked_at: float
+    asked: tuple[float, float]
 
 
 class Executor:
@@ -169,7 +170,7 @@ class Executor:
             started = time.time()
             result = self.transport.run(host, "\n".join([*digests, side_by_side(scripts.get(host, []),
                                                                                  also.get(host))]), timeout=60)
-            return Reply(result, (started + time.time()) / 2)
+            return Reply(result, (started, time.time()))
 
         with ThreadPoolExecutor(max_workers=len(hosts)) as pool:
             replies = dict(zip(hosts, pool.map(ask, hosts)))

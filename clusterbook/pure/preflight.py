@@ -134,8 +134,9 @@ def numa_checks(c: Cluster, node: str, facts: dict[str, list[str]]) -> list[Chec
     return out
 
 
-def judge(c: Cluster, node: str, facts: dict[str, list[str]], asked_at: float) -> list[Check]:
-    """The node's checks, each with what was expected and found. `asked_at`: this machine's clock, mid-command."""
+def judge(c: Cluster, node: str, facts: dict[str, list[str]], asked: tuple[float, float]) -> list[Check]:
+    """The node's checks, each with what was expected and found. `asked`: this machine's clock when the command
+    was sent and when its answer came back."""
     out: list[Check] = []
     system = c.node(node).os
     found_os = (facts.get("os") or ["unknown|"])[0].split("|") + [""]
@@ -203,10 +204,18 @@ def judge(c: Cluster, node: str, facts: dict[str, list[str]], asked_at: float) -
         out.append(Check(node, f"folder {root}", "clusterbook's: its marker, or missing, or empty and no package's",
                          why, "ok" if verdict == "ok" else "failed"))
     now = float((facts.get("now") or ["0"])[0] or 0)
-    skew = now - asked_at
-    out.append(Check(node, "clock", f"within {CLOCK_SKEW_S:g} s of this machine", f"{skew:+.2f} s",
-                     "ok" if abs(skew) <= CLOCK_SKEW_S else "failed"))
+    out.append(clock_check(node, now, asked))
     return out
+
+
+def clock_check(node: str, now: float, asked: tuple[float, float]) -> Check:
+    """The node's clock against this machine's: skewed only by how far it falls outside the moments the command
+    was sent and answered (it read its clock somewhere between them: a slow round trip is no skew)."""
+    sent, answered = asked
+    skew = now - answered if now > answered else now - sent if now < sent else 0.0
+    took = f" beyond the {answered - sent:.1f} s the answer took" if answered - sent >= 0.1 else ""
+    return Check(node, "clock", f"within {CLOCK_SKEW_S:g} s of this machine", f"{skew:+.2f} s{took}",
+                 "ok" if abs(skew) <= CLOCK_SKEW_S else "failed")
 
 
 def shared_and_port_checks(c: Cluster, node: str, facts: dict[str, list[str]]) -> list[Check]:

@@ -143,7 +143,7 @@ def test_preflight_reports_each_root_and_fails_on_one_that_is_not_clusterbooks()
     facts = parse_facts("\n".join([f"root={roots[0]}|ok|missing: created with clusterbook's marker",
                                    "root=/scratch/ai|refused|holds 2 entries without clusterbook's marker: if the "
                                    "folder is clusterbook's, invoke accept-folder --folder /scratch/ai records it"]))
-    checks = {ch.check: ch for ch in judge(c, node, facts, 0.0) if ch.check.startswith("folder ")}
+    checks = {ch.check: ch for ch in judge(c, node, facts, (0.0, 0.0)) if ch.check.startswith("folder ")}
     assert checks[f"folder {roots[0]}"].verdict == "ok"
     assert checks["folder /scratch/ai"].verdict == "failed" and "accept-folder" in checks["folder /scratch/ai"].found
 

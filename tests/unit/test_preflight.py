@@ -29,8 +29,8 @@ now=1000.2
 """
 
 
-def verdicts(text: str, node: str = "vasp-01", cluster=BEEFCAKE2, asked_at: float = 1000.0) -> dict:
-    return {c.check: (c.verdict, c.expected, c.found) for c in judge(cluster, node, parse_facts(text), asked_at)}
+def verdicts(text: str, node: str = "vasp-01", cluster=BEEFCAKE2, asked: tuple = (1000.0, 1000.0)) -> dict:
+    return {c.check: (c.verdict, c.expected, c.found) for c in judge(cluster, node, parse_facts(text), asked)}
 
 
 def test_a_node_as_declared_passes_every_check():
@@ -62,6 +62,18 @@ def test_a_node_as_declared_passes_every_check():
 def test_each_broken_fact_fails_its_check_with_the_figures(change, check, found):
     verdict, _expected, seen = verdicts(GOOD.replace(*change))[check]
     assert (verdict, seen) == ("failed", found)
+
+
+@pytest.mark.parametrize("now, asked, verdict, found", [
+    # CI, 2026-12-06: a node's clock read late in a 4 s answer (a starved machine) was +2.48 s from its midpoint
+    (1004.4, (1000.0, 1004.0), "ok", "+0.40 s beyond the 4.0 s the answer took"),
+    (1002.4, (1000.0, 1000.0), "failed", "+2.40 s"),
+    (1007.5, (1000.0, 1005.0), "failed", "+2.50 s beyond the 5.0 s the answer took"),
+    (997.9, (1000.0, 1005.0), "failed", "-2.10 s beyond the 5.0 s the answer took"),
+    (1003.0, (1000.0, 1005.0), "ok", "+0.00 s beyond the 5.0 s the answer took"),
+])
+def test_a_clock_is_skewed_only_by_how_far_it_falls_outside_the_round_trip(now, asked, verdict, found):
+    assert verdicts(GOOD.replace("now=1000.2", f"now={now}"), asked=asked)["clock"][::2] == (verdict, found)
 
 
 def test_one_numa_node_is_node_0():

@@ -99,7 +99,8 @@ supervise
                "SLURM_JOB_ID": "41"}
         self.out = open(tmp / "job.log", "w")  # noqa: SIM115  closed in stop()
         self.proc = subprocess.Popen(["bash", str(tmp / "harness.sh")], env=env, stdout=self.out,
-                                     stderr=subprocess.STDOUT, start_new_session=True)
+                                     stderr=subprocess.STDOUT,
+                                     process_group=0)  # a group of its own in this session: its priority
 
     def log(self) -> str:
         return (self.dir / "job.log").read_text()
