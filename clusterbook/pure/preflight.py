@@ -213,8 +213,10 @@ def clock_check(node: str, now: float, asked: tuple[float, float]) -> Check:
     was sent and answered (it read its clock somewhere between them: a slow round trip is no skew)."""
     sent, answered = asked
     skew = now - answered if now > answered else now - sent if now < sent else 0.0
-    took = f" beyond the {answered - sent:.1f} s the answer took" if answered - sent >= 0.1 else ""
-    return Check(node, "clock", f"within {CLOCK_SKEW_S:g} s of this machine", f"{skew:+.2f} s{took}",
+    took = f"the {answered - sent:.1f} s the answer took"
+    found = (f"within {took}" if not skew else f"{skew:+.2f} s beyond {took}") if answered - sent >= 0.1 \
+        else f"{skew:+.2f} s"
+    return Check(node, "clock", f"within {CLOCK_SKEW_S:g} s of this machine", found,
                  "ok" if abs(skew) <= CLOCK_SKEW_S else "failed")
 
 
