@@ -94,10 +94,12 @@ def digests(ssh) -> dict[tuple[str, str], str]:
 
 
 def serving(ssh, timeout: int = 90) -> None:
-    """Wait until each part serves: both RPC workers listen, the job answers /health, the updater wrote its node."""
+    """Wait until each part serves: both RPC workers listen, the job answers /health, the updater wrote its node
+    (run once then, rather than waited for: its timer's next turn can be 30 s away)."""
     check = (f"for i in $(seq {timeout}); do n=$(squeue -h -n {JOB} -u root -t RUNNING -o %N); "
              "a=$(scontrol show node \"$n\" 2>/dev/null | sed -n 's/.*NodeAddr=\\([^ ]*\\).*/\\1/p'); "
              f"[ -n \"$a\" ] && curl -sf http://$a:{JOB_PORT}/health >/dev/null && "
+             "{ [ -s /run/ai-inference-upstream ] || systemctl start ai-upstream.service; } && "
              "[ -s /run/ai-inference-upstream ] && exit 0; sleep 1; done; "
              f"echo \"job {JOB}: $(squeue -h -n {JOB} -o '%i %T %R')\" >&2; exit 1")
     done = ssh.run(on(ssh, "slab1"), check, timeout=timeout + 10)
