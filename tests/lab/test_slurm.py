@@ -151,8 +151,10 @@ def test_a_job_cancelled_with_a_request_in_flight_leaves_the_queue_at_once(slurm
             time.sleep(0.5)
         left = time.monotonic() - started
         head = ssh.run(HEAD, f"cat {logs}-head.log").stdout
+        # without the guard a waiting server keeps the job COMPLETING for KillWait (32 s): this fails; with it, the
+        # log mostly shows its second SIGTERM ("Received second interrupt"), but at times llama-server ends on the
+        # first with a request in flight (its HTTP thread and the terminated queue race: 1 of 26 CI runs)
         assert left < 10, f"job {job} left the queue {left:.0f} s after scancel\n{head[-1500:]}"
-        assert "Received second interrupt, terminating immediately" in head, head[-1500:]
     finally:
         request.join(30)
         assert invoke("deploy.reasoning", cluster=SLURM_LAB).returncode == 0
