@@ -39,7 +39,6 @@ CLOCK_MODULES = ("test_gateway_hold", "test_faults_bench", "test_step_supervisor
 SYSTEMD_LAB_MODULES = ("test_deploy", "test_apply", "test_bench_recovery", "test_planner_accuracy", "test_verify",
                        "test_lab")
 WAITER = "test_side_runs"  # the test that waits for the side runs: a session that selects it starts them
-CACHES: list[subprocess.Popen] = []  # warm_lab_caches' process, kept for the session
 
 
 @dataclass
@@ -91,23 +90,11 @@ def start(name: str, nodeids: list[str]) -> SideRun:
     return SideRun(name, process, folder)
 
 
-def warm_lab_caches() -> subprocess.Popen:
-    """The labs' shared caches (llama.cpp's source and host build, the root file system) begun at once, in a process
-    of its own (Lab.warm_caches): the side runs' and the soak's sessions reach their labs 20-30 s later on 2 cores."""
-    code = ("from clusterbook.effects.lab.lab import Lab; from clusterbook.model.loader import load_cluster; "
-            "Lab(load_cluster('lab/cluster.yaml')).warm_caches()")
-    log = Path(tempfile.mkdtemp(prefix="clusterbook-side-caches-")) / "caches.log"
-    with log.open("w") as stream:
-        return subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdin=subprocess.DEVNULL, stdout=stream,
-                                stderr=subprocess.STDOUT, start_new_session=True)
-
-
 def hand_over(items: list) -> tuple[list, list[SideRun]]:
-    """If the session selects the waiter (and is no side run itself): the labs' caches begun, and every grouped test
-    goes to its group's side run, started now. The tests handed over, and the side runs."""
+    """If the session selects the waiter (and is no side run itself): every grouped test goes to its group's side run,
+    started now. The tests handed over, and the side runs."""
     if os.environ.get(CHILD) or not any(item.path.stem == WAITER for item in items):
         return [], []
-    CACHES.append(warm_lab_caches())
     groups: dict[str, list] = {}
     for item in items:
         if name := group(item):

@@ -141,14 +141,6 @@ class Lab:
             console.print(f"[green]✓[/] llama.cpp {self.c.engine.tag} building on the host meanwhile, for the build "
                           f"node to find (log: {log})")
 
-    def warm_caches(self) -> None:
-        """What every lab of this file waits for, begun before any lab: llama.cpp's source fetched and its host build
-        started, and the root file system made (a full test run calls it as it starts its labs' sessions; each lab
-        then finds them ready, or waits for them under their locks)."""
-        sdist(self.c.engine.build)
-        self.start_build()
-        ensure_rootfs()
-
     def _serve(self) -> None:
         pid_file = self.state / "run" / "http.pid"
         if _alive(pid_file):
