@@ -3,6 +3,7 @@ benched over HTTP and tuned with llama-bench; the code path the GPU machine uses
 
 import json
 import os
+import statistics
 
 import pytest
 
@@ -43,7 +44,10 @@ def test_rehearse_and_bench_on_cpu(local):
     # the split's cost: the same flags with and without the RPC workers, by llama-bench and by the server
     cost = report["split_cost"]
     assert cost["engine_tier"] > 0 and cost["engine_one"] > 0 and cost["served_one"] > 0
-    assert cost["served_tier"] == pytest.approx(decode, rel=0.5)  # the baseline's decode, all prompts together
+    # the baseline's decode, all prompts together: their samples' median (CI, 2026-12-06: compared with one prompt's
+    # median within 50 %, it read 201.7 against 98.5 on a busy machine, a timed assertion)
+    samples = [s for figures in report["baseline"].values() for s in figures["decode_tps"]["samples"]]
+    assert cost["served_tier"] == round(statistics.median(samples), 1)
     assert cost["engine_ratio"] == pytest.approx(cost["engine_tier"] / cost["engine_one"], abs=0.001)
     assert "| llama-bench (tg32) |" in summary and "| llama-server over HTTP |" in summary
     # the context sweep: each prompt read whole (none of it from the server's cache), beside the planner's estimate
