@@ -3,18 +3,18 @@
 import contextlib
 import os
 import subprocess
-import sys
 import threading
 
 import pytest
 
-from clusterbook.effects.lab import priority
+from clusterbook.effects.lab import llama_build, priority
 from clusterbook.effects.lab.progress import run_reporting
 
 AUTOGROUPS = os.path.exists("/proc/self/autogroup")
 
 
 def test_a_command_put_ahead_runs_with_its_arguments_in_a_session_at_the_priority():
+    before = priority.AUTOGROUP.read_text() if AUTOGROUPS else ""
     shown = subprocess.run(priority.ahead(["sh", "-c", 'echo "$1"; nice; cat /proc/self/autogroup 2>/dev/null || true',
                                            "sh", "two words; $(not run)"]),
                            capture_output=True, text=True, start_new_session=True, check=True).stdout.splitlines()
@@ -25,16 +25,22 @@ def test_a_command_put_ahead_runs_with_its_arguments_in_a_session_at_the_priorit
             assert shown[2].endswith(f"nice {priority.AHEAD}")
     else:
         assert shown[1] == "0"  # not allowed: it runs all the same
+    if AUTOGROUPS:
+        assert priority.AUTOGROUP.read_text() == before  # the caller's session as it was
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or not AUTOGROUPS, reason="needs root and autogroups")
-def test_put_ahead_sets_the_session_and_the_process_and_leaves_the_callers_session_as_it_was():
+def test_the_hosts_build_process_runs_ahead_in_a_session_of_its_own(tmp_path, monkeypatch):
+    """spawn's process (the host's build: every lab waits for it), its build replaced by a report of its priority."""
+    fake = tmp_path / "python"
+    fake.write_text("#!/bin/sh\nnice\ncat /proc/self/autogroup\n")
+    fake.chmod(0o755)
+    monkeypatch.setattr(llama_build.sys, "executable", str(fake))
+    monkeypatch.setattr(llama_build.dataclasses, "asdict", lambda job: {})
     before = priority.AUTOGROUP.read_text()
-    code = ("import os; from clusterbook.effects.lab.priority import put_ahead; put_ahead(); "
-            "print(open('/proc/self/autogroup').read().split()[-1], os.getpriority(os.PRIO_PROCESS, 0))")
-    shown = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, start_new_session=True,
-                           check=True).stdout.split()
-    assert shown == [str(priority.AHEAD), str(priority.AHEAD)]
+    assert llama_build.spawn(None, tmp_path / "build.log").wait(10) == 0
+    shown = (tmp_path / "build.log").read_text().splitlines()
+    assert shown[0] == str(priority.AHEAD) and shown[1].endswith(f"nice {priority.AHEAD}")
     assert priority.AUTOGROUP.read_text() == before
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from clusterbook.effects.lab.cachelock import cache_lock
-from clusterbook.effects.lab.priority import put_ahead
+from clusterbook.effects.lab.priority import ahead
 from clusterbook.effects.lab.progress import ninja_progress, run_reporting, step
 from clusterbook.model.schema import Cluster
 from clusterbook.pure.engine_build import BuildPlan, patch_set, plan_build
@@ -122,12 +122,13 @@ def start_in_background(c: Cluster, log: Path) -> bool:
 
 
 def spawn(job: BuildJob, log: Path) -> subprocess.Popen:
-    """run_job(job) in a process of its own, in a session of its own (it outlives this one), printing into `log`."""
+    """run_job(job) in a process of its own, in a session of its own put ahead (it outlives this one; every lab waits
+    for it), printing into `log`."""
     log.parent.mkdir(parents=True, exist_ok=True)
     spec = log.with_suffix(".json")
     spec.write_text(json.dumps(dataclasses.asdict(job)))
     with log.open("w") as out:
-        return subprocess.Popen([sys.executable, "-m", "clusterbook.effects.lab.llama_build", str(spec)],
+        return subprocess.Popen(ahead([sys.executable, "-m", "clusterbook.effects.lab.llama_build", str(spec)]),
                                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True)
 
@@ -209,6 +210,5 @@ def _run(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":  # start_in_background's process: python -m clusterbook.effects.lab.llama_build JOB.json
-    put_ahead()  # a session of its own: every lab waits for it (its compilers inherit the priority)
     spec = json.loads(Path(sys.argv[1]).read_text())
     run_job(BuildJob(**{**spec, "plan": BuildPlan(**spec["plan"])}))

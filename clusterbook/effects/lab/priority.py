@@ -2,22 +2,13 @@
 
 from __future__ import annotations
 
-import contextlib
-import os
 from pathlib import Path
 
 AHEAD = -15  # nice: a session at -15 weighs about 28 sessions at 0 (Linux's CFS weights 29154 against 1024)
 # Linux weighs sessions against each other (autogroups, sched_autogroup_enabled) and a process's nice only within its
-# own session: work put ahead sets its session's autogroup nice (root only), and its own where autogroups are off.
+# own session: work put ahead sets its session's autogroup nice (root only), and its own where autogroups are off
+# (what it starts inherits both).
 AUTOGROUP = Path("/proc/self/autogroup")
-
-
-def put_ahead() -> None:
-    """This process's session and this process at AHEAD (what it starts inherits both): nothing where not allowed."""
-    with contextlib.suppress(OSError):
-        AUTOGROUP.write_text(str(AHEAD))
-    with contextlib.suppress(OSError):
-        os.setpriority(os.PRIO_PROCESS, 0, AHEAD)
 
 
 def ahead(argv: list[str]) -> list[str]:
